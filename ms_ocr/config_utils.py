@@ -1,0 +1,64 @@
+"""Helpers that normalise the config.json layouts real checkpoints ship."""
+
+import json
+import os
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder that cannot be used as given (missing file, wrong model, bad weights)."""
+
+
+def read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path} is not valid JSON ({e.msg} at line {e.lineno})") from None
+
+
+def load_config_json(model_dir):
+    path = os.path.join(model_dir, "config.json")
+    if not os.path.isfile(path):
+        raise CheckpointError(f"no config.json in {model_dir}")
+    return read_json(path)
+
+
+def require_model_type(raw, accepted, model_name):
+    model_type = raw.get("model_type")
+    if model_type not in accepted:
+        raise CheckpointError(f"checkpoint has model_type {model_type!r}, not a {model_name} checkpoint "
+                              f"(expected {', '.join(accepted)})")
+
+
+def normalise_rope(raw):
+    """Fold `rope_parameters` / `rope_scaling` / flat `rope_theta` into flat `rope_theta` (+ sections)."""
+    out = {}
+    for key in ("rope_scaling", "rope_parameters"):
+        params = raw.get(key)
+        if isinstance(params, dict):
+            if "rope_theta" in params:
+                out["rope_theta"] = params["rope_theta"]
+            if "mrope_section" in params:
+                out["mrope_section"] = list(params["mrope_section"])
+            for extra in ("alpha", "xdrope_section", "type", "rope_type", "factor"):
+                if extra in params:
+                    out[f"rope_{extra}" if not extra.startswith("rope_") else extra] = params[extra]
+    if "rope_theta" in raw and "rope_theta" not in out:
+        out["rope_theta"] = raw["rope_theta"]
+    return out
+
+
+def pick(raw, names, defaults, where):
+    """Keep the known fields; take reference defaults for omitted ones; fail loudly on anything else."""
+    out = {}
+    missing = []
+    for name in names:
+        if name in raw and raw[name] is not None:
+            out[name] = raw[name]
+        elif name in defaults:
+            out[name] = defaults[name]
+        else:
+            missing.append(name)
+    if missing:
+        raise CheckpointError(f"{where} lacks required field(s): {', '.join(missing)}")
+    return out

@@ -1,0 +1,65 @@
+"""Strict loading of renamed checkpoint tensors into a Cell: missing or unexpected keys are errors."""
+
+import numpy as np
+import mindspore as ms
+from mindspore import Tensor
+
+from ms_ocr.config_utils import CheckpointError
+
+
+def is_state(name):
+    """Runtime state Parameters (KV caches) that checkpoints never carry."""
+    return name.endswith("_cache")
+
+
+def round_to_bf16(arr):
+    """Round float32 to the nearest bfloat16 (ties to even) and widen back to float32."""
+    bits = np.ascontiguousarray(arr, dtype=np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    return rounded.view(np.float32)
+
+
+def _listing(names, limit=12):
+    names = sorted(names)
+    more = f" (+{len(names) - limit} more)" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_bf16=False, source=""):
+    """Set every weight Parameter of `net` from (hf_name, array, tag) triples.
+
+    `convert_name(hf_name)` gives the local name or None for keys the reference ignores. Float tensors
+    are stored in `compute_dtype` (fp32 on CPU); with `round_bf16` they are first rounded to bf16, which
+    is how bf16 inference is emulated on CPU. Returns the set of source dtype tags seen.
+    """
+    params = {p.name: p for p in net.get_parameters() if not is_state(p.name)}
+    loaded, unexpected, tags = set(), [], set()
+    for hf_name, arr, tag in tensors:
+        local = convert_name(hf_name)
+        if local is None:
+            continue
+        param = params.get(local)
+        if param is None:
+            unexpected.append(hf_name if hf_name == local else f"{hf_name} -> {local}")
+            continue
+        if local in loaded:
+            raise CheckpointError(f"{source}: two checkpoint tensors map to {local}")
+        if tuple(arr.shape) != tuple(param.shape):
+            raise CheckpointError(f"{source}: {hf_name} has shape {tuple(arr.shape)}, the model expects "
+                                  f"{tuple(param.shape)} (checkpoint and config.json disagree)")
+        tags.add(tag)
+        if np.issubdtype(arr.dtype, np.floating):
+            arr = round_to_bf16(arr) if round_bf16 else np.asarray(arr, np.float32)
+            param.set_data(Tensor(arr).astype(compute_dtype) if compute_dtype != ms.float32 else Tensor(arr))
+        else:
+            param.set_data(Tensor(np.asarray(arr)))
+        loaded.add(local)
+    missing = set(params) - loaded
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing {len(missing)} key(s): {_listing(missing)}")
+        if unexpected:
+            parts.append(f"unexpected {len(unexpected)} key(s): {_listing(unexpected)}")
+        raise CheckpointError(f"{source}: weights do not match the model; " + "; ".join(parts))
+    return tags

@@ -1,0 +1,96 @@
+"""Read safetensors files (single or sharded, F32/F16/BF16/int) into NumPy without a framework.
+
+BF16 is widened to float32 exactly by shifting its 16 bits into the high half of a float32 word, so no
+numpy bfloat16 support is needed; arrays are memory-mapped until converted.
+"""
+
+import json
+import os
+import struct
+
+import numpy as np
+
+from ms_ocr.config_utils import CheckpointError
+
+_DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32,
+           "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_, "BF16": np.uint16}
+
+
+def read_header(path):
+    try:
+        with open(path, "rb") as f:
+            raw_len = f.read(8)
+            if len(raw_len) != 8:
+                raise CheckpointError(f"{path} is not a safetensors file (too short)")
+            (n,) = struct.unpack("<Q", raw_len)
+            if n > os.path.getsize(path) - 8:
+                raise CheckpointError(f"{path} is truncated or not a safetensors file")
+            header = json.loads(f.read(n))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise CheckpointError(f"{path} has a corrupt safetensors header") from None
+    return header, 8 + n
+
+
+def iter_file(path):
+    """Yield (name, array, dtype_tag) for each tensor of one file; BF16 arrives as float32."""
+    header, offset = read_header(path)
+    size = os.path.getsize(path)
+    mm = np.memmap(path, dtype=np.uint8, mode="r")
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        tag = info["dtype"]
+        if tag not in _DTYPES:
+            raise CheckpointError(f"{path}: tensor {name} has unsupported dtype {tag}")
+        start, end = info["data_offsets"]
+        if offset + end > size:
+            raise CheckpointError(f"{path} is truncated (tensor {name} runs past the end of the file)")
+        raw = mm[offset + start: offset + end].view(_DTYPES[tag]).reshape(info["shape"])
+        if tag == "BF16":
+            raw = (raw.astype(np.uint32) << 16).view(np.float32)
+        yield name, raw, tag
+
+
+def weight_files(model_dir):
+    """The safetensors files of a checkpoint folder: from model.safetensors.index.json, else *.safetensors."""
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index, encoding="utf-8") as f:
+            weight_map = json.load(f).get("weight_map", {})
+        files = sorted(set(weight_map.values()))
+        missing = [fn for fn in files if not os.path.isfile(os.path.join(model_dir, fn))]
+        if missing:
+            raise CheckpointError(f"shard(s) listed in the index are missing from {model_dir}: {', '.join(missing)}")
+        return [os.path.join(model_dir, fn) for fn in files]
+    files = sorted(fn for fn in os.listdir(model_dir) if fn.endswith(".safetensors"))
+    if not files:
+        raise CheckpointError(f"no *.safetensors weights in {model_dir}")
+    return [os.path.join(model_dir, fn) for fn in files]
+
+
+def iter_checkpoint(model_dir):
+    for path in weight_files(model_dir):
+        yield from iter_file(path)
+
+
+def save_file(tensors, path, metadata=None):
+    """Write {name: float32/int ndarray} as a standard safetensors file."""
+    rev = {np.dtype(v): k for k, v in _DTYPES.items() if k != "BF16"}
+    header, offset, arrays = {}, 0, []
+    for name, arr in tensors.items():
+        arr = np.ascontiguousarray(arr)
+        header[name] = {"dtype": rev[arr.dtype], "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + arr.nbytes]}
+        offset += arr.nbytes
+        arrays.append(arr)
+    if metadata:
+        header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for arr in arrays:
+            f.write(arr.tobytes())
+    os.replace(tmp, path)

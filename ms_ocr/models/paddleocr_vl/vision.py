@@ -1,0 +1,78 @@
+"""PaddleOCR-VL NaViT SigLIP vision encoder and mlp_AR projector (reference: transformers modeling_paddleocr_vl)."""
+
+from mindspore import nn, ops
+
+from ms_ocr import ops as K
+from ms_ocr.nn import Embedding, LayerNorm, Linear, PatchEmbed, ViTLayer, VisionRotary2D, segment_mask
+
+
+class VisionEmbeddings(nn.Cell):
+    def __init__(self, cfg):
+        super().__init__()
+        self.patch_embedding = PatchEmbed(cfg.num_channels, cfg.hidden_size, cfg.patch_size)
+        num_positions = (cfg.image_size // cfg.patch_size) ** 2
+        self.position_embedding = Embedding(num_positions, cfg.hidden_size)
+
+    def construct(self, patches, interp_idx, interp_w):
+        # The square position table resampled to each image's grid: 4 bilinear taps per patch,
+        # indices and weights prepared by the processor.
+        pos = (ops.gather(self.position_embedding.weight, interp_idx, 0) * interp_w[..., None]).sum(1)
+        return self.patch_embedding(patches) + pos
+
+
+class VisionEncoder(nn.Cell):
+    def __init__(self, cfg):
+        super().__init__()
+        self.layers = nn.CellList([
+            ViTLayer(cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.layer_norm_eps,
+                     cfg.hidden_act)
+            for _ in range(cfg.num_hidden_layers)])
+        self.rotary = VisionRotary2D(cfg.hidden_size // cfg.num_attention_heads, cfg.rope_theta)
+
+    def construct(self, x, pos_hw, segment_ids):
+        cos, sin = self.rotary(pos_hw)
+        mask = segment_mask(segment_ids)
+        for layer in self.layers:
+            x = layer(x, cos, sin, mask)
+        return x
+
+
+class VisionTransformer(nn.Cell):
+    def __init__(self, cfg):
+        super().__init__()
+        self.embeddings = VisionEmbeddings(cfg)
+        self.encoder = VisionEncoder(cfg)
+        self.post_layernorm = LayerNorm(cfg.hidden_size, cfg.layer_norm_eps)
+
+    def construct(self, patches, interp_idx, interp_w, pos_hw, segment_ids):
+        x = self.embeddings(patches, interp_idx, interp_w)
+        return self.post_layernorm(self.encoder(x, pos_hw, segment_ids))
+
+
+class VisionModel(nn.Cell):
+    """Holds `vision_model` so parameter names match the hub's `visual.vision_model.*`."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.vision_model = VisionTransformer(cfg)
+
+    def construct(self, patches, interp_idx, interp_w, pos_hw, segment_ids):
+        return self.vision_model(patches, interp_idx, interp_w, pos_hw, segment_ids)
+
+
+class Projector(nn.Cell):
+    """mlp_AR: LayerNorm per patch, 2x2 patch merge, Linear -> exact GELU -> Linear to the text width."""
+
+    def __init__(self, vision_hidden, text_hidden, merge):
+        super().__init__()
+        merged = vision_hidden * merge * merge
+        self.pre_norm = LayerNorm(vision_hidden, 1e-5)
+        self.linear_1 = Linear(merged, merged)
+        self.linear_2 = Linear(merged, text_hidden)
+
+    def construct(self, feats, merge_idx):
+        x = self.pre_norm(feats)
+        m = merge_idx.shape[0]
+        # [M, 4] patch indices in (row, col) block order -> [M, 4, C] -> [M, 4C]
+        x = ops.gather(x, merge_idx, 0).reshape(m, -1)
+        return self.linear_2(K.gelu_erf(self.linear_1(x)))

@@ -1,0 +1,62 @@
+"""Basic Cells with HF parameter names (`weight`, `bias`): Linear, Embedding, RMSNorm, LayerNorm."""
+
+import mindspore as ms
+from mindspore import Parameter, nn, ops
+
+from ms_ocr import ops as K
+
+
+def zeros_param(shape, dtype=ms.float32):
+    # Weights are always overwritten by the loader; zeros allocate fast and never look like trained weights.
+    return Parameter(ops.zeros(shape, dtype), requires_grad=False)
+
+
+class Linear(nn.Cell):
+    """y = x W^T + b with W stored [out, in] and MatMul(transpose_b) (never `.T` in construct)."""
+
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = zeros_param((out_features, in_features))
+        self.has_bias = bias
+        if bias:
+            self.bias = zeros_param((out_features,))
+        self.matmul = ops.MatMul(transpose_b=True)
+
+    def construct(self, x):
+        shape = x.shape
+        y = self.matmul(x.reshape(-1, shape[-1]), self.weight)
+        if self.has_bias:
+            y = y + self.bias
+        return y.reshape(shape[:-1] + (self.out_features,))
+
+
+class Embedding(nn.Cell):
+    def __init__(self, num_embeddings, dim):
+        super().__init__()
+        self.weight = zeros_param((num_embeddings, dim))
+
+    def construct(self, ids):
+        return ops.gather(self.weight, ids, 0)
+
+
+class RMSNorm(nn.Cell):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.weight = zeros_param((dim,))
+        self.eps = eps
+
+    def construct(self, x):
+        return K.rms_norm(x, self.weight, self.eps)
+
+
+class LayerNorm(nn.Cell):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.weight = zeros_param((dim,))
+        self.bias = zeros_param((dim,))
+        self.norm = ops.LayerNorm(begin_norm_axis=-1, begin_params_axis=-1, epsilon=eps)
+
+    def construct(self, x):
+        return self.norm(x, self.weight, self.bias)[0]

@@ -1,0 +1,28 @@
+"""Patch embedding: a stride == kernel conv computed as one matmul over flattened patches."""
+
+from mindspore import nn, ops
+
+from ms_ocr.nn.layers import zeros_param
+
+
+class PatchEmbed(nn.Cell):
+    """Conv2d(C, dim, p, stride=p) applied to pre-cut patches [N, C, p, p] -> [N, dim].
+
+    The weight keeps the conv layout [dim, C, p, p] so checkpoints load unchanged; flattening it is a
+    free reshape and the contraction is the conv's.
+    """
+
+    def __init__(self, in_channels, dim, patch_size, bias=True):
+        super().__init__()
+        self.weight = zeros_param((dim, in_channels, patch_size, patch_size))
+        self.has_bias = bias
+        if bias:
+            self.bias = zeros_param((dim,))
+        self.matmul = ops.MatMul(transpose_b=True)
+
+    def construct(self, patches):
+        n = patches.shape[0]
+        y = self.matmul(patches.reshape(n, -1), self.weight.reshape(self.weight.shape[0], -1))
+        if self.has_bias:
+            y = y + self.bias
+        return y

@@ -1,0 +1,11 @@
+"""Kernel choice: one function per kernel, fused Ascend operator or composed fallback."""
+
+from ms_ocr.ops.activation import gelu_erf, gelu_tanh, get_activation, quick_gelu, silu
+from ms_ocr.ops.attention import attention, attention_mask
+from ms_ocr.ops.backend import configure, configured_target
+from ms_ocr.ops.norm import rms_norm
+from ms_ocr.ops.rope import apply_rope, rotate_half
+
+__all__ = ["attention", "attention_mask", "apply_rope", "rotate_half", "rms_norm",
+           "gelu_tanh", "gelu_erf", "quick_gelu", "silu", "get_activation", "configure",
+           "configured_target"]

@@ -1,0 +1,55 @@
+"""Scaled dot-product attention: Ascend FlashAttentionScore or a composed softmax attention."""
+
+import mindspore as ms
+from mindspore import ops
+
+from ms_ocr.ops import backend
+
+# Large negative additive bias: exp(bias - max) is exactly 0 in fp32 and it never overflows to -inf.
+NEG_BIAS = -3.0e38
+
+_bmm_t = ops.BatchMatMul(transpose_b=True)
+_bmm = ops.BatchMatMul()
+
+
+def attention_mask(visible):
+    """Turn a boolean `visible` [B|1, 1, S, T] (True = may attend) into the form `attention` takes.
+
+    Fused path: FlashAttentionScore's uint8 mask where 1 means "discard". Fallback: an fp32 additive
+    bias (0 or NEG_BIAS). Build it once per forward and pass it to every layer.
+    """
+    if backend.FUSED:
+        return ops.logical_not(visible).astype(ms.uint8)
+    return ops.select(visible, ops.zeros_like(visible.astype(ms.float32)),
+                      ops.full_like(visible.astype(ms.float32), NEG_BIAS))
+
+
+def attention(q, k, v, mask, scale):
+    """softmax(q k^T * scale + mask) v with grouped-query heads.
+
+    q [B, Hq, S, D]; k, v [B, Hkv, T, D] with Hq a multiple of Hkv (head h reads kv head h // (Hq/Hkv));
+    mask from `attention_mask`, broadcastable to [B, 1, S, T]. Returns [B, Hq, S, D].
+    """
+    if backend.FUSED:
+        return _attention_fused(q, k, v, mask, scale)
+    return _attention_composed(q, k, v, mask, scale)
+
+
+def _attention_fused(q, k, v, mask, scale):
+    head_num = q.shape[1]
+    out = ops.flash_attention_score(q, k, v, head_num, attn_mask=mask, scalar_value=scale,
+                                    input_layout="BNSD")
+    return out
+
+
+def _attention_composed(q, k, v, mask, scale):
+    b, hq, s, d = q.shape
+    hkv, t = k.shape[1], k.shape[2]
+    rep = hq // hkv
+    # Group query heads by their kv head instead of repeating k/v: [B, Hq, S, D] -> [B, Hkv, rep*S, D].
+    qg = q.reshape(b, hkv, rep * s, d)
+    scores = _bmm_t(qg.astype(ms.float32), k.astype(ms.float32)) * scale
+    scores = scores.reshape(b, hkv, rep, s, t) + mask.astype(ms.float32).reshape(mask.shape[0], 1, 1, s, t)
+    probs = ops.softmax(scores, -1).reshape(b, hkv, rep * s, t).astype(v.dtype)
+    out = _bmm(probs, v)
+    return out.reshape(b, hq, s, d)

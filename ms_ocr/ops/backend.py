@@ -1,0 +1,24 @@
+"""Which kernel family runs: fused Ascend operators or composed fallbacks, decided once per process."""
+
+import mindspore as ms
+
+# Read by the ops at graph-compile time; set by `configure` before any model graph is built.
+FUSED = False
+_configured = None
+
+
+def configure(device_target=None):
+    """Choose the kernel family from the device target ("Ascend" -> fused ops, anything else -> fallback).
+
+    Called once by the model loader after the MindSpore context is set. Returns the target used.
+    """
+    global FUSED, _configured
+    target = device_target or ms.get_context("device_target")
+    FUSED = target == "Ascend"
+    _configured = target
+    return target
+
+
+def configured_target():
+    """The device target the kernels were chosen for, or None before `configure`."""
+    return _configured

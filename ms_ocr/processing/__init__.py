@@ -1,0 +1,1 @@
+"""Host-side (NumPy/PIL) preprocessing shared by the models: images, grids, tokenizers, chat templates."""
