@@ -19,18 +19,26 @@ def round_to_bf16(arr):
     return rounded.view(np.float32)
 
 
+def round_weights(arr, round_to):
+    if round_to == "bf16":
+        return round_to_bf16(arr)
+    if round_to == "fp16":
+        return np.asarray(arr, np.float16).astype(np.float32)
+    return np.asarray(arr, np.float32)
+
+
 def _listing(names, limit=12):
     names = sorted(names)
     more = f" (+{len(names) - limit} more)" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more
 
 
-def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_bf16=False, source=""):
+def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=None, source=""):
     """Set every weight Parameter of `net` from (hf_name, array, tag) triples.
 
     `convert_name(hf_name)` gives the local name or None for keys the reference ignores. Float tensors
-    are stored in `compute_dtype` (fp32 on CPU); with `round_bf16` they are first rounded to bf16, which
-    is how bf16 inference is emulated on CPU. Returns the set of source dtype tags seen.
+    are stored in `compute_dtype` (fp32 on CPU); with `round_to` ("bf16"/"fp16") they are first rounded
+    to that precision, which is how half-precision inference is emulated on CPU. Returns the set of source dtype tags seen.
     """
     params = {p.name: p for p in net.get_parameters() if not is_state(p.name)}
     loaded, unexpected, tags = set(), [], set()
@@ -49,7 +57,7 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_bf1
                                   f"{tuple(param.shape)} (checkpoint and config.json disagree)")
         tags.add(tag)
         if np.issubdtype(arr.dtype, np.floating):
-            arr = round_to_bf16(arr) if round_bf16 else np.asarray(arr, np.float32)
+            arr = round_weights(arr, round_to)
             param.set_data(Tensor(arr).astype(compute_dtype) if compute_dtype != ms.float32 else Tensor(arr))
         else:
             param.set_data(Tensor(np.asarray(arr)))

@@ -74,12 +74,20 @@ def iter_checkpoint(model_dir):
 
 
 def save_file(tensors, path, metadata=None):
-    """Write {name: float32/int ndarray} as a standard safetensors file."""
+    """Write {name: ndarray | (ndarray, tag)} as a standard safetensors file.
+
+    A float32 array tagged "BF16" (as `iter_file` returns bf16 tensors) is stored back as bf16 exactly.
+    """
     rev = {np.dtype(v): k for k, v in _DTYPES.items() if k != "BF16"}
     header, offset, arrays = {}, 0, []
-    for name, arr in tensors.items():
+    for name, item in tensors.items():
+        arr, tag = item if isinstance(item, tuple) else (item, None)
         arr = np.ascontiguousarray(arr)
-        header[name] = {"dtype": rev[arr.dtype], "shape": list(arr.shape),
+        if tag == "BF16":
+            arr = (arr.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        else:
+            tag = rev[arr.dtype]
+        header[name] = {"dtype": tag, "shape": list(arr.shape),
                         "data_offsets": [offset, offset + arr.nbytes]}
         offset += arr.nbytes
         arrays.append(arr)
@@ -94,3 +102,12 @@ def save_file(tensors, path, metadata=None):
         for arr in arrays:
             f.write(arr.tobytes())
     os.replace(tmp, path)
+
+
+def checkpoint_dtypes(model_dir):
+    """The set of dtype tags (F32, BF16, ...) of a checkpoint's tensors, from the headers only."""
+    tags = set()
+    for path in weight_files(model_dir):
+        header, _ = read_header(path)
+        tags.update(v["dtype"] for k, v in header.items() if k != "__metadata__")
+    return tags

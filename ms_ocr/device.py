@@ -1,0 +1,47 @@
+"""MindSpore context set-up: device choice, execution mode, threads, kernel family."""
+
+import mindspore as ms
+
+from ms_ocr import ops
+
+DTYPES = {"fp32": ms.float32, "float32": ms.float32, "bf16": ms.bfloat16, "bfloat16": ms.bfloat16,
+          "fp16": ms.float16, "float16": ms.float16}
+
+
+def ascend_available():
+    try:
+        return bool(ms.hal.is_available("Ascend"))
+    except Exception:  # older MindSpore or a broken plugin: treat as absent
+        return False
+
+
+def setup(device="auto", threads=None):
+    """Set graph mode on the chosen device and pick the kernel family once. Returns "Ascend" or "CPU"."""
+    if device not in ("auto", "cpu", "ascend"):
+        raise ValueError(f"unknown device {device!r} (auto, cpu or ascend)")
+    if device == "auto":
+        target = "Ascend" if ascend_available() else "CPU"
+    else:
+        target = "Ascend" if device == "ascend" else "CPU"
+        if target == "Ascend" and not ascend_available():
+            raise RuntimeError("--device ascend was requested but no Ascend NPU/CANN runtime is available")
+    ms.set_context(mode=ms.GRAPH_MODE, device_target=target)
+    if threads:
+        ms.set_context(runtime_num_threads=threads)
+    ops.configure(target)
+    return target
+
+
+def resolve_dtype(dtype, target, checkpoint_tags):
+    """(compute dtype, rounding of weights: "bf16" | "fp16" | None) for the requested --dtype.
+
+    CPU computes in fp32 (MindSpore has no fast CPU bf16/fp16 kernels): bf16 means bf16-rounded weights
+    with fp32 compute. Ascend computes in the requested half precision; auto follows the checkpoint.
+    """
+    if dtype not in ("auto", "fp32", "bf16", "fp16"):
+        raise ValueError(f"unknown dtype {dtype!r} (auto, fp32, bf16 or fp16)")
+    if target != "Ascend":
+        return ms.float32, (dtype if dtype in ("bf16", "fp16") else None)
+    if dtype == "auto":
+        dtype = "bf16" if "BF16" in checkpoint_tags else ("fp16" if "F16" in checkpoint_tags else "fp32")
+    return DTYPES[dtype], None

@@ -1,0 +1,126 @@
+"""Generation: prefill, then the compiled decode step once per token; sampling and stopping on the host."""
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class SamplingConfig:
+    max_new_tokens: int = 1024
+    temperature: float = 0.0          # 0 -> greedy
+    top_p: float = 1.0
+    top_k: int = 0
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+    no_repeat_window: int = 0         # 0 -> whole sequence
+    no_repeat_exempt: tuple = ()      # token ids whose n-grams are never banned
+    seed: int = None
+
+    def validate(self):
+        if self.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be at least 1")
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+        if self.top_k < 0:
+            raise ValueError("top_k must be >= 0")
+        if self.repetition_penalty <= 0:
+            raise ValueError("repetition_penalty must be > 0")
+
+
+@dataclass
+class GenerationResult:
+    token_ids: list
+    finish_reason: str
+    timings: dict = field(default_factory=dict)
+
+
+def apply_repetition_penalty(logits, previous_ids, penalty):
+    """HF RepetitionPenaltyLogitsProcessor: scores of seen tokens divided (positive) or multiplied."""
+    if penalty == 1.0 or len(previous_ids) == 0:
+        return logits
+    ids = np.unique(np.asarray(previous_ids))
+    scores = logits[ids]
+    logits[ids] = np.where(scores < 0, scores * penalty, scores / penalty)
+    return logits
+
+
+def banned_ngram_tokens(ids, n, window=0, exempt=()):
+    """Tokens that would repeat an n-gram already present (within the last `window` tokens if set)."""
+    if n <= 0 or len(ids) < n:
+        return []
+    seq = list(ids[-window:]) if window else list(ids)
+    prefix = tuple(ids[len(ids) - n + 1:]) if n > 1 else ()
+    banned = set()
+    for i in range(len(seq) - n + 1):
+        if tuple(seq[i:i + n - 1]) == prefix:
+            banned.add(seq[i + n - 1])
+    return sorted(banned - set(exempt))
+
+
+def sample_token(logits, cfg, rng):
+    """Greedy argmax, or HF-order warpers (temperature -> top-k -> top-p) then a draw."""
+    if cfg.temperature == 0:
+        return int(np.argmax(logits))
+    logits = logits.astype(np.float64) / cfg.temperature
+    if cfg.top_k and cfg.top_k < logits.shape[0]:
+        kth = np.partition(logits, -cfg.top_k)[-cfg.top_k]
+        logits = np.where(logits < kth, -np.inf, logits)
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    if cfg.top_p < 1.0:
+        order = np.argsort(-probs, kind="stable")
+        cum = np.cumsum(probs[order])
+        # keep the smallest prefix whose mass reaches top_p (always at least one token)
+        keep = order[: int(np.searchsorted(cum, cfg.top_p) + 1)]
+        mask = np.zeros_like(probs, bool)
+        mask[keep] = True
+        probs = np.where(mask, probs, 0.0)
+        probs /= probs.sum()
+    return int(rng.choice(probs.shape[0], p=probs))
+
+
+def next_token(logits, history, generated, cfg, rng):
+    logits = np.array(logits, np.float32, copy=True)
+    logits = apply_repetition_penalty(logits, history, cfg.repetition_penalty)
+    banned = banned_ngram_tokens(generated, cfg.no_repeat_ngram_size, cfg.no_repeat_window,
+                                 cfg.no_repeat_exempt)
+    if banned:
+        logits[banned] = -np.inf
+    return sample_token(logits, cfg, rng)
+
+
+def generate(runtime, prep, image_feats, cfg, eos_ids, num_pos_axes, on_token=None, logits_hook=None):
+    """Greedy/sampled generation for one prepared request. `on_token(id)` is called as tokens arrive."""
+    cfg.validate()
+    rng = np.random.default_rng(cfg.seed)
+    eos = set(int(e) for e in eos_ids)
+    prompt = [int(t) for t in prep.input_ids]
+    t0 = time.perf_counter()
+    logits = runtime.prefill(prep, image_feats, cfg.max_new_tokens).asnumpy()[0]
+    t_prefill = time.perf_counter() - t0
+    generated, finish = [], "length"
+    pos = len(prompt)
+    t1 = time.perf_counter()
+    for step in range(cfg.max_new_tokens):
+        if logits_hook is not None:
+            logits_hook(step, logits)
+        tok = next_token(logits, prompt + generated, generated, cfg, rng)
+        generated.append(tok)
+        if on_token is not None:
+            on_token(tok)
+        if tok in eos:
+            finish = "stop"
+            break
+        if step + 1 == cfg.max_new_tokens:
+            break
+        logits = runtime.decode(tok, pos, prep.rope_delta, num_pos_axes).asnumpy()[0]
+        pos += 1
+    t_decode = time.perf_counter() - t1
+    n_dec = max(len(generated) - 1, 0)
+    timings = {"prefill_ms": 1000 * t_prefill, "decode_s": t_decode, "decode_tokens": n_dec,
+               "decode_tokens_per_s": n_dec / t_decode if t_decode > 0 and n_dec else 0.0}
+    return GenerationResult(generated, finish, timings)

@@ -1,0 +1,146 @@
+"""Command line OCR: python -m ms_ocr.infer --model paddleocr-vl --image page.png [--task ocr]."""
+
+import argparse
+import json
+import os
+import sys
+
+# MindSpore logs warnings (e.g. absent Ascend plugins) to stderr on import; keep the CLI's output clean.
+os.environ.setdefault("GLOG_v", "3")
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise CliError(message)
+
+
+def build_parser():
+    p = _Parser(prog="python -m ms_ocr.infer", description="OCR images with a MindSpore VLM.")
+    p.add_argument("--model", required=True, help="model name, e.g. paddleocr-vl")
+    p.add_argument("--model-path", help="checkpoint folder (hub download or ms_ocr.convert output)")
+    p.add_argument("--image", nargs="+", required=True, help="image file(s): png, jpg, webp, bmp, tiff")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--task", help="task prompt (paddleocr-vl: ocr, table, formula, chart)")
+    g.add_argument("--prompt", help="free-form prompt instead of a task")
+    p.add_argument("--one-prompt", action="store_true", help="put all images into one prompt")
+    p.add_argument("--max-new-tokens", type=int, default=1024)
+    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "ascend"])
+    p.add_argument("--threads", type=int, default=None, help="CPU runtime threads")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--no-repeat-ngram", type=int, default=0, help="ban repeating n-grams of this size")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stream", action="store_true", help="print text as tokens arrive")
+    p.add_argument("--json", action="store_true", help="one JSON object per image on stdout")
+    return p
+
+
+class StreamPrinter:
+    """Prints the decoded text incrementally; waits while the tail is an incomplete UTF-8 sequence."""
+
+    def __init__(self, decode, eos_ids, out=sys.stdout):
+        self.decode, self.eos, self.out = decode, set(eos_ids), out
+        self.ids, self.printed = [], ""
+
+    def __call__(self, token):
+        if token in self.eos:
+            return
+        self.ids.append(token)
+        text = self.decode(self.ids)
+        if text.endswith("\ufffd") or not text.startswith(self.printed):
+            return
+        self.out.write(text[len(self.printed):])
+        self.out.flush()
+        self.printed = text
+
+    def finish(self, text):
+        if text.startswith(self.printed):
+            self.out.write(text[len(self.printed):])
+        self.out.write("\n")
+        self.out.flush()
+
+
+def resolve_prompt(args, task_prompts, model):
+    if args.prompt is not None:
+        if not args.prompt.strip():
+            raise CliError("--prompt is empty")
+        return args.prompt
+    task = args.task or next(iter(task_prompts))
+    if task not in task_prompts:
+        raise CliError(f"unknown task {task!r} for {model}; choose one of: {', '.join(task_prompts)}")
+    return task_prompts[task]
+
+
+def run(argv):
+    args = build_parser().parse_args(argv)
+    if args.max_new_tokens < 1:
+        raise CliError("--max-new-tokens must be at least 1")
+    from ms_ocr.models import canonical, model_package
+    try:
+        canonical(args.model)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    from ms_ocr.processing.image import load_image
+    images = [(path, load_image(path)) for path in args.image]  # fail on bad images before loading weights
+    from ms_ocr.weights import locate
+    model_dir = locate(args.model, args.model_path)
+    package = model_package(args.model)
+    prompt = resolve_prompt(args, package.TASK_PROMPTS, args.model)
+
+    from ms_ocr.device import setup
+    from ms_ocr.generate import SamplingConfig
+    target = setup(args.device, args.threads)
+    pipe = package.load(model_dir, target, args.dtype)
+    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                              top_p=args.top_p, top_k=args.top_k, repetition_penalty=args.repetition_penalty,
+                              no_repeat_ngram_size=args.no_repeat_ngram, seed=args.seed)
+    try:
+        sampling.validate()
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    groups = [images] if args.one_prompt else [[item] for item in images]
+    for group in groups:
+        name = ",".join(path for path, _ in group)
+        printer = StreamPrinter(pipe.processor.decode, pipe.eos_ids) if args.stream and not args.json else None
+        if printer and len(groups) > 1:
+            print(f"== {name} ==", flush=True)
+        result = pipe.run([img for _, img in group], prompt, sampling, on_token=printer)
+        if args.json:
+            print(json.dumps({"image": name, "text": result["text"], "token_ids": result["token_ids"],
+                              "finish_reason": result["finish_reason"], "timings": result["timings"]},
+                             ensure_ascii=False), flush=True)
+        elif printer:
+            printer.finish(result["text"])
+        else:
+            if len(groups) > 1:
+                print(f"== {name} ==")
+            print(result["text"], flush=True)
+    return 0
+
+
+def main(argv=None):
+    from ms_ocr.errors import user_error_message
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
+    except CliError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # every failure is one line; MS_OCR_DEBUG=1 shows the traceback
+        if os.environ.get("MS_OCR_DEBUG"):
+            raise
+        print(f"error: {user_error_message(e)}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""Model packages, found by import: ms_ocr.models.<model_type>. CLI names map here."""
+
+import importlib
+
+# CLI / user-facing names -> model package (the checkpoint's model_type).
+ALIASES = {
+    "paddleocr-vl": "paddleocr_vl",
+    "paddleocr_vl": "paddleocr_vl",
+}
+
+# Where the weights are published, for the "how to get them" message and optional download.
+HUB_IDS = {
+    "paddleocr_vl": "PaddlePaddle/PaddleOCR-VL",
+}
+
+
+def canonical(name):
+    key = ALIASES.get(name) or ALIASES.get(name.lower())
+    if key is None:
+        raise ValueError(f"unknown model {name!r}; choose one of: {', '.join(sorted(k for k in ALIASES if '-' in k))}")
+    return key
+
+
+def model_package(name):
+    return importlib.import_module(f"ms_ocr.models.{canonical(name)}")

@@ -1,0 +1,72 @@
+"""A loaded VLM ready to answer: processor + runtime + generation, model-agnostic."""
+
+import time
+
+import numpy as np
+
+from ms_ocr.generate import generate
+from ms_ocr.runtime import Prepared
+
+
+class VLMPipeline:
+    """Glue between a model package and the generic runtime.
+
+    `vision_inputs(processed) -> list[np.ndarray]` pads one request's images into the vision step's
+    inputs; `num_pos_axes` is the number of rope position rows the decoder takes.
+    """
+
+    def __init__(self, name, model_dir, cfg, processor, runtime, vision_inputs, eos_ids, num_pos_axes,
+                 image_token_id, load_seconds=0.0):
+        self.name = name
+        self.model_dir = model_dir
+        self.cfg = cfg
+        self.processor = processor
+        self.runtime = runtime
+        self.vision_inputs = vision_inputs
+        self.eos_ids = list(eos_ids)
+        self.num_pos_axes = num_pos_axes
+        self.image_token_id = image_token_id
+        self.load_seconds = load_seconds
+
+    def prepare(self, images, prompt):
+        out = self.processor(images, prompt)
+        prep = Prepared(input_ids=np.asarray(out["input_ids"], np.int64),
+                        position_ids=np.asarray(out["position_ids"], np.int64),
+                        rope_delta=int(out["rope_delta"]),
+                        image_token_mask=np.asarray(out["input_ids"]) == self.image_token_id,
+                        vision_inputs=self.vision_inputs(out) if images else [])
+        return prep, out
+
+    def encode_images(self, prep):
+        return self.runtime.encode_images(prep.vision_inputs) if prep.vision_inputs else None
+
+    def run(self, images, prompt, sampling, on_token=None, logits_hook=None):
+        """OCR one request. Returns dict(text, token_ids, finish_reason, timings in ms / tokens per s)."""
+        compile_before = dict(self.runtime.compiler.seconds)
+        t0 = time.perf_counter()
+        prep, _ = self.prepare(images, prompt)
+        t1 = time.perf_counter()
+        feats = self.encode_images(prep)  # stays a device Tensor for prefill
+        t2 = time.perf_counter()
+        result = generate(self.runtime, prep, feats, sampling, self.eos_ids, self.num_pos_axes, on_token,
+                          logits_hook)
+        compiled = {k: v - compile_before.get(k, 0.0) for k, v in self.runtime.compiler.seconds.items()}
+        vision_compile = compiled.get("vision", 0.0)
+        prefill_compile = compiled.get("prefill", 0.0)
+        decode_compile = compiled.get("decode", 0.0)
+        n_dec = result.timings["decode_tokens"]
+        decode_s = result.timings["decode_s"] - decode_compile
+        text = self.processor.decode([t for t in result.token_ids if t not in self.eos_ids])
+        timings = {
+            "load_ms": 1000 * self.load_seconds,
+            "preprocess_ms": 1000 * (t1 - t0),
+            "vision_ms": 1000 * (t2 - t1 - vision_compile),
+            "prefill_ms": result.timings["prefill_ms"] - 1000 * prefill_compile,
+            "decode_tokens_per_s": n_dec / decode_s if n_dec and decode_s > 0 else 0.0,
+            "decode_tokens": n_dec,
+            "compile_ms": {"vision": 1000 * vision_compile, "prefill": 1000 * prefill_compile,
+                           "decode": 1000 * decode_compile},
+            "prompt_tokens": int(prep.input_ids.shape[0]),
+        }
+        return {"text": text, "token_ids": result.token_ids, "finish_reason": result.finish_reason,
+                "timings": timings}

@@ -1,0 +1,134 @@
+"""Runs a loaded VLM Cell: shape buckets, per-request KV cache, compiled vision/prefill/decode steps.
+
+Model-agnostic: a model package supplies the Cell (see ms_ocr/steps.py for the methods it needs) and
+turns processor output into padded vision inputs; this class owns everything shape- and cache-related.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import mindspore as ms
+from mindspore import Tensor
+
+from ms_ocr.processing.grid import bucket
+from ms_ocr.steps import DecodeStep, FullLogitsStep, PrefillStep, VisionStep
+
+
+class RequestTooLong(ValueError):
+    pass
+
+
+@dataclass
+class Buckets:
+    """Granularity of the padded shapes graphs are compiled for (each new bucket compiles once)."""
+    prefill: int = 128
+    slots: int = 256
+    vision_patches: int = 256
+
+
+@dataclass
+class Prepared:
+    """One request after preprocessing: token ids, rope positions [A, S], and the rope delta of decode."""
+    input_ids: np.ndarray
+    position_ids: np.ndarray
+    rope_delta: int
+    image_token_mask: np.ndarray
+    vision_inputs: list = field(default_factory=list)
+
+
+class CompileTimer:
+    """Compiles a step separately the first time it sees an input-shape key, so run time excludes it."""
+
+    def __init__(self):
+        self.seconds = {}
+        self._seen = set()
+
+    def call(self, name, cell, *args):
+        key = (name,) + tuple((tuple(a.shape), str(a.dtype)) for a in args)
+        if key not in self._seen:
+            t0 = time.perf_counter()
+            cell.compile(*args)
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+            self._seen.add(key)
+        return cell(*args)
+
+
+class VLMRuntime:
+    def __init__(self, model, max_positions, pad_id=0, compute_dtype=ms.float32, buckets=None):
+        self.model = model
+        self.max_positions = max_positions
+        self.pad_id = pad_id
+        self.compute_dtype = compute_dtype
+        self.buckets = buckets or Buckets()
+        self.vision_step = VisionStep(model)
+        self.prefill_step = PrefillStep(model)
+        self.decode_step = DecodeStep(model)
+        self.logits_step = FullLogitsStep(model)
+        self.compiler = CompileTimer()
+        self.cache_shape = None
+        self.hidden = None
+
+    # ---- vision -------------------------------------------------------------------------------
+    def encode_images(self, vision_inputs):
+        """Padded vision inputs -> image features Tensor [M_bucket, H] (kept on device for prefill)."""
+        args = [Tensor(a) if a.dtype != np.float32 else Tensor(a, self.compute_dtype) for a in vision_inputs]
+        return self.compiler.call("vision", self.vision_step, *args)
+
+    # ---- cache --------------------------------------------------------------------------------
+    def plan_slots(self, prompt_len, max_new_tokens):
+        need = prompt_len + max_new_tokens
+        if need > self.max_positions:
+            raise RequestTooLong(f"prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
+                                 f"the model's max_position_embeddings ({self.max_positions})")
+        padded = bucket(prompt_len, self.buckets.prefill)
+        return bucket(max(need, padded), self.buckets.slots)
+
+    def reset_cache(self, batch, slots):
+        """Size the caches for this request (and zero them: stale NaNs would poison masked slots)."""
+        self.model.allocate_cache(batch, slots, self.compute_dtype)
+        self.cache_shape = (batch, slots)
+
+    # ---- prefill / decode ---------------------------------------------------------------------
+    def _prefill_args(self, prep, image_feats, padded_len):
+        s = prep.input_ids.shape[0]
+        ids = np.full((1, padded_len), self.pad_id, np.int32)
+        ids[0, :s] = prep.input_ids
+        image_index = np.full((1, padded_len), -1, np.int32)
+        mask = prep.image_token_mask.astype(bool)
+        image_index[0, :s][mask] = np.arange(int(mask.sum()), dtype=np.int32)
+        axes = prep.position_ids.shape[0]
+        pos = np.zeros((axes, 1, padded_len), np.int32)
+        pos[:, 0, :s] = prep.position_ids
+        # Padding tokens take positions after the prompt; they write cache slots that decode overwrites
+        # before any query can see them.
+        pos[:, 0, s:] = np.arange(s, padded_len) + prep.rope_delta
+        cache_pos = np.arange(padded_len, dtype=np.int32)[None]
+        if image_feats is None:
+            image_feats = Tensor(np.zeros((1, self.hidden_size()), np.float32), self.compute_dtype)
+        return [Tensor(ids), image_feats, Tensor(image_index), Tensor(pos), Tensor(cache_pos)]
+
+    def hidden_size(self):
+        return self.model.cfg.text.hidden_size
+
+    def prefill(self, prep, image_feats, max_new_tokens):
+        s = prep.input_ids.shape[0]
+        slots = self.plan_slots(s, max_new_tokens)
+        self.reset_cache(1, slots)
+        args = self._prefill_args(prep, image_feats, bucket(s, self.buckets.prefill))
+        last = Tensor(np.array([s - 1], np.int32))
+        return self.compiler.call("prefill", self.prefill_step, *args, last)
+
+    def full_logits(self, prep, image_feats):
+        """Logits at every prompt position [S, V] from a fresh cache (tests and dumps)."""
+        s = prep.input_ids.shape[0]
+        padded = bucket(s, self.buckets.prefill)
+        self.reset_cache(1, bucket(padded, self.buckets.slots))
+        args = self._prefill_args(prep, image_feats, padded)
+        return self.compiler.call("full_logits", self.logits_step, *args).asnumpy()[0, :s]
+
+    def decode(self, token, cache_pos, rope_delta, num_axes):
+        ids = Tensor(np.array([[token]], np.int32))
+        pos = Tensor(np.full((num_axes, 1, 1), cache_pos + rope_delta, np.int32))
+        cpos = Tensor(np.array([[cache_pos]], np.int32))
+        return self.compiler.call("decode", self.decode_step, ids, pos, cpos)

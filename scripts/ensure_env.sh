@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Create (once) the virtualenv ms_ocr runs in and install its requirements; prints the venv path.
+#   scripts/ensure_env.sh runtime|test
+# The venv lives outside the clone (MS_OCR_VENV, default ~/.cache/ms_ocr/venv) so fresh clones and CI
+# reuse it; a stamp of the requirement files decides whether pip needs to run again.
+set -euo pipefail
+kind=${1:-runtime}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+venv=${MS_OCR_VENV:-$HOME/.cache/ms_ocr/venv}
+py=${PYTHON:-python3}
+if [ ! -x "$venv/bin/python" ]; then
+  echo "[ms_ocr] creating virtualenv $venv" >&2
+  "$py" -m venv "$venv" >&2
+  "$venv/bin/pip" install -q --upgrade pip >&2
+fi
+files="$repo/requirements.txt"
+[ "$kind" = test ] && files="$files $repo/requirements-test.txt"
+stamp="$venv/.ms_ocr_${kind}_$(cat $files | sha1sum | cut -c1-12)"
+if [ ! -f "$stamp" ]; then
+  echo "[ms_ocr] installing $kind requirements into $venv (first run takes a few minutes)" >&2
+  args="-r $repo/requirements.txt"
+  # torch comes from the local CPU wheel; ask for it alone first so pip never reaches for a CUDA build.
+  [ "$kind" = test ] && "$venv/bin/pip" install -q torch==2.13.0 >&2
+  [ "$kind" = test ] && args="$args -r $repo/requirements-test.txt"
+  "$venv/bin/pip" install -q $args >&2
+  touch "$stamp"
+fi
+echo "$venv"

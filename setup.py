@@ -1,0 +1,22 @@
+import os
+
+from setuptools import find_packages, setup
+
+here = os.path.dirname(os.path.abspath(__file__))
+
+
+def reqs(name):
+    with open(os.path.join(here, name)) as f:
+        return [line.strip() for line in f if line.strip() and not line.startswith("#")]
+
+
+setup(
+    name="ms_ocr",
+    version="0.1.0",
+    description="MindSpore-native inference for open OCR vision-language models (PaddleOCR-VL, ...)",
+    packages=find_packages(include=["ms_ocr", "ms_ocr.*"]),
+    python_requires=">=3.9",
+    install_requires=reqs("requirements.txt"),
+    extras_require={"test": reqs("requirements-test.txt"), "download": ["huggingface_hub"]},
+    entry_points={"console_scripts": ["ms-ocr=ms_ocr.infer:main"]},
+)

@@ -1,0 +1,8 @@
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+os.environ.setdefault("GLOG_v", "3")
+os.environ.setdefault("MS_OCR_OFFLINE", "1")

@@ -1,0 +1,162 @@
+"""Fallback kernels vs NumPy implementations of what the fused Ascend ops are documented to compute, and
+the fused branches called with the real signatures (ops mocked, since Ascend kernels do not run on CPU)."""
+
+import importlib
+import inspect
+
+import numpy as np
+import pytest
+import mindspore as ms
+from mindspore import Tensor, ops
+
+from ms_ocr import ops as K
+from ms_ocr.ops import backend
+from ms_ocr.ops import norm as norm_mod
+from ms_ocr.ops import rope as rope_mod
+
+att_mod = importlib.import_module("ms_ocr.ops.attention")  # the package re-exports a function of that name
+
+
+@pytest.fixture(autouse=True)
+def pynative():
+    ms.set_context(mode=ms.PYNATIVE_MODE, device_target="CPU")
+    backend.configure("CPU")
+    yield
+    backend.configure("CPU")
+
+
+def np_softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def np_flash_attention(query, key, value, head_num, attn_mask=None, scalar_value=1.0, input_layout="BSH", **_):
+    """FlashAttentionScore, BNSD layout: softmax(q k^T * scale, masked where attn_mask == 1) v; GQA by
+    sharing kv head n // (N1 / N2)."""
+    assert input_layout == "BNSD" and head_num == query.shape[1]
+    q, k, v = query, key, value
+    rep = q.shape[1] // k.shape[1]
+    k = np.repeat(k, rep, axis=1)
+    v = np.repeat(v, rep, axis=1)
+    s = np.einsum("bnsd,bntd->bnst", q, k) * scalar_value
+    if attn_mask is not None:
+        s = np.where(attn_mask.astype(bool), -np.inf, s)
+    return np.einsum("bnst,bntd->bnsd", np_softmax(s), v)
+
+
+def np_rope(x, cos, sin):
+    half = x.shape[-1] // 2
+    rot = np.concatenate([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rot * sin
+
+
+def np_rms_norm(x, g, eps):
+    return g * x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+
+
+def make_qkv(rng, b=2, hq=8, hkv=2, s=5, t=7, d=16):
+    q = rng.standard_normal((b, hq, s, d)).astype(np.float32)
+    k = rng.standard_normal((b, hkv, t, d)).astype(np.float32)
+    v = rng.standard_normal((b, hkv, t, d)).astype(np.float32)
+    visible = rng.random((b, 1, s, t)) > 0.3
+    visible[..., 0] = True  # every query sees at least one key
+    return q, k, v, visible
+
+
+@pytest.mark.parametrize("hq,hkv", [(8, 2), (4, 4), (6, 1)])
+def test_composed_attention_matches_reference(hq, hkv):
+    rng = np.random.default_rng(0)
+    q, k, v, visible = make_qkv(rng, hq=hq, hkv=hkv)
+    mask = K.attention_mask(Tensor(visible))
+    got = K.attention(Tensor(q), Tensor(k), Tensor(v), mask, 0.25).asnumpy()
+    want = np_flash_attention(q, k, v, hq, attn_mask=~visible, scalar_value=0.25, input_layout="BNSD")
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() < 1e-5
+
+
+def test_composed_attention_causal_mask_excludes_future():
+    rng = np.random.default_rng(1)
+    q, k, v, _ = make_qkv(rng, b=1, hq=2, hkv=1, s=4, t=4)
+    visible = np.tril(np.ones((4, 4), bool))[None, None]
+    got = K.attention(Tensor(q), Tensor(k), Tensor(v), K.attention_mask(Tensor(visible)), 1.0).asnumpy()
+    # the first query sees only key 0, so its output is exactly v[0]
+    np.testing.assert_allclose(got[0, :, 0], np.repeat(v[0, :, 0], 2, 0), rtol=0, atol=1e-6)
+
+
+def test_fused_attention_branch_builds_valid_call(monkeypatch):
+    rng = np.random.default_rng(2)
+    q, k, v, visible = make_qkv(rng)
+    real_sig = inspect.signature(ops.flash_attention_score)
+    calls = []
+
+    def fake(*args, **kwargs):
+        bound = real_sig.bind(*args, **kwargs)  # raises if the call does not fit the installed op
+        calls.append(bound.arguments)
+        a = {k2: (v2.asnumpy() if isinstance(v2, Tensor) else v2) for k2, v2 in bound.arguments.items()}
+        return Tensor(np_flash_attention(**a).astype(np.float32))
+
+    monkeypatch.setattr(att_mod.ops, "flash_attention_score", fake)
+    backend.FUSED = True
+    mask = K.attention_mask(Tensor(visible))
+    assert mask.dtype == ms.uint8  # FlashAttentionScore takes 1 = discard
+    got = K.attention(Tensor(q), Tensor(k), Tensor(v), mask, 0.25).asnumpy()
+    backend.FUSED = False
+    want = K.attention(Tensor(q), Tensor(k), Tensor(v), K.attention_mask(Tensor(visible)), 0.25).asnumpy()
+    assert calls and calls[0]["input_layout"] == "BNSD" and calls[0]["head_num"] == 8
+    assert np.abs(got - want).max() < 1e-5
+
+
+def test_rope_fallback_and_fused_branch(monkeypatch):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 4, 6, 8)).astype(np.float32)
+    ang = rng.standard_normal((1, 1, 6, 4)).astype(np.float32)
+    cos, sin = np.cos(np.concatenate([ang, ang], -1)), np.sin(np.concatenate([ang, ang], -1))
+    want = np_rope(x, cos, sin)
+    got = K.apply_rope(Tensor(x), Tensor(cos), Tensor(sin)).asnumpy()
+    assert np.abs(got - want).max() < 1e-6
+    sig = inspect.signature(ops.rotary_position_embedding)
+
+    def fake(*args, **kwargs):
+        a = sig.bind(*args, **kwargs).arguments
+        assert a["mode"] == 0  # rotate-half layout
+        return Tensor(np_rope(a["x"].asnumpy(), a["cos"].asnumpy(), a["sin"].asnumpy()))
+
+    monkeypatch.setattr(rope_mod.ops, "rotary_position_embedding", fake)
+    backend.FUSED = True
+    fused = K.apply_rope(Tensor(x), Tensor(cos), Tensor(sin)).asnumpy()
+    assert np.abs(fused - want).max() < 1e-6
+
+
+def test_rms_norm_fallback_and_fused_branch(monkeypatch):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 5, 32)).astype(np.float32) * 3
+    g = rng.standard_normal(32).astype(np.float32)
+    want = np_rms_norm(x, g, 1e-5)
+    got = K.rms_norm(Tensor(x), Tensor(g), 1e-5).asnumpy()
+    assert np.abs(got - want).max() < 1e-5
+    sig = inspect.signature(ops.rms_norm)
+
+    def fake(*args, **kwargs):
+        a = sig.bind(*args, **kwargs).arguments
+        y = np_rms_norm(a["x"].asnumpy(), a["gamma"].asnumpy(), a["epsilon"])
+        return Tensor(y.astype(np.float32)), Tensor(np.zeros((1,), np.float32))  # (y, rstd)
+
+    monkeypatch.setattr(norm_mod.ops, "rms_norm", fake)
+    backend.FUSED = True
+    fused = K.rms_norm(Tensor(x), Tensor(g), 1e-5).asnumpy()
+    assert np.abs(fused - want).max() < 1e-5
+
+
+def test_activations_match_formulas():
+    x = np.linspace(-8, 8, 2001).astype(np.float32)
+    from math import erf, pi, sqrt, tanh
+    gelu_tanh = np.array([0.5 * v * (1 + tanh(sqrt(2 / pi) * (v + 0.044715 * v ** 3))) for v in x.astype(np.float64)])
+    gelu_erf = np.array([0.5 * v * (1 + erf(v / sqrt(2))) for v in x.astype(np.float64)])
+    assert np.abs(K.gelu_tanh(Tensor(x)).asnumpy() - gelu_tanh).max() < 2e-6
+    assert np.abs(K.gelu_erf(Tensor(x)).asnumpy() - gelu_erf).max() < 2e-6
+    assert np.abs(K.silu(Tensor(x)).asnumpy() - x / (1 + np.exp(-x.astype(np.float64)))).max() < 2e-6
+
+
+def test_configure_chooses_family_from_target():
+    assert backend.configure("Ascend") == "Ascend" and backend.FUSED is True
+    assert backend.configure("CPU") == "CPU" and backend.FUSED is False
