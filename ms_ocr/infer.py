@@ -43,17 +43,27 @@ def build_parser():
 
 
 class StreamPrinter:
-    """Prints the decoded text incrementally; waits while the tail is an incomplete UTF-8 sequence."""
+    """Prints decoded text as tokens arrive, only where it can no longer change.
 
-    def __init__(self, decode, eos_ids, out=sys.stdout):
-        self.decode, self.eos, self.out = decode, set(eos_ids), out
+    Byte-fallback tokens (<0xNN>) are decoded as a group, so text is held while the newest token is one
+    of them, and while the tail is an incomplete UTF-8 sequence (U+FFFD).
+    """
+
+    def __init__(self, tokenizer, eos_ids, out=sys.stdout):
+        self.tokenizer, self.eos, self.out = tokenizer, set(eos_ids), out
         self.ids, self.printed = [], ""
+
+    def _is_byte_token(self, token):
+        piece = self.tokenizer.id_to_token(token) or ""
+        return len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">")
 
     def __call__(self, token):
         if token in self.eos:
             return
         self.ids.append(token)
-        text = self.decode(self.ids)
+        if self._is_byte_token(token):
+            return
+        text = self.tokenizer.decode(self.ids)
         if text.endswith("\ufffd") or not text.startswith(self.printed):
             return
         self.out.write(text[len(self.printed):])
@@ -61,8 +71,7 @@ class StreamPrinter:
         self.printed = text
 
     def finish(self, text):
-        if text.startswith(self.printed):
-            self.out.write(text[len(self.printed):])
+        self.out.write(text[len(self.printed):] if text.startswith(self.printed) else "\n" + text)
         self.out.write("\n")
         self.out.flush()
 
@@ -108,7 +117,7 @@ def run(argv):
     groups = [images] if args.one_prompt else [[item] for item in images]
     for group in groups:
         name = ",".join(path for path, _ in group)
-        printer = StreamPrinter(pipe.processor.decode, pipe.eos_ids) if args.stream and not args.json else None
+        printer = StreamPrinter(pipe.processor.tokenizer, pipe.eos_ids) if args.stream and not args.json else None
         if printer and len(groups) > 1:
             print(f"== {name} ==", flush=True)
         result = pipe.run([img for _, img in group], prompt, sampling, on_token=printer)

@@ -1,0 +1,212 @@
+"""Benchmark ms_ocr against transformers on the same page, each framework in its own subprocess.
+
+    python scripts/benchmark.py --model paddleocr-vl [--new-tokens 32] [--threads 2]
+
+Builds (once, cached) a checkpoint with the real architecture and random weights, draws a 768x1024
+document page, then runs ms_ocr and transformers (torch CPU, fp32) one after the other with the same
+prompt and the same forced number of new tokens. Reports vision, prefill, decode tokens/s, peak RSS and
+(ms_ocr) compile time separately; prints a table with ratios and writes JSON.
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+os.environ.setdefault("GLOG_v", "3")
+
+# The decode roofline: fp32 weights read once per token at the measured two-thread read bandwidth.
+READ_BANDWIDTH_GBS = 30.0
+
+
+def peak_rss_gb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
+
+
+def build_checkpoint(model, out_dir):
+    """Random weights at the real config, saved as the hub ships them (bf16), with a small tokenizer."""
+    from tests.helpers.tiny_paddle import make_benchmark_checkpoint
+    make_benchmark_checkpoint(out_dir)
+
+
+def worker_ms_ocr(args):
+    from PIL import Image
+    import numpy as np
+    from ms_ocr.device import setup
+    from ms_ocr.models import model_package
+    from ms_ocr.runtime import Buckets
+    setup("cpu", args.threads)
+    t0 = time.perf_counter()
+    pipe = model_package(args.model).load(args.ckpt, "CPU", "fp32", Buckets())
+    load_s = time.perf_counter() - t0
+    img = Image.open(args.image).convert("RGB")
+    prep, _ = pipe.prepare([img], args.prompt)
+    rt = pipe.runtime
+    t0 = time.perf_counter()
+    feats = pipe.encode_images(prep)
+    feats.asnumpy()  # synchronise
+    vision_s = time.perf_counter() - t0 - rt.compiler.seconds.get("vision", 0.0)
+    t0 = time.perf_counter()
+    logits = rt.prefill(prep, feats, args.new_tokens).asnumpy()[0]
+    prefill_s = time.perf_counter() - t0 - rt.compiler.seconds.get("prefill", 0.0)
+    tok = int(np.argmax(logits))
+    s = prep.input_ids.shape[0]
+    tokens = [tok]
+    rt.decode(tok, s, prep.rope_delta, pipe.num_pos_axes).asnumpy()  # compile + first step, not timed
+    t0 = time.perf_counter()
+    for i in range(1, args.new_tokens):
+        tok = int(np.argmax(rt.decode(tok, s + i, prep.rope_delta, pipe.num_pos_axes).asnumpy()[0]))
+        tokens.append(tok)
+    decode_s = time.perf_counter() - t0
+    n = args.new_tokens - 1
+    return {"framework": "ms_ocr", "load_s": load_s, "patches": int(prep.vision_inputs[0].shape[0]),
+            "prompt_tokens": int(s), "vision_ms": 1000 * vision_s, "prefill_ms": 1000 * prefill_s,
+            "decode_ms_per_token": 1000 * decode_s / n, "decode_tokens_per_s": n / decode_s,
+            "compile_s": dict(rt.compiler.seconds), "peak_rss_gb": peak_rss_gb(), "tokens": tokens}
+
+
+def worker_transformers(args):
+    import torch
+    from PIL import Image
+    from transformers import AutoTokenizer, PaddleOCRVLForConditionalGeneration, PaddleOCRVLProcessor
+    from transformers.models.paddleocr_vl.image_processing_pil_paddleocr_vl import PaddleOCRVLImageProcessorPil
+    torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    model = PaddleOCRVLForConditionalGeneration.from_pretrained(args.ckpt, dtype=torch.float32).eval()
+    load_s = time.perf_counter() - t0
+    with open(os.path.join(args.ckpt, "preprocessor_config.json")) as f:
+        pp = json.load(f)
+    improc = PaddleOCRVLImageProcessorPil(min_pixels=pp["min_pixels"], max_pixels=pp["max_pixels"],
+                                          image_mean=pp["image_mean"], image_std=pp["image_std"])
+    tok = AutoTokenizer.from_pretrained(args.ckpt)
+    with open(os.path.join(args.ckpt, "chat_template.jinja")) as f:
+        template = f.read()
+    proc = PaddleOCRVLProcessor(image_processor=improc, tokenizer=tok, chat_template=template)
+    img = Image.open(args.image).convert("RGB")
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": args.prompt}]}]
+    text = proc.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    inputs = proc(images=[img], text=[text], return_tensors="pt")
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        model.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"])
+        vision_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        out = model(**inputs, use_cache=True)
+        vision_prefill_s = time.perf_counter() - t0
+        past = out.past_key_values
+        nxt = int(out.logits[0, -1].argmax())
+        tokens = [nxt]
+        t0 = time.perf_counter()
+        for _ in range(1, args.new_tokens):
+            out = model(input_ids=torch.tensor([[nxt]]), past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            nxt = int(out.logits[0, -1].argmax())
+            tokens.append(nxt)
+        decode_s = time.perf_counter() - t0
+    n = args.new_tokens - 1
+    return {"framework": "transformers", "load_s": load_s, "patches": int(inputs["pixel_values"].shape[0]),
+            "prompt_tokens": int(inputs["input_ids"].shape[1]), "vision_ms": 1000 * vision_s,
+            "prefill_ms": 1000 * (vision_prefill_s - vision_s), "decode_ms_per_token": 1000 * decode_s / n,
+            "decode_tokens_per_s": n / decode_s, "peak_rss_gb": peak_rss_gb(), "tokens": tokens}
+
+
+def fp32_weight_bytes(ckpt):
+    """Bytes of decoder weights read per generated token in fp32: every text layer plus the output head
+    (the tied embedding table, read once by the head; the input embedding is a single-row gather)."""
+    from ms_ocr.convert.safetensors_io import read_header, weight_files
+    sizes = {}
+    for path in weight_files(ckpt):
+        header, _ = read_header(path)
+        for k, v in header.items():
+            if k != "__metadata__" and not k.startswith(("visual", "mlp_AR", "model.visual", "model.projector")):
+                n = 1
+                for d in v["shape"]:
+                    n *= d
+                sizes[k] = 4 * n
+    head = [k for k in sizes if k.endswith("lm_head.weight")]
+    if head:  # untied or duplicated head: count the table once
+        sizes.pop(next(k for k in sizes if k.endswith("embed_tokens.weight")), None)
+    return sum(sizes.values())
+
+
+def run_worker(framework, args):
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", framework, "--model", args.model,
+           "--ckpt", args.ckpt, "--image", args.image, "--new-tokens", str(args.new_tokens),
+           "--threads", str(args.threads), "--prompt", args.prompt]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=REPO)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"{framework} worker failed:\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def report(results, bound_ms):
+    ms, tf = results.get("ms_ocr"), results.get("transformers")
+    rows = [("vision ms", "vision_ms"), ("prefill ms", "prefill_ms"), ("decode ms/token", "decode_ms_per_token"),
+            ("decode tokens/s", "decode_tokens_per_s"), ("peak RSS GB", "peak_rss_gb"), ("load s", "load_s")]
+    print(f"{'figure':<18}{'ms_ocr':>12}{'transformers':>14}{'ms/tf':>9}")
+    for label, key in rows:
+        a = ms.get(key) if ms else None
+        b = tf.get(key) if tf else None
+        ratio = f"{a / b:9.2f}" if a and b else ""
+        print(f"{label:<18}{a if a is None else f'{a:.1f}':>12}{b if b is None else f'{b:.1f}':>14}{ratio}")
+    if ms and tf:
+        vp_ms = ms["vision_ms"] + ms["prefill_ms"]
+        vp_tf = tf["vision_ms"] + tf["prefill_ms"]
+        print(f"{'vision+prefill ms':<18}{vp_ms:>12.1f}{vp_tf:>14.1f}{vp_ms / vp_tf:9.2f}")
+        same = sum(a == b for a, b in zip(ms["tokens"], tf["tokens"]))
+        print(f"greedy tokens identical: {same}/{len(ms['tokens'])}")
+    if ms:
+        print(f"decode bandwidth bound ~{bound_ms:.0f} ms/token; ms_ocr compile s: "
+              + ", ".join(f"{k} {v:.1f}" for k, v in ms["compile_s"].items()))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="paddleocr-vl")
+    p.add_argument("--ckpt", default=None, help="checkpoint folder (default: a cached random real-config one)")
+    p.add_argument("--image", default=None)
+    p.add_argument("--prompt", default="OCR:")
+    p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--only", choices=["ms_ocr", "transformers"], default=None)
+    p.add_argument("--out", default=os.path.join(REPO, "bench_out"))
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        fn = worker_ms_ocr if args.worker == "ms_ocr" else worker_transformers
+        print(json.dumps(fn(args)))
+        return
+    cache = os.path.join(os.path.expanduser("~"), ".cache", "ms_ocr", "bench")
+    if args.ckpt is None:
+        args.ckpt = os.path.join(cache, args.model.replace("-", "_") + "_random")
+        if not os.path.isfile(os.path.join(args.ckpt, "config.json")):
+            print(f"building random real-config checkpoint in {args.ckpt} ...", flush=True)
+            build_checkpoint(args.model, args.ckpt)
+    if args.image is None:
+        from scripts.bench_image import document_page
+        os.makedirs(args.out, exist_ok=True)
+        args.image = os.path.join(args.out, "page_768x1024.png")
+        document_page().save(args.image)
+    results = {}
+    for fw in ([args.only] if args.only else ["ms_ocr", "transformers"]):
+        print(f"running {fw} ...", flush=True)
+        results[fw] = run_worker(fw, args)
+    bound_ms = 1000 * fp32_weight_bytes(args.ckpt) / (READ_BANDWIDTH_GBS * 1e9)
+    report(results, bound_ms)
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"benchmark_{args.model}.json")
+    with open(path, "w") as f:
+        json.dump({"model": args.model, "threads": args.threads, "new_tokens": args.new_tokens,
+                   "decode_bound_ms": bound_ms, "results": results}, f, indent=1)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

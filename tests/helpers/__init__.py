@@ -1,0 +1,1 @@
+"""Test-only builders (tiny checkpoints, tokenizers); they import torch/transformers, ms_ocr never does."""

@@ -1,0 +1,89 @@
+"""Bad input ends with one `error:` line and a non-zero exit, never a traceback."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.cli_util import assert_one_line_error, run_module
+
+
+@pytest.fixture(scope="module")
+def good_png(tmp_path_factory):
+    path = tmp_path_factory.mktemp("img") / "ok.png"
+    Image.fromarray(np.full((64, 48, 3), 200, np.uint8)).save(path)
+    return str(path)
+
+
+def infer(*args, env=None):
+    return run_module("ms_ocr.infer", *args, env=env)
+
+
+def test_missing_image(tmp_path):
+    p = infer("--model", "paddleocr-vl", "--model-path", str(tmp_path), "--image", str(tmp_path / "nope.png"))
+    assert_one_line_error(p, "nope.png")
+
+
+def test_not_an_image(tmp_path):
+    bad = tmp_path / "text.png"
+    bad.write_text("hello, I am not a PNG")
+    assert_one_line_error(infer("--model", "paddleocr-vl", "--model-path", str(tmp_path), "--image", str(bad)),
+                          "text.png")
+
+
+def test_truncated_image(tmp_path, good_png):
+    data = open(good_png, "rb").read()
+    cut = tmp_path / "cut.png"
+    cut.write_bytes(data[: len(data) // 2])
+    assert_one_line_error(infer("--model", "paddleocr-vl", "--model-path", str(tmp_path), "--image", str(cut)),
+                          "cut.png")
+
+
+def test_unknown_option(good_png):
+    assert_one_line_error(infer("--model", "paddleocr-vl", "--image", good_png, "--frobnicate"), "frobnicate")
+
+
+def test_unknown_model(good_png):
+    assert_one_line_error(infer("--model", "no-such-model", "--image", good_png), "no-such-model")
+
+
+def test_missing_model_path(tmp_path, good_png):
+    assert_one_line_error(infer("--model", "paddleocr-vl", "--model-path", str(tmp_path / "absent"),
+                                "--image", good_png), "absent")
+
+
+def test_no_weights_says_how_to_get_them(tmp_path, good_png):
+    p = infer("--model", "paddleocr-vl", "--image", good_png, env={"MS_OCR_HOME": str(tmp_path)})
+    assert_one_line_error(p, "PaddlePaddle/PaddleOCR-VL", "--model-path")
+
+
+def test_wrong_checkpoint_for_model(tmp_path, good_png):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_vl"}))
+    assert_one_line_error(infer("--model", "paddleocr-vl", "--model-path", str(tmp_path), "--image", good_png),
+                          "qwen2_vl")
+
+
+def test_extreme_aspect_ratio(tmp_path, tiny_dir):
+    strip = tmp_path / "strip.png"
+    Image.fromarray(np.full((10, 3000, 3), 128, np.uint8)).save(strip)
+    assert_one_line_error(infer("--model", "paddleocr-vl", "--model-path", tiny_dir, "--image", str(strip)),
+                          "aspect ratio")
+
+
+def test_unknown_task(tiny_dir, good_png):
+    assert_one_line_error(infer("--model", "paddleocr-vl", "--model-path", tiny_dir, "--image", good_png,
+                                "--task", "poetry"), "poetry")
+
+
+def test_corrupt_weights(tmp_path, tiny_dir, good_png):
+    import shutil
+    bad = tmp_path / "ckpt"
+    shutil.copytree(tiny_dir, bad)
+    for fn in os.listdir(bad):
+        if fn.endswith(".safetensors"):
+            data = (bad / fn).read_bytes()
+            (bad / fn).write_bytes(data[: len(data) // 3])
+    assert_one_line_error(infer("--model", "paddleocr-vl", "--model-path", str(bad), "--image", good_png),
+                          "truncated")
