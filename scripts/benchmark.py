@@ -30,8 +30,8 @@ def peak_rss_gb():
 
 def build_checkpoint(model, out_dir):
     """Random weights at the real config, saved as the hub ships them (bf16), with a small tokenizer."""
-    from tests.helpers.tiny_paddle import make_benchmark_checkpoint
-    make_benchmark_checkpoint(out_dir)
+    from scripts.bench_checkpoint import BUILDERS
+    BUILDERS[model](out_dir)
 
 
 def worker_ms_ocr(args):
@@ -73,24 +73,15 @@ def worker_ms_ocr(args):
 def worker_transformers(args):
     import torch
     from PIL import Image
-    from transformers import AutoTokenizer, PaddleOCRVLForConditionalGeneration, PaddleOCRVLProcessor
-    from transformers.models.paddleocr_vl.image_processing_pil_paddleocr_vl import PaddleOCRVLImageProcessorPil
+    from transformers import PaddleOCRVLForConditionalGeneration
+    from ms_ocr.models.paddleocr_vl import config_from_dir
+    from tests.helpers.reference import reference_inputs, reference_processor
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     model = PaddleOCRVLForConditionalGeneration.from_pretrained(args.ckpt, dtype=torch.float32).eval()
     load_s = time.perf_counter() - t0
-    with open(os.path.join(args.ckpt, "preprocessor_config.json")) as f:
-        pp = json.load(f)
-    improc = PaddleOCRVLImageProcessorPil(min_pixels=pp["min_pixels"], max_pixels=pp["max_pixels"],
-                                          image_mean=pp["image_mean"], image_std=pp["image_std"])
-    tok = AutoTokenizer.from_pretrained(args.ckpt)
-    with open(os.path.join(args.ckpt, "chat_template.jinja")) as f:
-        template = f.read()
-    proc = PaddleOCRVLProcessor(image_processor=improc, tokenizer=tok, chat_template=template)
     img = Image.open(args.image).convert("RGB")
-    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": args.prompt}]}]
-    text = proc.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    inputs = proc(images=[img], text=[text], return_tensors="pt")
+    inputs = reference_inputs(reference_processor(args.ckpt, config_from_dir(args.ckpt)), [img], args.prompt)
     with torch.inference_mode():
         t0 = time.perf_counter()
         model.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"])
