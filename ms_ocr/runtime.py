@@ -12,7 +12,10 @@ import mindspore as ms
 from mindspore import Tensor
 
 from ms_ocr.processing.grid import bucket
-from ms_ocr.steps import DecodeStep, FullLogitsStep, PrefillStep, VisionStep
+from mindspore import ops
+
+from ms_ocr.steps import (AllLogitsStep, DecodeStep, DecoderPrefillLayerStep, LastLogitsStep, PrefillPrepStep,
+                          VisionEmbedStep, VisionHeadStep, ViTLayerStep)
 
 
 class RequestTooLong(ValueError):
@@ -24,7 +27,6 @@ class Buckets:
     """Granularity of the padded shapes graphs are compiled for (each new bucket compiles once)."""
     prefill: int = 128
     slots: int = 256
-    vision_patches: int = 256
 
 
 @dataclass
@@ -61,19 +63,37 @@ class VLMRuntime:
         self.pad_id = pad_id
         self.compute_dtype = compute_dtype
         self.buckets = buckets or Buckets()
-        self.vision_step = VisionStep(model)
-        self.prefill_step = PrefillStep(model)
+        self.vision_embed_step = VisionEmbedStep(model)
+        self.vision_head_step = VisionHeadStep(model)
+        vspec = model.vision_layers()[0].spec
+        self.vit_step = ViTLayerStep(vspec["heads"], vspec["eps"], vspec["act"])
+        self.prefill_prep_step = PrefillPrepStep(model)
+        tspec = model.text_layers()[0].spec
+        self.prefill_layer_step = DecoderPrefillLayerStep(tspec["heads"], tspec["kv_heads"], tspec["dim"],
+                                                          tspec["eps"], tspec["act"])
+        self.last_logits_step = LastLogitsStep(model)
+        self.all_logits_step = AllLogitsStep(model)
         self.decode_step = DecodeStep(model)
-        self.logits_step = FullLogitsStep(model)
         self.compiler = CompileTimer()
         self.cache_shape = None
         self.hidden = None
 
     # ---- vision -------------------------------------------------------------------------------
     def encode_images(self, vision_inputs):
-        """Padded vision inputs -> image features Tensor [M_bucket, H] (kept on device for prefill)."""
-        args = [Tensor(a) if a.dtype != np.float32 else Tensor(a, self.compute_dtype) for a in vision_inputs]
-        return self.compiler.call("vision", self.vision_step, *args)
+        """Per-image vision inputs -> image tokens Tensor [M, H] (kept on device for prefill).
+
+        Each image runs at its exact patch count (one compile per size, no padding or mask), layer by layer
+        through one shared layer graph.
+        """
+        feats = []
+        for patches, interp_idx, interp_w, pos_hw, merge_idx in vision_inputs:
+            x, cos, sin = self.compiler.call("vision", self.vision_embed_step, Tensor(patches, self.compute_dtype),
+                                             Tensor(interp_idx), Tensor(interp_w, self.compute_dtype),
+                                             Tensor(pos_hw))
+            for layer in self.model.vision_layers():
+                x = self.compiler.call("vision", self.vit_step, x, cos, sin, *layer.weights())
+            feats.append(self.compiler.call("vision", self.vision_head_step, x, Tensor(merge_idx)))
+        return feats[0] if len(feats) == 1 else ops.concat(feats, 0)
 
     # ---- cache --------------------------------------------------------------------------------
     def plan_slots(self, prompt_len, max_new_tokens):
@@ -111,21 +131,34 @@ class VLMRuntime:
     def hidden_size(self):
         return self.model.cfg.text.hidden_size
 
+    def _prefill_hidden(self, prep, image_feats, padded_len, slots):
+        """Run the prompt through every layer (shared layer graph), writing each layer's k/v to its cache."""
+        ids, feats, image_index, pos, _ = self._prefill_args(prep, image_feats, padded_len)
+        x, cos, sin, mask = self.compiler.call("prefill", self.prefill_prep_step, ids, feats, image_index, pos)
+        kv_heads = self.model.num_kv_heads
+        write_idx = Tensor((np.arange(kv_heads, dtype=np.int32)[:, None] * slots
+                            + np.arange(padded_len, dtype=np.int32)[None]).reshape(-1))
+        for layer in self.model.text_layers():
+            x, k, v = self.compiler.call("prefill", self.prefill_layer_step, x, cos, sin, mask, *layer.weights())
+            layer.self_attn.write_cache(write_idx, k, v)
+        return x
+
     def prefill(self, prep, image_feats, max_new_tokens):
+        """Fill the cache with the prompt; logits of its last token [1, V]."""
         s = prep.input_ids.shape[0]
         slots = self.plan_slots(s, max_new_tokens)
         self.reset_cache(1, slots)
-        args = self._prefill_args(prep, image_feats, bucket(s, self.buckets.prefill))
-        last = Tensor(np.array([s - 1], np.int32))
-        return self.compiler.call("prefill", self.prefill_step, *args, last)
+        h = self._prefill_hidden(prep, image_feats, bucket(s, self.buckets.prefill), slots)
+        return self.compiler.call("prefill", self.last_logits_step, h, Tensor(np.array([s - 1], np.int32)))
 
     def full_logits(self, prep, image_feats):
         """Logits at every prompt position [S, V] from a fresh cache (tests and dumps)."""
         s = prep.input_ids.shape[0]
         padded = bucket(s, self.buckets.prefill)
-        self.reset_cache(1, bucket(padded, self.buckets.slots))
-        args = self._prefill_args(prep, image_feats, padded)
-        return self.compiler.call("full_logits", self.logits_step, *args).asnumpy()[0, :s]
+        slots = bucket(padded, self.buckets.slots)
+        self.reset_cache(1, slots)
+        h = self._prefill_hidden(prep, image_feats, padded, slots)
+        return self.compiler.call("full_logits", self.all_logits_step, h).asnumpy()[0, :s]
 
     def decode(self, token, cache_pos, rope_delta, num_axes):
         ids = Tensor(np.array([[token]], np.int32))

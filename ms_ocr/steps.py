@@ -1,66 +1,99 @@
-"""Graph entry points shared by the VLMs: vision, prefill, decode and full-logits steps.
+"""Graph entry points shared by the VLMs.
 
-Each wraps a model Cell that provides `encode_images(*vision_inputs)`, `embed(input_ids)`,
-`text(x, pos, cache_pos)` and `logits(h)`. They are built with auto_prefix=False so wrapping does not
-rename the model's parameters; each compiles once per input-shape bucket and is reused.
+Vision and prefill run layer by layer through one compiled graph per layer type (weights are graph
+inputs), which bounds activation memory to one layer and compiles once; decode runs as one whole graph
+over the KV cache (tiny activations, one launch per token). A model Cell provides:
+  vision_embed(*inputs) -> (x, cos, sin); vision_layers; vision_head(x, merge_idx) -> image tokens;
+  embed(input_ids); text_rotary(pos) -> (cos, sin); text_layers; text(x, pos, cache_pos) (cached, whole);
+  final_norm(h); logits(h); num_kv_heads.
+Wrappers use auto_prefix=False so they never rename the model's parameters.
 """
 
 import mindspore as ms
 from mindspore import nn, ops
 
+from ms_ocr import ops as K
+from ms_ocr.nn import functional as F
 
-class VisionStep(nn.Cell):
+
+class _Wrap(nn.Cell):
     def __init__(self, model):
         super().__init__(auto_prefix=False)
         self.model = model
 
+
+class VisionEmbedStep(_Wrap):
     def construct(self, *inputs):
-        return self.model.encode_images(*inputs)
+        return self.model.vision_embed(*inputs)
+
+
+class ViTLayerStep(nn.Cell):
+    """Any ViT layer of one model: weights come in as inputs (F.VIT_LAYER_WEIGHTS order)."""
+
+    def __init__(self, heads, eps, act):
+        super().__init__()
+        self.heads, self.eps, self.act = heads, eps, act
+
+    def construct(self, x, cos, sin, *weights):
+        return F.vit_layer(x, cos, sin, None, weights, self.heads, self.eps, self.act)
+
+
+class VisionHeadStep(_Wrap):
+    def construct(self, x, merge_idx):
+        return self.model.vision_head(x, merge_idx)
 
 
 def merge_image_features(embeds, image_feats, image_index):
     """Put image feature row image_index[b, s] at every position where it is >= 0."""
     picked = ops.gather(image_feats, ops.maximum(image_index, 0), 0)  # [B, S, H]
-    return ops.select(ops.broadcast_to((image_index >= 0)[..., None], embeds.shape), picked.astype(embeds.dtype),
-                      embeds)
+    keep = ops.broadcast_to((image_index >= 0)[..., None], embeds.shape)
+    return ops.select(keep, picked.astype(embeds.dtype), embeds)
 
 
-class PrefillStep(nn.Cell):
-    """Prompt (with image features) -> caches written, logits of each sequence's last real token [B, V]."""
+class PrefillPrepStep(_Wrap):
+    """Embeddings with image tokens merged, rope tables and the causal mask over the prompt."""
 
-    def __init__(self, model):
-        super().__init__(auto_prefix=False)
-        self.model = model
-
-    def construct(self, input_ids, image_feats, image_index, pos, cache_pos, last_idx):
+    def construct(self, input_ids, image_feats, image_index, pos):
         x = merge_image_features(self.model.embed(input_ids), image_feats, image_index)
-        h = self.model.text(x, pos, cache_pos)
+        cos, sin = self.model.text_rotary(pos)
+        s = input_ids.shape[1]
+        j = ops.arange(s, dtype=ms.int32)
+        mask = K.attention_mask((j[None, :] <= j[:, None])[None, None])
+        return x, cos, sin, mask
+
+
+class DecoderPrefillLayerStep(nn.Cell):
+    """Any decoder layer over a whole prompt: weights are inputs (F.DECODER_LAYER_WEIGHTS order)."""
+
+    def __init__(self, heads, kv_heads, dim, eps, act):
+        super().__init__()
+        self.heads, self.kv_heads, self.dim, self.eps, self.act = heads, kv_heads, dim, eps, act
+
+    def construct(self, x, cos, sin, mask, *weights):
+        return F.decoder_layer_prefill(x, cos, sin, mask, weights, self.heads, self.kv_heads, self.dim,
+                                       self.eps, self.act)
+
+
+class LastLogitsStep(_Wrap):
+    """Final norm + head for each sequence's last real token: [B, S, C], last_idx [B] -> [B, V]."""
+
+    def construct(self, h, last_idx):
         b, s, d = h.shape
         rows = ops.arange(b, dtype=ms.int32) * s + last_idx.astype(ms.int32)
-        return self.model.logits(ops.gather(h.reshape(b * s, d), rows, 0))
+        return self.model.logits(self.model.final_norm(ops.gather(h.reshape(b * s, d), rows, 0)))
 
 
-class FullLogitsStep(nn.Cell):
-    """Like PrefillStep but returns logits for every position [B, S, V] (parity tests, dumps)."""
+class AllLogitsStep(_Wrap):
+    """Final norm + head at every position: [B, S, C] -> [B, S, V] (parity tests, dumps)."""
 
-    def __init__(self, model):
-        super().__init__(auto_prefix=False)
-        self.model = model
-
-    def construct(self, input_ids, image_feats, image_index, pos, cache_pos):
-        x = merge_image_features(self.model.embed(input_ids), image_feats, image_index)
-        h = self.model.text(x, pos, cache_pos)
+    def construct(self, h):
         b, s, d = h.shape
-        return self.model.logits(h.reshape(b * s, d)).reshape(b, s, -1)
+        return self.model.logits(self.model.final_norm(h.reshape(b * s, d))).reshape(b, s, -1)
 
 
-class DecodeStep(nn.Cell):
-    """One new token per sequence: input_ids [B, 1], pos [A, B, 1], cache_pos [B, 1] -> logits [B, V]."""
-
-    def __init__(self, model):
-        super().__init__(auto_prefix=False)
-        self.model = model
+class DecodeStep(_Wrap):
+    """One new token per sequence over the cache: input_ids [B, 1], pos [A, B, 1], cache_pos [B, 1]."""
 
     def construct(self, input_ids, pos, cache_pos):
         h = self.model.text(self.model.embed(input_ids), pos, cache_pos)
-        return self.model.logits(h[:, 0])
+        return self.model.logits(self.model.final_norm(h[:, 0]))

@@ -1,7 +1,6 @@
 """Shared Cells with Hugging Face parameter names."""
 
-from ms_ocr.nn.attention import (KVCacheAttention, VisionSelfAttention, cache_write_index,
-                                 causal_cache_mask, segment_mask)
+from ms_ocr.nn.attention import KVCacheAttention, VisionSelfAttention, cache_write_index, causal_cache_mask
 from ms_ocr.nn.blocks import DecoderLayer, ViTLayer
 from ms_ocr.nn.layers import Embedding, LayerNorm, Linear, RMSNorm, zeros_param
 from ms_ocr.nn.mlp import MLP, GatedMLP

@@ -1,30 +1,57 @@
-"""Transformer blocks: pre-norm decoder layer (llama family) and pre-LN ViT encoder layer."""
+"""Transformer blocks holding HF-named Parameters: pre-norm decoder layer (llama family), pre-LN ViT layer.
+
+The math lives in nn/functional.py; `weights()` hands a layer's Parameters to the shared layer steps in
+the order the functions take them.
+"""
 
 from mindspore import nn
 
+from ms_ocr.nn import functional as F
 from ms_ocr.nn.attention import KVCacheAttention, VisionSelfAttention
 from ms_ocr.nn.layers import LayerNorm, RMSNorm
 from ms_ocr.nn.mlp import MLP, GatedMLP
+from ms_ocr.ops import get_activation
 
 
-class DecoderLayer(nn.Cell):
+class WeightOrder:
+    """Mixin: `weights()` -> this layer's Parameters in the order of `WEIGHT_NAMES`."""
+
+    WEIGHT_NAMES = ()
+
+    def weights(self):
+        out = []
+        for name in self.WEIGHT_NAMES:
+            obj = self
+            for part in name.split("."):
+                obj = getattr(obj, part)
+            out.append(obj)
+        return tuple(out)
+
+
+class DecoderLayer(nn.Cell, WeightOrder):
     """input_layernorm -> self_attn -> residual -> post_attention_layernorm -> mlp -> residual."""
 
-    def __init__(self, hidden, intermediate, num_heads, num_kv_heads, head_dim, eps, act="silu",
-                 bias=False, attention_cls=KVCacheAttention):
+    WEIGHT_NAMES = F.DECODER_LAYER_WEIGHTS
+
+    def __init__(self, hidden, intermediate, num_heads, num_kv_heads, head_dim, eps, act="silu"):
         super().__init__()
         self.input_layernorm = RMSNorm(hidden, eps)
-        self.self_attn = attention_cls(hidden, num_heads, num_kv_heads, head_dim, bias)
+        self.self_attn = KVCacheAttention(hidden, num_heads, num_kv_heads, head_dim)
         self.post_attention_layernorm = RMSNorm(hidden, eps)
-        self.mlp = GatedMLP(hidden, intermediate, act, bias)
+        self.mlp = GatedMLP(hidden, intermediate, act)
+        self.spec = dict(heads=num_heads, kv_heads=num_kv_heads, dim=head_dim, eps=eps, act=get_activation(act))
 
     def construct(self, x, cos, sin, write_idx, mask):
+        """Cached step (decode): attends over the cache after writing this step's k/v into it."""
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, write_idx, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-class ViTLayer(nn.Cell):
-    """SigLIP-style layer: layer_norm1 -> self_attn -> residual -> layer_norm2 -> mlp -> residual."""
+class ViTLayer(nn.Cell, WeightOrder):
+    """SigLIP-style layer (layer_norm1 -> self_attn -> layer_norm2 -> mlp): holds the Parameters; it runs
+    through the shared layer step (F.vit_layer with `weights()`)."""
+
+    WEIGHT_NAMES = F.VIT_LAYER_WEIGHTS
 
     def __init__(self, dim, intermediate, num_heads, eps, act):
         super().__init__()
@@ -32,7 +59,4 @@ class ViTLayer(nn.Cell):
         self.self_attn = VisionSelfAttention(dim, num_heads)
         self.layer_norm2 = LayerNorm(dim, eps)
         self.mlp = MLP(dim, intermediate, act)
-
-    def construct(self, x, cos, sin, mask):
-        x = x + self.self_attn(self.layer_norm1(x), cos, sin, mask)
-        return x + self.mlp(self.layer_norm2(x))
+        self.spec = dict(heads=num_heads, eps=eps, act=get_activation(act))

@@ -4,6 +4,7 @@ import mindspore as ms
 from mindspore import Parameter, nn, ops
 
 from ms_ocr import ops as K
+from ms_ocr.nn import functional as F
 
 
 def zeros_param(shape, dtype=ms.float32):
@@ -22,14 +23,9 @@ class Linear(nn.Cell):
         self.has_bias = bias
         if bias:
             self.bias = zeros_param((out_features,))
-        self.matmul = ops.MatMul(transpose_b=True)
 
     def construct(self, x):
-        shape = x.shape
-        y = self.matmul(x.reshape(-1, shape[-1]), self.weight)
-        if self.has_bias:
-            y = y + self.bias
-        return y.reshape(shape[:-1] + (self.out_features,))
+        return F.linear(x, self.weight, self.bias if self.has_bias else None)
 
 
 class Embedding(nn.Cell):
@@ -56,7 +52,7 @@ class LayerNorm(nn.Cell):
         super().__init__()
         self.weight = zeros_param((dim,))
         self.bias = zeros_param((dim,))
-        self.norm = ops.LayerNorm(begin_norm_axis=-1, begin_params_axis=-1, epsilon=eps)
+        self.eps = eps
 
     def construct(self, x):
-        return self.norm(x, self.weight, self.bias)[0]
+        return F.layer_norm(x, self.weight, self.bias, self.eps)

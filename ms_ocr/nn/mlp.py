@@ -2,6 +2,7 @@
 
 from mindspore import nn
 
+from ms_ocr.nn import functional as F
 from ms_ocr.nn.layers import Linear
 from ms_ocr.ops import get_activation
 
@@ -15,7 +16,7 @@ class GatedMLP(nn.Cell):
         self.act = get_activation(act)
 
     def construct(self, x):
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        return F.gated_mlp(x, self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight, self.act)
 
 
 class MLP(nn.Cell):

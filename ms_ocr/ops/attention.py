@@ -28,7 +28,8 @@ def attention(q, k, v, mask, scale):
     """softmax(q k^T * scale + mask) v with grouped-query heads.
 
     q [B, Hq, S, D]; k, v [B, Hkv, T, D] with Hq a multiple of Hkv (head h reads kv head h // (Hq/Hkv));
-    mask from `attention_mask`, broadcastable to [B, 1, S, T]. Returns [B, Hq, S, D].
+    mask from `attention_mask`, broadcastable to [B, 1, S, T], or None when every key is visible.
+    Returns [B, Hq, S, D].
     """
     if backend.FUSED:
         return _attention_fused(q, k, v, mask, scale)
@@ -48,8 +49,10 @@ def _attention_composed(q, k, v, mask, scale):
     rep = hq // hkv
     # Group query heads by their kv head instead of repeating k/v: [B, Hq, S, D] -> [B, Hkv, rep*S, D].
     qg = q.reshape(b, hkv, rep * s, d)
-    scores = _bmm_t(qg.astype(ms.float32), k.astype(ms.float32)) * scale
-    scores = scores.reshape(b, hkv, rep, s, t) + mask.astype(ms.float32).reshape(mask.shape[0], 1, 1, s, t)
+    # scale q (small) rather than the [.., S, T] scores: one fewer score-sized tensor
+    scores = _bmm_t((qg * scale).astype(ms.float32), k.astype(ms.float32))
+    if mask is not None:
+        scores = scores.reshape(b, hkv, rep, s, t) + mask.astype(ms.float32).reshape(mask.shape[0], 1, 1, s, t)
     probs = ops.softmax(scores, -1).reshape(b, hkv, rep * s, t).astype(v.dtype)
     out = _bmm(probs, v)
     return out.reshape(b, hq, s, d)

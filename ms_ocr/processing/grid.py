@@ -59,11 +59,6 @@ def patch_positions(grids):
     return np.concatenate(out).astype(np.int32)
 
 
-def segment_ids(grids):
-    """Image index of every patch (attention stays inside an image): [N] int32."""
-    return np.concatenate([np.full(t * h * w, i) for i, (t, h, w) in enumerate(grids)]).astype(np.int32)
-
-
 def merge_index(grids, merge):
     """For each merged token, the `merge x merge` patch indices in (row offset, col offset) order: [M, m*m]."""
     out, start = [], 0
@@ -72,17 +67,6 @@ def merge_index(grids, merge):
         out.append(base.transpose(0, 1, 3, 2, 4).reshape(-1, merge * merge))
         start += t * h * w
     return np.concatenate(out).astype(np.int32)
-
-
-def pad_rows(array, rows, value=0):
-    """Pad axis 0 up to `rows` with `value`."""
-    extra = rows - array.shape[0]
-    if extra < 0:
-        raise ValueError(f"cannot pad {array.shape[0]} rows to {rows}")
-    if extra == 0:
-        return array
-    pad = np.full((extra,) + array.shape[1:], value, dtype=array.dtype)
-    return np.concatenate([array, pad], 0)
 
 
 def bucket(n, step, minimum=None):

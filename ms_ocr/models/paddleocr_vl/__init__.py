@@ -20,24 +20,19 @@ from ms_ocr.runtime import Buckets, VLMRuntime
 NUM_POS_AXES = 3
 
 
-def vision_inputs(cfg, processed, patch_bucket):
-    """Pad one request's patches and index tables to the vision bucket (a multiple of `patch_bucket`)."""
+def vision_inputs(cfg, processed):
+    """Per-image inputs of the vision steps: patches, position-table taps, (row, col), merge index."""
     grids = [tuple(int(v) for v in g) for g in processed["image_grid_thw"]]
-    n = sum(t * h * w for t, h, w in grids)
-    merge = cfg.vision.spatial_merge_size
-    n_pad = G.bucket(n, max(patch_bucket, merge * merge))
-    n_pad += (-n_pad) % (merge * merge)
-    side = cfg.vision.image_size // cfg.vision.patch_size
-    interp_idx, interp_w = G.interpolation_table(grids, side)
     patches = np.asarray(processed["pixel_values"], np.float32)
-    return [
-        G.pad_rows(patches, n_pad),
-        G.pad_rows(interp_idx, n_pad),
-        G.pad_rows(interp_w, n_pad),
-        G.pad_rows(G.patch_positions(grids), n_pad),
-        G.pad_rows(G.segment_ids(grids), n_pad, value=-1),  # padding patches only see each other
-        G.pad_rows(G.merge_index(grids, merge), n_pad // (merge * merge)),
-    ]
+    side = cfg.vision.image_size // cfg.vision.patch_size
+    out, start = [], 0
+    for grid in grids:
+        n = grid[0] * grid[1] * grid[2]
+        interp_idx, interp_w = G.interpolation_table([grid], side)
+        out.append([patches[start:start + n], interp_idx, interp_w, G.patch_positions([grid]),
+                    G.merge_index([grid], cfg.vision.spatial_merge_size)])
+        start += n
+    return out
 
 
 def eos_ids(model_dir, cfg):
@@ -68,7 +63,7 @@ def load(model_dir, target="CPU", dtype="auto", buckets=None):
     runtime = VLMRuntime(net, cfg.text.max_position_embeddings, pad_id=0, compute_dtype=compute_dtype,
                          buckets=buckets)
     return VLMPipeline("paddleocr-vl", model_dir, cfg, processor, runtime,
-                       lambda out: vision_inputs(cfg, out, buckets.vision_patches), eos_ids(model_dir, cfg),
+                       lambda out: vision_inputs(cfg, out), eos_ids(model_dir, cfg),
                        NUM_POS_AXES, cfg.image_token_id, load_seconds=time.perf_counter() - t0)
 
 

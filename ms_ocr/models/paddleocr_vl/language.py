@@ -12,18 +12,15 @@ class TextModel(nn.Cell):
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.CellList([
             DecoderLayer(cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads,
-                         cfg.head_dim, cfg.rms_norm_eps, cfg.hidden_act, cfg.use_bias)
+                         cfg.head_dim, cfg.rms_norm_eps, cfg.hidden_act)
             for _ in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rotary = MultiAxisRotary(cfg.head_dim, cfg.rope_theta, cfg.mrope_section, num_axes=3)
         self.num_kv_heads = cfg.num_key_value_heads
 
-    def allocate_cache(self, batch, slots, dtype):
-        for layer in self.layers:
-            layer.self_attn.allocate_cache(batch, slots, dtype)
-
     def construct(self, x, pos, cache_pos):
-        """x [B, S, H] embeddings; pos [3, B, S] rope positions; cache_pos [B, S] cache slots -> [B, S, H]."""
+        """Cached forward (decode): x [B, S, H]; pos [3, B, S] rope positions; cache_pos [B, S] slots.
+        Returns the last layer's output before the final norm."""
         b = x.shape[0]
         slots = self.layers[0].self_attn.k_cache.shape[0] // (b * self.num_kv_heads)
         cos, sin = self.rotary(pos)
@@ -31,4 +28,4 @@ class TextModel(nn.Cell):
         mask = causal_cache_mask(cache_pos, slots)
         for layer in self.layers:
             x = layer(x, cos, sin, write_idx, mask)
-        return self.norm(x)
+        return x

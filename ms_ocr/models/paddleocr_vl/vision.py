@@ -3,7 +3,7 @@
 from mindspore import nn, ops
 
 from ms_ocr import ops as K
-from ms_ocr.nn import Embedding, LayerNorm, Linear, PatchEmbed, ViTLayer, VisionRotary2D, segment_mask
+from ms_ocr.nn import Embedding, LayerNorm, Linear, PatchEmbed, ViTLayer, VisionRotary2D
 
 
 class VisionEmbeddings(nn.Cell):
@@ -14,7 +14,7 @@ class VisionEmbeddings(nn.Cell):
         self.position_embedding = Embedding(num_positions, cfg.hidden_size)
 
     def construct(self, patches, interp_idx, interp_w):
-        # The square position table resampled to each image's grid: 4 bilinear taps per patch,
+        # The square position table resampled to the image's grid: 4 bilinear taps per patch,
         # indices and weights prepared by the processor.
         pos = (ops.gather(self.position_embedding.weight, interp_idx, 0) * interp_w[..., None]).sum(1)
         return self.patch_embedding(patches) + pos
@@ -29,13 +29,6 @@ class VisionEncoder(nn.Cell):
             for _ in range(cfg.num_hidden_layers)])
         self.rotary = VisionRotary2D(cfg.hidden_size // cfg.num_attention_heads, cfg.rope_theta)
 
-    def construct(self, x, pos_hw, segment_ids):
-        cos, sin = self.rotary(pos_hw)
-        mask = segment_mask(segment_ids)
-        for layer in self.layers:
-            x = layer(x, cos, sin, mask)
-        return x
-
 
 class VisionTransformer(nn.Cell):
     def __init__(self, cfg):
@@ -44,10 +37,6 @@ class VisionTransformer(nn.Cell):
         self.encoder = VisionEncoder(cfg)
         self.post_layernorm = LayerNorm(cfg.hidden_size, cfg.layer_norm_eps)
 
-    def construct(self, patches, interp_idx, interp_w, pos_hw, segment_ids):
-        x = self.embeddings(patches, interp_idx, interp_w)
-        return self.post_layernorm(self.encoder(x, pos_hw, segment_ids))
-
 
 class VisionModel(nn.Cell):
     """Holds `vision_model` so parameter names match the hub's `visual.vision_model.*`."""
@@ -55,9 +44,6 @@ class VisionModel(nn.Cell):
     def __init__(self, cfg):
         super().__init__()
         self.vision_model = VisionTransformer(cfg)
-
-    def construct(self, patches, interp_idx, interp_w, pos_hw, segment_ids):
-        return self.vision_model(patches, interp_idx, interp_w, pos_hw, segment_ids)
 
 
 class Projector(nn.Cell):

@@ -23,7 +23,7 @@ def reference(tiny_dir):
 def pipeline(tiny_dir, graph_mode):
     from ms_ocr.models import paddleocr_vl
     from ms_ocr.runtime import Buckets
-    return paddleocr_vl.load(tiny_dir, "CPU", "auto", Buckets(prefill=32, slots=64, vision_patches=64))
+    return paddleocr_vl.load(tiny_dir, "CPU", "auto", Buckets(prefill=32, slots=64))
 
 
 def rel_err(got, want):

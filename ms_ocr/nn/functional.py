@@ -1,0 +1,107 @@
+"""Layer math as functions of explicit weights.
+
+Parameter-holding Cells (nn/blocks.py) call these with their own Parameters; the shared layer steps
+(ms_ocr/steps.py) call them with one layer's weights passed as graph inputs, so a single compiled graph
+serves every layer. On the CPU backend each compiled graph keeps a static pool for all its activations
+(measured: ~5 GB per SigLIP layer at 4k patches, never reused across layers), so one graph reused for all
+layers bounds memory to one layer's activations and compiles once.
+"""
+
+from mindspore import ops
+
+from ms_ocr import ops as K
+
+_mm = ops.MatMul(transpose_b=True)
+
+
+def linear(x, w, b=None):
+    """x W^T (+ b) with W [out, in]; MatMul(transpose_b) never materialises W^T."""
+    shape = x.shape
+    y = _mm(x.reshape(-1, shape[-1]), w)
+    if b is not None:
+        y = y + b
+    return y.reshape(shape[:-1] + (w.shape[0],))
+
+
+def layer_norm(x, w, b, eps):
+    """LayerNorm over the last axis, two-pass statistics in x's dtype (fp32 here)."""
+    mean = ops.mean(x, -1, keep_dims=True)
+    xc = x - mean
+    var = ops.mean(xc * xc, -1, keep_dims=True)
+    return xc * ops.rsqrt(var + eps) * w + b
+
+
+def heads_first(x, n, heads, dim):
+    # [N, H*D] -> [1, H, N, D]
+    return x.reshape(n, heads, dim).transpose(1, 0, 2)[None]
+
+
+def vision_attention(x, cos, sin, mask, qw, qb, kw, kb, vw, vb, ow, ob, heads):
+    n, c = x.shape
+    dim = c // heads
+    q = heads_first(linear(x, qw, qb), n, heads, dim)
+    k = heads_first(linear(x, kw, kb), n, heads, dim)
+    v = heads_first(linear(x, vw, vb), n, heads, dim)
+    if cos is not None:
+        q = K.apply_rope(q, cos, sin)
+        k = K.apply_rope(k, cos, sin)
+    out = K.attention(q, k, v, mask, dim ** -0.5)
+    return linear(out[0].transpose(1, 0, 2).reshape(n, c), ow, ob)
+
+
+# Order of a pre-LN ViT layer's weights (SigLIP names), as vit_layer takes them.
+VIT_LAYER_WEIGHTS = (
+    "layer_norm1.weight", "layer_norm1.bias",
+    "self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight", "self_attn.k_proj.bias",
+    "self_attn.v_proj.weight", "self_attn.v_proj.bias", "self_attn.out_proj.weight", "self_attn.out_proj.bias",
+    "layer_norm2.weight", "layer_norm2.bias",
+    "mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias",
+)
+
+
+def vit_layer(x, cos, sin, mask, weights, heads, eps, act):
+    """layer_norm1 -> self_attn -> residual -> layer_norm2 -> fc1 -> act -> fc2 -> residual."""
+    ln1w, ln1b, qw, qb, kw, kb, vw, vb, ow, ob, ln2w, ln2b, f1w, f1b, f2w, f2b = weights
+    x = x + vision_attention(layer_norm(x, ln1w, ln1b, eps), cos, sin, mask, qw, qb, kw, kb, vw, vb, ow, ob,
+                             heads)
+    return x + linear(act(linear(layer_norm(x, ln2w, ln2b, eps), f1w, f1b)), f2w, f2b)
+
+
+# Order of a llama-family decoder layer's weights (no biases), as decoder_layer_* take them.
+DECODER_LAYER_WEIGHTS = (
+    "input_layernorm.weight",
+    "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+    "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+)
+
+
+def project_qkv(h, cos, sin, qw, kw, vw, heads, kv_heads, dim):
+    """[B, S, C] -> rope'd q [B, H, S, D], k [B, Hkv, S, D], and v [B, Hkv, S, D]."""
+    b, s, _ = h.shape
+    q = linear(h, qw).reshape(b, s, heads, dim).transpose(0, 2, 1, 3)
+    k = linear(h, kw).reshape(b, s, kv_heads, dim).transpose(0, 2, 1, 3)
+    v = linear(h, vw).reshape(b, s, kv_heads, dim).transpose(0, 2, 1, 3)
+    return K.apply_rope(q, cos, sin), K.apply_rope(k, cos, sin), v
+
+
+def merge_heads(out):
+    # [B, H, S, D] -> [B, S, H*D]
+    b, h, s, d = out.shape
+    return out.transpose(0, 2, 1, 3).reshape(b, s, h * d)
+
+
+def gated_mlp(x, gw, uw, dw, act):
+    return linear(act(linear(x, gw)) * linear(x, uw), dw)
+
+
+def decoder_layer_prefill(x, cos, sin, mask, weights, heads, kv_heads, dim, eps, act):
+    """A whole prompt through one layer, attending to itself (causal mask over the prompt).
+
+    Returns the layer output and the layer's rope'd k and v [B, Hkv, S, D] for the KV cache.
+    """
+    inw, qw, kw, vw, ow, postw, gw, uw, dw = weights
+    q, k, v = project_qkv(K.rms_norm(x, inw, eps), cos, sin, qw, kw, vw, heads, kv_heads, dim)
+    x = x + linear(merge_heads(K.attention(q, k, v, mask, dim ** -0.5)), ow)
+    x = x + gated_mlp(K.rms_norm(x, postw, eps), gw, uw, dw, act)
+    return x, k, v
