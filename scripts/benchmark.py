@@ -64,7 +64,7 @@ def worker_ms_ocr(args):
         tokens.append(tok)
     decode_s = time.perf_counter() - t0
     n = args.new_tokens - 1
-    return {"framework": "ms_ocr", "load_s": load_s, "patches": int(prep.vision_inputs[0].shape[0]),
+    return {"framework": "ms_ocr", "load_s": load_s, "patches": sum(int(v[0].shape[0]) for v in prep.vision_inputs),
             "prompt_tokens": int(s), "vision_ms": 1000 * vision_s, "prefill_ms": 1000 * prefill_s,
             "decode_ms_per_token": 1000 * decode_s / n, "decode_tokens_per_s": n / decode_s,
             "compile_s": dict(rt.compiler.seconds), "peak_rss_gb": peak_rss_gb(), "tokens": tokens}

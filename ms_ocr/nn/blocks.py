@@ -14,7 +14,11 @@ from ms_ocr.ops import get_activation
 
 
 class WeightOrder:
-    """Mixin: `weights()` -> this layer's Parameters in the order of `WEIGHT_NAMES`."""
+    """Mixin: `weights()` -> this layer's weight Tensors in the order of `WEIGHT_NAMES`.
+
+    They are handed over as plain Tensors (`Parameter.value()`, no copy): a graph called with different
+    Parameter objects compiles a new executable per layer, each with its own activation pool.
+    """
 
     WEIGHT_NAMES = ()
 
@@ -24,7 +28,7 @@ class WeightOrder:
             obj = self
             for part in name.split("."):
                 obj = getattr(obj, part)
-            out.append(obj)
+            out.append(obj.value())
         return tuple(out)
 
 
