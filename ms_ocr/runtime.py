@@ -14,8 +14,13 @@ from mindspore import Tensor
 from ms_ocr.processing.grid import bucket
 from mindspore import ops
 
-from ms_ocr.steps import (AllLogitsStep, DecodeStep, DecoderPrefillLayerStep, LastLogitsStep, PrefillPrepStep,
-                          VisionEmbedStep, VisionHeadStep, ViTLayerStep)
+from ms_ocr.nn import functional as F
+from ms_ocr.steps import (AllLogitsStep, AttentionChunkStep, DecodeStep, DecoderPrefillLayerStep, LastLogitsStep,
+                          PrefillPrepStep, VisionEmbedStep, VisionHeadStep, ViTAttentionInStep, ViTOutStep)
+
+# Query rows per vision attention call: scores [H, 512, N] instead of [H, N, N] (measured at 4k patches:
+# 0.8 GB instead of 2.5 GB of activations, and no slower).
+VISION_ATTENTION_CHUNK = 512
 
 
 class RequestTooLong(ValueError):
@@ -66,7 +71,10 @@ class VLMRuntime:
         self.vision_embed_step = VisionEmbedStep(model)
         self.vision_head_step = VisionHeadStep(model)
         vspec = model.vision_layers()[0].spec
-        self.vit_step = ViTLayerStep(vspec["heads"], vspec["eps"], vspec["act"])
+        self.vit_in_step = ViTAttentionInStep(vspec["heads"], vspec["eps"])
+        self.vit_out_step = ViTOutStep(vspec["eps"], vspec["act"])
+        self.vision_attention_step = AttentionChunkStep(vspec["dim"] ** -0.5)
+        self.vision_attention_chunk = VISION_ATTENTION_CHUNK
         self.prefill_prep_step = PrefillPrepStep(model)
         tspec = model.text_layers()[0].spec
         self.prefill_layer_step = DecoderPrefillLayerStep(tspec["heads"], tspec["kv_heads"], tspec["dim"],
@@ -91,9 +99,17 @@ class VLMRuntime:
                                              Tensor(interp_idx), Tensor(interp_w, self.compute_dtype),
                                              Tensor(pos_hw))
             for layer in self.model.vision_layers():
-                x = self.compiler.call("vision", self.vit_step, x, cos, sin, *layer.weights())
+                x = self.vision_layer(layer, x, cos, sin)
             feats.append(self.compiler.call("vision", self.vision_head_step, x, Tensor(merge_idx)))
         return feats[0] if len(feats) == 1 else ops.concat(feats, 0)
+
+    def vision_layer(self, layer, x, cos, sin):
+        q, k, v = self.compiler.call("vision", self.vit_in_step, x, cos, sin, *layer.weights(F.VIT_ATTN_IN_WEIGHTS))
+        n, step = q.shape[2], self.vision_attention_chunk
+        chunks = [self.compiler.call("vision", self.vision_attention_step, q[:, :, s:s + step], k, v)
+                  for s in range(0, n, step)]
+        attn = chunks[0] if len(chunks) == 1 else ops.concat(chunks, 2)
+        return self.compiler.call("vision", self.vit_out_step, x, attn, *layer.weights(F.VIT_OUT_WEIGHTS))
 
     # ---- cache --------------------------------------------------------------------------------
     def plan_slots(self, prompt_len, max_new_tokens):

@@ -27,15 +27,37 @@ class VisionEmbedStep(_Wrap):
         return self.model.vision_embed(*inputs)
 
 
-class ViTLayerStep(nn.Cell):
-    """Any ViT layer of one model: weights come in as inputs (F.VIT_LAYER_WEIGHTS order)."""
+class ViTAttentionInStep(nn.Cell):
+    """Any ViT layer's layer_norm1 + q/k/v + rope; weights in F.VIT_ATTN_IN_WEIGHTS order."""
 
-    def __init__(self, heads, eps, act):
+    def __init__(self, heads, eps):
         super().__init__()
-        self.heads, self.eps, self.act = heads, eps, act
+        self.heads, self.eps = heads, eps
 
     def construct(self, x, cos, sin, *weights):
-        return F.vit_layer(x, cos, sin, None, weights, self.heads, self.eps, self.act)
+        return F.vit_attention_in(x, cos, sin, weights, self.heads, self.eps)
+
+
+class AttentionChunkStep(nn.Cell):
+    """Bidirectional attention of a block of query rows over all keys: q [1, H, n, D], k/v [1, H, N, D]."""
+
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def construct(self, q, k, v):
+        return K.attention(q, k, v, None, self.scale)
+
+
+class ViTOutStep(nn.Cell):
+    """Any ViT layer's out_proj + residual + MLP; weights in F.VIT_OUT_WEIGHTS order."""
+
+    def __init__(self, eps, act):
+        super().__init__()
+        self.eps, self.act = eps, act
+
+    def construct(self, x, attn, *weights):
+        return F.vit_out_mlp(x, attn, weights, self.eps, self.act)
 
 
 class VisionHeadStep(_Wrap):

@@ -14,7 +14,7 @@ from ms_ocr.ops import get_activation
 
 
 class WeightOrder:
-    """Mixin: `weights()` -> this layer's weight Tensors in the order of `WEIGHT_NAMES`.
+    """Mixin: `weights(names)` -> this layer's weight Tensors in the order of `names`.
 
     They are handed over as plain Tensors (`Parameter.value()`, no copy): a graph called with different
     Parameter objects compiles a new executable per layer, each with its own activation pool.
@@ -22,9 +22,9 @@ class WeightOrder:
 
     WEIGHT_NAMES = ()
 
-    def weights(self):
+    def weights(self, names=None):
         out = []
-        for name in self.WEIGHT_NAMES:
+        for name in names or self.WEIGHT_NAMES:
             obj = self
             for part in name.split("."):
                 obj = getattr(obj, part)
@@ -53,9 +53,7 @@ class DecoderLayer(nn.Cell, WeightOrder):
 
 class ViTLayer(nn.Cell, WeightOrder):
     """SigLIP-style layer (layer_norm1 -> self_attn -> layer_norm2 -> mlp): holds the Parameters; it runs
-    through the shared layer step (F.vit_layer with `weights()`)."""
-
-    WEIGHT_NAMES = F.VIT_LAYER_WEIGHTS
+    through the shared steps (F.vit_attention_in / attention chunks / F.vit_out_mlp)."""
 
     def __init__(self, dim, intermediate, num_heads, eps, act):
         super().__init__()
@@ -63,4 +61,4 @@ class ViTLayer(nn.Cell, WeightOrder):
         self.self_attn = VisionSelfAttention(dim, num_heads)
         self.layer_norm2 = LayerNorm(dim, eps)
         self.mlp = MLP(dim, intermediate, act)
-        self.spec = dict(heads=num_heads, eps=eps, act=get_activation(act))
+        self.spec = dict(heads=num_heads, dim=dim // num_heads, eps=eps, act=get_activation(act))

@@ -4,7 +4,8 @@ Parameter-holding Cells (nn/blocks.py) call these with their own Parameters; the
 (ms_ocr/steps.py) call them with one layer's weights passed as graph inputs, so a single compiled graph
 serves every layer. On the CPU backend each compiled graph keeps a static pool for all its activations
 (measured: ~5 GB per SigLIP layer at 4k patches, never reused across layers), so one graph reused for all
-layers bounds memory to one layer's activations and compiles once.
+layers bounds memory to one layer's activations and compiles once; vision attention additionally runs in
+query chunks (its own graph) so the [H, N, N] scores never exist whole.
 """
 
 from mindspore import ops
@@ -36,34 +37,37 @@ def heads_first(x, n, heads, dim):
     return x.reshape(n, heads, dim).transpose(1, 0, 2)[None]
 
 
-def vision_attention(x, cos, sin, mask, qw, qb, kw, kb, vw, vb, ow, ob, heads):
-    n, c = x.shape
-    dim = c // heads
-    q = heads_first(linear(x, qw, qb), n, heads, dim)
-    k = heads_first(linear(x, kw, kb), n, heads, dim)
-    v = heads_first(linear(x, vw, vb), n, heads, dim)
-    if cos is not None:
-        q = K.apply_rope(q, cos, sin)
-        k = K.apply_rope(k, cos, sin)
-    out = K.attention(q, k, v, mask, dim ** -0.5)
-    return linear(out[0].transpose(1, 0, 2).reshape(n, c), ow, ob)
-
-
-# Order of a pre-LN ViT layer's weights (SigLIP names), as vit_layer takes them.
-VIT_LAYER_WEIGHTS = (
-    "layer_norm1.weight", "layer_norm1.bias",
-    "self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight", "self_attn.k_proj.bias",
-    "self_attn.v_proj.weight", "self_attn.v_proj.bias", "self_attn.out_proj.weight", "self_attn.out_proj.bias",
-    "layer_norm2.weight", "layer_norm2.bias",
+# A pre-LN ViT layer's weights (SigLIP names), split where attention runs as its own graph calls.
+VIT_ATTN_IN_WEIGHTS = (
+    "layer_norm1.weight", "layer_norm1.bias", "self_attn.q_proj.weight", "self_attn.q_proj.bias",
+    "self_attn.k_proj.weight", "self_attn.k_proj.bias", "self_attn.v_proj.weight", "self_attn.v_proj.bias",
+)
+VIT_OUT_WEIGHTS = (
+    "self_attn.out_proj.weight", "self_attn.out_proj.bias", "layer_norm2.weight", "layer_norm2.bias",
     "mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias",
 )
 
 
-def vit_layer(x, cos, sin, mask, weights, heads, eps, act):
-    """layer_norm1 -> self_attn -> residual -> layer_norm2 -> fc1 -> act -> fc2 -> residual."""
-    ln1w, ln1b, qw, qb, kw, kb, vw, vb, ow, ob, ln2w, ln2b, f1w, f1b, f2w, f2b = weights
-    x = x + vision_attention(layer_norm(x, ln1w, ln1b, eps), cos, sin, mask, qw, qb, kw, kb, vw, vb, ow, ob,
-                             heads)
+def vit_attention_in(x, cos, sin, weights, heads, eps):
+    """layer_norm1 and the q/k/v projections with 2D rope: [N, C] -> q, k, v [1, H, N, D]."""
+    ln1w, ln1b, qw, qb, kw, kb, vw, vb = weights
+    n, c = x.shape
+    dim = c // heads
+    h = layer_norm(x, ln1w, ln1b, eps)
+    q = heads_first(linear(h, qw, qb), n, heads, dim)
+    k = heads_first(linear(h, kw, kb), n, heads, dim)
+    v = heads_first(linear(h, vw, vb), n, heads, dim)
+    if cos is not None:
+        q = K.apply_rope(q, cos, sin)
+        k = K.apply_rope(k, cos, sin)
+    return q, k, v
+
+
+def vit_out_mlp(x, attn, weights, eps, act):
+    """out_proj + residual, then layer_norm2 -> fc1 -> act -> fc2 + residual. attn [1, H, N, D]."""
+    ow, ob, ln2w, ln2b, f1w, f1b, f2w, f2b = weights
+    n, c = x.shape
+    x = x + linear(attn[0].transpose(1, 0, 2).reshape(n, c), ow, ob)
     return x + linear(act(linear(layer_norm(x, ln2w, ln2b, eps), f1w, f1b)), f2w, f2b)
 
 

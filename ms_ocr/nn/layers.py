@@ -2,14 +2,16 @@
 
 import mindspore as ms
 from mindspore import Parameter, nn, ops
+from mindspore.common.initializer import initializer
 
 from ms_ocr import ops as K
 from ms_ocr.nn import functional as F
 
 
 def zeros_param(shape, dtype=ms.float32):
-    # Weights are always overwritten by the loader; zeros allocate fast and never look like trained weights.
-    return Parameter(ops.zeros(shape, dtype), requires_grad=False)
+    # Lazily initialised: nothing is allocated until the loader sets the real weights, so loading never
+    # holds a zero-filled copy of the model beside the checkpoint (strict loading sets every weight).
+    return Parameter(initializer("zeros", shape, dtype), requires_grad=False)
 
 
 class Linear(nn.Cell):

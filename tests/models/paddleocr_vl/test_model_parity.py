@@ -17,7 +17,7 @@ def _tower(rt, inputs):
     patches, idx, w, pos, _ = inputs
     x, cos, sin = rt.vision_embed_step(Tensor(patches), Tensor(idx), Tensor(w), Tensor(pos))
     for layer in rt.model.vision_layers():
-        x = rt.vit_step(x, cos, sin, *layer.weights())
+        x = rt.vision_layer(layer, x, cos, sin)
     return rt.model.visual.vision_model.post_layernorm(x).asnumpy()
 
 
@@ -26,8 +26,10 @@ def _patches(grids, seed):
     return np.random.default_rng(seed).standard_normal((n, 3, 14, 14)).astype(np.float32)
 
 
+@pytest.mark.parametrize("chunk", [512, 7])  # 7: several query chunks per image, the last one short
 @pytest.mark.parametrize("grids", GRIDS, ids=lambda g: "+".join(f"{h}x{w}" for _, h, w in g))
-def test_vision_tower_and_projector(grids, pipeline, reference):
+def test_vision_tower_and_projector(grids, chunk, pipeline, reference, monkeypatch):
+    monkeypatch.setattr(pipeline.runtime, "vision_attention_chunk", chunk)
     pix = _patches(grids, len(grids))
     inputs = pipeline.vision_inputs({"image_grid_thw": np.array(grids), "pixel_values": pix})
     tower = np.concatenate([_tower(pipeline.runtime, per_image) for per_image in inputs])
