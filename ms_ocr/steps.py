@@ -73,27 +73,46 @@ def merge_image_features(embeds, image_feats, image_index):
 
 
 class PrefillPrepStep(_Wrap):
-    """Embeddings with image tokens merged, rope tables and the causal mask over the prompt."""
+    """Embeddings with the image tokens merged in, and the rope tables of the prompt."""
 
     def construct(self, input_ids, image_feats, image_index, pos):
         x = merge_image_features(self.model.embed(input_ids), image_feats, image_index)
         cos, sin = self.model.text_rotary(pos)
-        s = input_ids.shape[1]
-        j = ops.arange(s, dtype=ms.int32)
-        mask = K.attention_mask((j[None, :] <= j[:, None])[None, None])
-        return x, cos, sin, mask
+        return x, cos, sin
 
 
-class DecoderPrefillLayerStep(nn.Cell):
-    """Any decoder layer over a whole prompt: weights are inputs (F.DECODER_LAYER_WEIGHTS order)."""
+class DecoderAttentionInStep(nn.Cell):
+    """Any decoder layer's input norm + rope'd q/k/v over a prompt; weights in F.DECODER_ATTN_IN_WEIGHTS order."""
 
-    def __init__(self, heads, kv_heads, dim, eps, act):
+    def __init__(self, heads, kv_heads, dim, eps):
         super().__init__()
-        self.heads, self.kv_heads, self.dim, self.eps, self.act = heads, kv_heads, dim, eps, act
+        self.heads, self.kv_heads, self.dim, self.eps = heads, kv_heads, dim, eps
 
-    def construct(self, x, cos, sin, mask, *weights):
-        return F.decoder_layer_prefill(x, cos, sin, mask, weights, self.heads, self.kv_heads, self.dim,
-                                       self.eps, self.act)
+    def construct(self, x, cos, sin, *weights):
+        return F.decoder_attention_in(x, cos, sin, weights, self.heads, self.kv_heads, self.dim, self.eps)
+
+
+class CausalChunkStep(nn.Cell):
+    """A block of prompt queries over the keys up to its last row: q [B, H, n, D], k/v [B, Hkv, T, D],
+    visible [1, 1, n, T] (the block's rows of the causal mask)."""
+
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def construct(self, q, k, v, visible):
+        return K.attention(q, k, v, K.attention_mask(visible), self.scale)
+
+
+class DecoderOutStep(nn.Cell):
+    """Any decoder layer's o_proj + residual + gated MLP; weights in F.DECODER_OUT_WEIGHTS order."""
+
+    def __init__(self, eps, act):
+        super().__init__()
+        self.eps, self.act = eps, act
+
+    def construct(self, x, attn, *weights):
+        return F.decoder_out_mlp(x, attn, weights, self.eps, self.act)
 
 
 class LastLogitsStep(_Wrap):

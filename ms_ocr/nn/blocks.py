@@ -6,7 +6,6 @@ the order the functions take them.
 
 from mindspore import nn
 
-from ms_ocr.nn import functional as F
 from ms_ocr.nn.attention import KVCacheAttention, VisionSelfAttention
 from ms_ocr.nn.layers import LayerNorm, RMSNorm
 from ms_ocr.nn.mlp import MLP, GatedMLP
@@ -14,17 +13,15 @@ from ms_ocr.ops import get_activation
 
 
 class WeightOrder:
-    """Mixin: `weights(names)` -> this layer's weight Tensors in the order of `names`.
+    """Mixin: `weights(names)` -> this layer's weight Tensors in the order of `names` (F.*_WEIGHTS).
 
     They are handed over as plain Tensors (`Parameter.value()`, no copy): a graph called with different
     Parameter objects compiles a new executable per layer, each with its own activation pool.
     """
 
-    WEIGHT_NAMES = ()
-
-    def weights(self, names=None):
+    def weights(self, names):
         out = []
-        for name in names or self.WEIGHT_NAMES:
+        for name in names:
             obj = self
             for part in name.split("."):
                 obj = getattr(obj, part)
@@ -34,8 +31,6 @@ class WeightOrder:
 
 class DecoderLayer(nn.Cell, WeightOrder):
     """input_layernorm -> self_attn -> residual -> post_attention_layernorm -> mlp -> residual."""
-
-    WEIGHT_NAMES = F.DECODER_LAYER_WEIGHTS
 
     def __init__(self, hidden, intermediate, num_heads, num_kv_heads, head_dim, eps, act="silu"):
         super().__init__()

@@ -71,11 +71,12 @@ def vit_out_mlp(x, attn, weights, eps, act):
     return x + linear(act(linear(layer_norm(x, ln2w, ln2b, eps), f1w, f1b)), f2w, f2b)
 
 
-# Order of a llama-family decoder layer's weights (no biases), as decoder_layer_* take them.
-DECODER_LAYER_WEIGHTS = (
-    "input_layernorm.weight",
-    "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-    "post_attention_layernorm.weight",
+# A llama-family decoder layer's weights (no biases), split around attention like the ViT layer's.
+DECODER_ATTN_IN_WEIGHTS = (
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+)
+DECODER_OUT_WEIGHTS = (
+    "self_attn.o_proj.weight", "post_attention_layernorm.weight",
     "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
 )
 
@@ -99,13 +100,14 @@ def gated_mlp(x, gw, uw, dw, act):
     return linear(act(linear(x, gw)) * linear(x, uw), dw)
 
 
-def decoder_layer_prefill(x, cos, sin, mask, weights, heads, kv_heads, dim, eps, act):
-    """A whole prompt through one layer, attending to itself (causal mask over the prompt).
+def decoder_attention_in(x, cos, sin, weights, heads, kv_heads, dim, eps):
+    """input_layernorm and rope'd q/k/v of a whole prompt: q [B, H, S, D], k/v [B, Hkv, S, D]."""
+    inw, qw, kw, vw = weights
+    return project_qkv(K.rms_norm(x, inw, eps), cos, sin, qw, kw, vw, heads, kv_heads, dim)
 
-    Returns the layer output and the layer's rope'd k and v [B, Hkv, S, D] for the KV cache.
-    """
-    inw, qw, kw, vw, ow, postw, gw, uw, dw = weights
-    q, k, v = project_qkv(K.rms_norm(x, inw, eps), cos, sin, qw, kw, vw, heads, kv_heads, dim)
-    x = x + linear(merge_heads(K.attention(q, k, v, mask, dim ** -0.5)), ow)
-    x = x + gated_mlp(K.rms_norm(x, postw, eps), gw, uw, dw, act)
-    return x, k, v
+
+def decoder_out_mlp(x, attn, weights, eps, act):
+    """o_proj + residual, then post_attention_layernorm -> gated MLP + residual. attn [B, H, S, D]."""
+    ow, postw, gw, uw, dw = weights
+    x = x + linear(merge_heads(attn), ow)
+    return x + gated_mlp(K.rms_norm(x, postw, eps), gw, uw, dw, act)

@@ -70,9 +70,11 @@ def _prepared(pipeline, ids, pos, delta, pix, grids):
                     vision_inputs=pipeline.vision_inputs({"image_grid_thw": np.array(grids), "pixel_values": pix}))
 
 
-def test_prefill_and_cached_decode_logits(pipeline, reference):
+@pytest.mark.parametrize("chunk", [256, 8])  # 8: several causal query blocks over growing key prefixes
+def test_prefill_and_cached_decode_logits(chunk, pipeline, reference, monkeypatch):
     """Prefill logits over a multimodal prompt, then 10 cached decode steps, each against the reference's
     full forward; and our cached steps against our own uncached forward."""
+    monkeypatch.setattr(pipeline.runtime, "prefill_attention_chunk", chunk)
     cfg = pipeline.cfg
     grids = [(1, 4, 6), (1, 6, 4)]
     pix = _patches(grids, 7)
