@@ -56,6 +56,9 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=
             raise CheckpointError(f"{source}: {hf_name} has shape {tuple(arr.shape)}, the model expects "
                                   f"{tuple(param.shape)} (checkpoint and config.json disagree)")
         tags.add(tag)
+        # Materialise the lazy Parameter first so set_data copies into MindSpore-owned memory: adopting the
+        # NumPy buffer instead measured 92 vs 82 ms per decoded token at the real PaddleOCR-VL size.
+        param.init_data()
         if np.issubdtype(arr.dtype, np.floating):
             arr = round_weights(arr, round_to)
             param.set_data(Tensor(arr).astype(compute_dtype) if compute_dtype != ms.float32 else Tensor(arr))
