@@ -15,9 +15,8 @@ from ms_ocr.processing.grid import bucket
 from mindspore import ops
 
 from ms_ocr.nn import functional as F
-from ms_ocr.steps import (AllLogitsStep, AttentionChunkStep, CausalChunkStep, DecodeStep, DecoderAttentionInStep,
-                          DecoderOutStep, LastLogitsStep, PrefillPrepStep, VisionEmbedStep, VisionHeadStep,
-                          ViTAttentionInStep, ViTOutStep)
+from ms_ocr.steps import (AllLogitsStep, AttentionChunkStep, DecodeStep, DecoderPrefillLayerStep, LastLogitsStep,
+                          PrefillPrepStep, VisionEmbedStep, VisionHeadStep, ViTAttentionInStep, ViTOutStep)
 
 # Query rows per vision attention call: scores [H, 512, N] instead of [H, N, N] (measured at 4k patches:
 # 0.8 GB instead of 2.5 GB of activations, and no slower).
@@ -48,6 +47,12 @@ class Prepared:
     vision_inputs: list = field(default_factory=list)
 
 
+def _signature(arg):
+    if isinstance(arg, (tuple, list)):
+        return tuple(_signature(a) for a in arg)
+    return tuple(arg.shape), str(arg.dtype)
+
+
 class CompileTimer:
     """Compiles a step separately the first time it sees an input-shape key, so run time excludes it."""
 
@@ -56,7 +61,7 @@ class CompileTimer:
         self._seen = set()
 
     def call(self, name, cell, *args):
-        key = (name,) + tuple((tuple(a.shape), str(a.dtype)) for a in args)
+        key = (name,) + tuple(_signature(a) for a in args)
         if key not in self._seen:
             t0 = time.perf_counter()
             cell.compile(*args)
@@ -81,10 +86,8 @@ class VLMRuntime:
         self.vision_attention_chunk = VISION_ATTENTION_CHUNK
         self.prefill_prep_step = PrefillPrepStep(model)
         tspec = model.text_layers()[0].spec
-        self.text_in_step = DecoderAttentionInStep(tspec["heads"], tspec["kv_heads"], tspec["dim"], tspec["eps"])
-        self.text_chunk_step = CausalChunkStep(tspec["dim"] ** -0.5)
-        self.text_out_step = DecoderOutStep(tspec["eps"], tspec["act"])
-        self.prefill_attention_chunk = PREFILL_ATTENTION_CHUNK
+        self.tspec = tspec
+        self.set_prefill_attention_block(PREFILL_ATTENTION_CHUNK)
         self.last_logits_step = LastLogitsStep(model)
         self.all_logits_step = AllLogitsStep(model)
         self.decode_step = DecodeStep(model)
@@ -110,12 +113,12 @@ class VLMRuntime:
         return feats[0] if len(feats) == 1 else ops.concat(feats, 0)
 
     def vision_layer(self, layer, x, cos, sin):
-        q, k, v = self.compiler.call("vision", self.vit_in_step, x, cos, sin, *layer.weights(F.VIT_ATTN_IN_WEIGHTS))
+        q, k, v = self.compiler.call("vision", self.vit_in_step, x, cos, sin, layer.weights(F.VIT_ATTN_IN_WEIGHTS))
         n, step = q.shape[2], self.vision_attention_chunk
         chunks = [self.compiler.call("vision", self.vision_attention_step, q[:, :, s:s + step], k, v)
                   for s in range(0, n, step)]
         attn = chunks[0] if len(chunks) == 1 else ops.concat(chunks, 2)
-        return self.compiler.call("vision", self.vit_out_step, x, attn, *layer.weights(F.VIT_OUT_WEIGHTS))
+        return self.compiler.call("vision", self.vit_out_step, x, attn, layer.weights(F.VIT_OUT_WEIGHTS))
 
     # ---- cache --------------------------------------------------------------------------------
     def plan_slots(self, prompt_len, max_new_tokens):
@@ -160,26 +163,15 @@ class VLMRuntime:
         kv_heads = self.model.num_kv_heads
         write_idx = Tensor((np.arange(kv_heads, dtype=np.int32)[:, None] * slots
                             + np.arange(padded_len, dtype=np.int32)[None]).reshape(-1))
-        blocks = self._causal_blocks(padded_len)
         for layer in self.model.text_layers():
-            q, k, v = self.compiler.call("prefill", self.text_in_step, x, cos, sin,
-                                         *layer.weights(F.DECODER_ATTN_IN_WEIGHTS))
+            x, k, v = self.compiler.call("prefill", self.prefill_layer_step, x, cos, sin,
+                                         layer.weights(F.DECODER_ATTN_IN_WEIGHTS + F.DECODER_OUT_WEIGHTS))
             layer.self_attn.write_cache(write_idx, k, v)
-            outs = [self.compiler.call("prefill", self.text_chunk_step, q[:, :, a:b], k[:, :, :b], v[:, :, :b], vis)
-                    for a, b, vis in blocks]
-            attn = outs[0] if len(outs) == 1 else ops.concat(outs, 2)
-            x = self.compiler.call("prefill", self.text_out_step, x, attn, *layer.weights(F.DECODER_OUT_WEIGHTS))
         return x
 
-    def _causal_blocks(self, n):
-        """(row start, row end, visible rows of the causal mask over keys [0, end)) per query block."""
-        step = self.prefill_attention_chunk
-        out = []
-        for a in range(0, n, step):
-            b = min(a + step, n)
-            rows = np.arange(a, b)[:, None]
-            out.append((a, b, Tensor((np.arange(b)[None, :] <= rows)[None, None])))
-        return out
+    def set_prefill_attention_block(self, rows):
+        t = self.tspec
+        self.prefill_layer_step = DecoderPrefillLayerStep(t["heads"], t["kv_heads"], t["dim"], t["eps"], t["act"], rows)
 
     def prefill(self, prep, image_feats, max_new_tokens):
         """Fill the cache with the prompt; logits of its last token [1, V]."""

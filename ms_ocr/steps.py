@@ -6,7 +6,8 @@ over the KV cache (tiny activations, one launch per token). A model Cell provide
   vision_embed(*inputs) -> (x, cos, sin); vision_layers; vision_head(x, merge_idx) -> image tokens;
   embed(input_ids); text_rotary(pos) -> (cos, sin); text_layers; text(x, pos, cache_pos) (cached, whole);
   final_norm(h); logits(h); num_kv_heads.
-Wrappers use auto_prefix=False so they never rename the model's parameters.
+Wrappers use auto_prefix=False so they never rename the model's parameters. Layer weights arrive as one
+tuple argument (MindSpore 2.7's graph compiler does not take *args in construct).
 """
 
 import mindspore as ms
@@ -34,7 +35,7 @@ class ViTAttentionInStep(nn.Cell):
         super().__init__()
         self.heads, self.eps = heads, eps
 
-    def construct(self, x, cos, sin, *weights):
+    def construct(self, x, cos, sin, weights):
         return F.vit_attention_in(x, cos, sin, weights, self.heads, self.eps)
 
 
@@ -56,7 +57,7 @@ class ViTOutStep(nn.Cell):
         super().__init__()
         self.eps, self.act = eps, act
 
-    def construct(self, x, attn, *weights):
+    def construct(self, x, attn, weights):
         return F.vit_out_mlp(x, attn, weights, self.eps, self.act)
 
 
@@ -81,38 +82,17 @@ class PrefillPrepStep(_Wrap):
         return x, cos, sin
 
 
-class DecoderAttentionInStep(nn.Cell):
-    """Any decoder layer's input norm + rope'd q/k/v over a prompt; weights in F.DECODER_ATTN_IN_WEIGHTS order."""
+class DecoderPrefillLayerStep(nn.Cell):
+    """Any decoder layer over a whole prompt (weights are inputs, DECODER_ATTN_IN + DECODER_OUT order);
+    returns the output and the layer's k, v for the cache. Prompt activations are small enough for one graph."""
 
-    def __init__(self, heads, kv_heads, dim, eps):
+    def __init__(self, heads, kv_heads, dim, eps, act, block):
         super().__init__()
-        self.heads, self.kv_heads, self.dim, self.eps = heads, kv_heads, dim, eps
+        self.heads, self.kv_heads, self.dim, self.eps, self.act, self.block = heads, kv_heads, dim, eps, act, block
 
-    def construct(self, x, cos, sin, *weights):
-        return F.decoder_attention_in(x, cos, sin, weights, self.heads, self.kv_heads, self.dim, self.eps)
-
-
-class CausalChunkStep(nn.Cell):
-    """A block of prompt queries over the keys up to its last row: q [B, H, n, D], k/v [B, Hkv, T, D],
-    visible [1, 1, n, T] (the block's rows of the causal mask)."""
-
-    def __init__(self, scale):
-        super().__init__()
-        self.scale = scale
-
-    def construct(self, q, k, v, visible):
-        return K.attention(q, k, v, K.attention_mask(visible), self.scale)
-
-
-class DecoderOutStep(nn.Cell):
-    """Any decoder layer's o_proj + residual + gated MLP; weights in F.DECODER_OUT_WEIGHTS order."""
-
-    def __init__(self, eps, act):
-        super().__init__()
-        self.eps, self.act = eps, act
-
-    def construct(self, x, attn, *weights):
-        return F.decoder_out_mlp(x, attn, weights, self.eps, self.act)
+    def construct(self, x, cos, sin, weights):
+        return F.decoder_layer_prefill(x, cos, sin, weights, self.heads, self.kv_heads, self.dim, self.eps,
+                                       self.act, self.block)
 
 
 class LastLogitsStep(_Wrap):

@@ -8,6 +8,7 @@ layers bounds memory to one layer's activations and compiles once; vision attent
 query chunks (its own graph) so the [H, N, N] scores never exist whole.
 """
 
+from mindspore import dtype as mstype
 from mindspore import ops
 
 from ms_ocr import ops as K
@@ -111,3 +112,26 @@ def decoder_out_mlp(x, attn, weights, eps, act):
     ow, postw, gw, uw, dw = weights
     x = x + linear(merge_heads(attn), ow)
     return x + gated_mlp(K.rms_norm(x, postw, eps), gw, uw, dw, act)
+
+
+def causal_block_attention(q, k, v, block, scale):
+    """Causal attention of a prompt over itself in query blocks: block i attends keys [0, end_i) only, so
+    the masked upper triangle is (mostly) never computed. q [B, H, S, D]; k, v [B, Hkv, S, D]."""
+    s = q.shape[2]
+    outs = []
+    for start in range(0, s, block):
+        end = min(start + block, s)
+        rows = ops.arange(start, end, dtype=mstype.int32)
+        cols = ops.arange(0, end, dtype=mstype.int32)
+        visible = (cols[None, :] <= rows[:, None])[None, None]
+        outs.append(K.attention(q[:, :, start:end], k[:, :, :end], v[:, :, :end], K.attention_mask(visible), scale))
+    return outs[0] if len(outs) == 1 else ops.concat(outs, 2)
+
+
+def decoder_layer_prefill(x, cos, sin, weights, heads, kv_heads, dim, eps, act, block):
+    """A whole prompt through one decoder layer; weights in DECODER_ATTN_IN_WEIGHTS + DECODER_OUT_WEIGHTS
+    order. Returns the output and the layer's rope'd k, v [B, Hkv, S, D] for the KV cache."""
+    n_in = len(DECODER_ATTN_IN_WEIGHTS)
+    q, k, v = decoder_attention_in(x, cos, sin, weights[:n_in], heads, kv_heads, dim, eps)
+    attn = causal_block_attention(q, k, v, block, dim ** -0.5)
+    return decoder_out_mlp(x, attn, weights[n_in:], eps, act), k, v

@@ -74,7 +74,7 @@ def _prepared(pipeline, ids, pos, delta, pix, grids):
 def test_prefill_and_cached_decode_logits(chunk, pipeline, reference, monkeypatch):
     """Prefill logits over a multimodal prompt, then 10 cached decode steps, each against the reference's
     full forward; and our cached steps against our own uncached forward."""
-    monkeypatch.setattr(pipeline.runtime, "prefill_attention_chunk", chunk)
+    pipeline.runtime.set_prefill_attention_block(chunk)
     cfg = pipeline.cfg
     grids = [(1, 4, 6), (1, 6, 4)]
     pix = _patches(grids, 7)
@@ -102,3 +102,4 @@ def test_prefill_and_cached_decode_logits(chunk, pipeline, reference, monkeypatc
     ours_uncached = rt.full_logits(prep_full, feats)
     assert rel_err(ours_uncached, ref_logits) < TOL
     assert rel_err(step, ours_uncached[-2]) < TOL
+    pipeline.runtime.set_prefill_attention_block(256)
