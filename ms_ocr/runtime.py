@@ -113,12 +113,12 @@ class VLMRuntime:
         return feats[0] if len(feats) == 1 else ops.concat(feats, 0)
 
     def vision_layer(self, layer, x, cos, sin):
-        q, k, v = self.compiler.call("vision", self.vit_in_step, x, cos, sin, layer.weights(F.VIT_ATTN_IN_WEIGHTS))
+        q, k, v = self.compiler.call("vision", self.vit_in_step, x, cos, sin, *layer.weights(F.VIT_ATTN_IN_WEIGHTS))
         n, step = q.shape[2], self.vision_attention_chunk
         chunks = [self.compiler.call("vision", self.vision_attention_step, q[:, :, s:s + step], k, v)
                   for s in range(0, n, step)]
         attn = chunks[0] if len(chunks) == 1 else ops.concat(chunks, 2)
-        return self.compiler.call("vision", self.vit_out_step, x, attn, layer.weights(F.VIT_OUT_WEIGHTS))
+        return self.compiler.call("vision", self.vit_out_step, x, attn, *layer.weights(F.VIT_OUT_WEIGHTS))
 
     # ---- cache --------------------------------------------------------------------------------
     def plan_slots(self, prompt_len, max_new_tokens):
@@ -165,7 +165,7 @@ class VLMRuntime:
                             + np.arange(padded_len, dtype=np.int32)[None]).reshape(-1))
         for layer in self.model.text_layers():
             x, k, v = self.compiler.call("prefill", self.prefill_layer_step, x, cos, sin,
-                                         layer.weights(F.DECODER_ATTN_IN_WEIGHTS + F.DECODER_OUT_WEIGHTS))
+                                         *layer.weights(F.DECODER_ATTN_IN_WEIGHTS + F.DECODER_OUT_WEIGHTS))
             layer.self_attn.write_cache(write_idx, k, v)
         return x
 

@@ -6,8 +6,9 @@ over the KV cache (tiny activations, one launch per token). A model Cell provide
   vision_embed(*inputs) -> (x, cos, sin); vision_layers; vision_head(x, merge_idx) -> image tokens;
   embed(input_ids); text_rotary(pos) -> (cos, sin); text_layers; text(x, pos, cache_pos) (cached, whole);
   final_norm(h); logits(h); num_kv_heads.
-Wrappers use auto_prefix=False so they never rename the model's parameters. Layer weights arrive as one
-tuple argument (MindSpore 2.7's graph compiler does not take *args in construct).
+Wrappers use auto_prefix=False so they never rename the model's parameters. Layer weights are explicit
+positional inputs: MindSpore 2.7 rejects *args in construct, and 2.10 folds a tuple argument into the
+graph as a constant (a new compile and activation pool per layer).
 """
 
 import mindspore as ms
@@ -35,8 +36,8 @@ class ViTAttentionInStep(nn.Cell):
         super().__init__()
         self.heads, self.eps = heads, eps
 
-    def construct(self, x, cos, sin, weights):
-        return F.vit_attention_in(x, cos, sin, weights, self.heads, self.eps)
+    def construct(self, x, cos, sin, ln1w, ln1b, qw, qb, kw, kb, vw, vb):
+        return F.vit_attention_in(x, cos, sin, (ln1w, ln1b, qw, qb, kw, kb, vw, vb), self.heads, self.eps)
 
 
 class AttentionChunkStep(nn.Cell):
@@ -57,8 +58,8 @@ class ViTOutStep(nn.Cell):
         super().__init__()
         self.eps, self.act = eps, act
 
-    def construct(self, x, attn, weights):
-        return F.vit_out_mlp(x, attn, weights, self.eps, self.act)
+    def construct(self, x, attn, ow, ob, ln2w, ln2b, f1w, f1b, f2w, f2b):
+        return F.vit_out_mlp(x, attn, (ow, ob, ln2w, ln2b, f1w, f1b, f2w, f2b), self.eps, self.act)
 
 
 class VisionHeadStep(_Wrap):
@@ -90,9 +91,9 @@ class DecoderPrefillLayerStep(nn.Cell):
         super().__init__()
         self.heads, self.kv_heads, self.dim, self.eps, self.act, self.block = heads, kv_heads, dim, eps, act, block
 
-    def construct(self, x, cos, sin, weights):
-        return F.decoder_layer_prefill(x, cos, sin, weights, self.heads, self.kv_heads, self.dim, self.eps,
-                                       self.act, self.block)
+    def construct(self, x, cos, sin, inw, qw, kw, vw, ow, postw, gw, uw, dw):
+        return F.decoder_layer_prefill(x, cos, sin, (inw, qw, kw, vw, ow, postw, gw, uw, dw), self.heads,
+                                       self.kv_heads, self.dim, self.eps, self.act, self.block)
 
 
 class LastLogitsStep(_Wrap):
