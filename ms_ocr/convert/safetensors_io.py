@@ -1,7 +1,7 @@
 """Read safetensors files (single or sharded, F32/F16/BF16/int) into NumPy without a framework.
 
 BF16 is widened to float32 exactly by shifting its 16 bits into the high half of a float32 word, so no
-numpy bfloat16 support is needed; arrays are memory-mapped until converted.
+numpy bfloat16 support is needed.
 """
 
 import json
@@ -32,23 +32,26 @@ def read_header(path):
 
 
 def iter_file(path):
-    """Yield (name, array, dtype_tag) for each tensor of one file; BF16 arrives as float32."""
+    """Yield (name, array, dtype_tag) for each tensor of one file; BF16 arrives as float32.
+
+    Tensors are read one at a time (not memory-mapped): mapped pages stay resident while the file is open,
+    which added the whole checkpoint to the loader's peak memory.
+    """
     header, offset = read_header(path)
     size = os.path.getsize(path)
-    mm = np.memmap(path, dtype=np.uint8, mode="r")
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        tag = info["dtype"]
-        if tag not in _DTYPES:
-            raise CheckpointError(f"{path}: tensor {name} has unsupported dtype {tag}")
-        start, end = info["data_offsets"]
-        if offset + end > size:
-            raise CheckpointError(f"{path} is truncated (tensor {name} runs past the end of the file)")
-        raw = mm[offset + start: offset + end].view(_DTYPES[tag]).reshape(info["shape"])
-        if tag == "BF16":
-            raw = (raw.astype(np.uint32) << 16).view(np.float32)
-        yield name, raw, tag
+    with open(path, "rb") as f:
+        for name, info in sorted((k, v) for k, v in header.items() if k != "__metadata__"):
+            tag = info["dtype"]
+            if tag not in _DTYPES:
+                raise CheckpointError(f"{path}: tensor {name} has unsupported dtype {tag}")
+            start, end = info["data_offsets"]
+            if offset + end > size:
+                raise CheckpointError(f"{path} is truncated (tensor {name} runs past the end of the file)")
+            f.seek(offset + start)
+            raw = np.frombuffer(f.read(end - start), dtype=_DTYPES[tag]).reshape(info["shape"])
+            if tag == "BF16":
+                raw = (raw.astype(np.uint32) << 16).view(np.float32)
+            yield name, raw, tag
 
 
 def weight_files(model_dir):
