@@ -103,3 +103,27 @@ def test_prefill_and_cached_decode_logits(chunk, pipeline, reference, monkeypatc
     assert rel_err(ours_uncached, ref_logits) < TOL
     assert rel_err(step, ours_uncached[-2]) < TOL
     pipeline.runtime.set_prefill_attention_block(256)
+
+
+def test_shared_layer_steps_compile_once_for_all_layers(pipeline):
+    """Every layer runs through the same compiled graph: a new graph per layer (as happens when weights are
+    passed as Parameters or as a tuple) gives each layer its own activation pool (24 GB at full size)."""
+    rt = pipeline.runtime
+    grids = [(1, 6, 8)]
+    inputs = pipeline.vision_inputs({"image_grid_thw": np.array(grids), "pixel_values": _patches(grids, 3)})
+    rt.encode_images(inputs)
+    for step in (rt.vit_in_step, rt.vit_out_step):
+        before = set(step.compile_cache)
+        rt.encode_images(inputs)
+        assert set(step.compile_cache) == before and len(before) == 1
+    cfg = pipeline.cfg
+    prep = _prepared(pipeline, _multimodal_prompt(cfg, grids), *_positions(pipeline, grids), _patches(grids, 3), grids)
+    rt.prefill(prep, pipeline.encode_images(prep), 4)
+    assert len(rt.prefill_layer_step.compile_cache) == 1
+
+
+def _positions(pipeline, grids):
+    from ms_ocr.processing.mrope import mrope_positions
+    ids = _multimodal_prompt(pipeline.cfg, grids)
+    types = (ids == pipeline.cfg.image_token_id).astype(np.int64)
+    return mrope_positions(types, grids, pipeline.cfg.vision.spatial_merge_size)
