@@ -13,8 +13,14 @@ def rotate_half(x):
 def apply_rope(x, cos, sin):
     """x * cos + rotate_half(x) * sin.
 
-    x [B, H, S, D]; cos, sin [B|1, 1, S, D] holding the frequencies twice ([f, f]), as HF builds them.
+    x [B, H, S, D]; cos, sin [B|1, 1, S, D] holding the frequencies twice ([f, f]), as HF builds them
+    (the fallback relies on that; every rope table in ms_ocr.nn.rope is built so).
     """
     if backend.FUSED:
         return ops.rotary_position_embedding(x, cos.astype(x.dtype), sin.astype(x.dtype), mode=0)
-    return x * cos + rotate_half(x) * sin
+    # cos/sin repeat their first half, so the rotation needs only half-width products and one concat
+    # (x * cos + rotate_half(x) * sin materialises three full-width temporaries).
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    c, s = cos[..., :half], sin[..., :half]
+    return ops.concat((x1 * c - x2 * s, x2 * c + x1 * s), -1)
