@@ -148,17 +148,13 @@ class VLMRuntime:
         # Padding tokens take positions after the prompt; they write cache slots that decode overwrites
         # before any query can see them.
         pos[:, 0, s:] = np.arange(s, padded_len) + prep.rope_delta
-        cache_pos = np.arange(padded_len, dtype=np.int32)[None]
-        if image_feats is None:
-            image_feats = Tensor(np.zeros((1, self.hidden_size()), np.float32), self.compute_dtype)
-        return [Tensor(ids), image_feats, Tensor(image_index), Tensor(pos), Tensor(cache_pos)]
-
-    def hidden_size(self):
-        return self.model.cfg.text.hidden_size
+        if image_feats is None:  # text-only prompt: one dummy row that no token selects
+            image_feats = Tensor(np.zeros((1, self.model.cfg.text.hidden_size), np.float32), self.compute_dtype)
+        return Tensor(ids), image_feats, Tensor(image_index), Tensor(pos)
 
     def _prefill_hidden(self, prep, image_feats, padded_len, slots):
         """Run the prompt through every layer (shared layer graphs), writing each layer's k/v to its cache."""
-        ids, feats, image_index, pos, _ = self._prefill_args(prep, image_feats, padded_len)
+        ids, feats, image_index, pos = self._prefill_args(prep, image_feats, padded_len)
         x, cos, sin = self.compiler.call("prefill", self.prefill_prep_step, ids, feats, image_index, pos)
         kv_heads = self.model.num_kv_heads
         write_idx = Tensor((np.arange(kv_heads, dtype=np.int32)[:, None] * slots

@@ -5,13 +5,8 @@ from mindspore import ops
 from ms_ocr.ops import backend
 
 
-def rotate_half(x):
-    half = x.shape[-1] // 2
-    return ops.concat((-x[..., half:], x[..., :half]), -1)
-
-
 def apply_rope(x, cos, sin):
-    """x * cos + rotate_half(x) * sin.
+    """x * cos + rotate_half(x) * sin, rotate_half(x) = concat(-x[..., D/2:], x[..., :D/2]).
 
     x [B, H, S, D]; cos, sin [B|1, 1, S, D] holding the frequencies twice ([f, f]), as HF builds them
     (the fallback relies on that; every rope table in ms_ocr.nn.rope is built so).
