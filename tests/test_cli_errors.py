@@ -87,3 +87,9 @@ def test_corrupt_weights(tmp_path, tiny_dir, good_png):
             (bad / fn).write_bytes(data[: len(data) // 3])
     assert_one_line_error(infer("--model", "paddleocr-vl", "--model-path", str(bad), "--image", good_png),
                           "truncated")
+
+
+def test_request_longer_than_max_positions(tiny_dir, good_png):
+    # the tiny checkpoint has max_position_embeddings 4096
+    assert_one_line_error(infer("--model", "paddleocr-vl", "--model-path", tiny_dir, "--image", good_png,
+                                "--max-new-tokens", "5000"), "max_position_embeddings (4096)")

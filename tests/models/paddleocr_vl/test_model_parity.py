@@ -132,3 +132,13 @@ def _positions(pipeline, grids):
     ids = _multimodal_prompt(pipeline.cfg, grids)
     types = (ids == pipeline.cfg.image_token_id).astype(np.int64)
     return mrope_positions(types, grids, pipeline.cfg.vision.spatial_merge_size)
+
+
+def test_cache_is_sized_per_request_in_buckets(pipeline):
+    from ms_ocr.runtime import RequestTooLong
+    rt = pipeline.runtime  # buckets: prefill 32, slots 64
+    assert rt.plan_slots(10, 5) == 64
+    assert rt.plan_slots(40, 30) == 128
+    assert rt.plan_slots(60, 1) == 64
+    with pytest.raises(RequestTooLong, match="max_position_embeddings"):
+        rt.plan_slots(100, pipeline.cfg.text.max_position_embeddings)
