@@ -11,8 +11,8 @@ from ms_ocr.runtime import Prepared
 class VLMPipeline:
     """Glue between a model package and the generic runtime.
 
-    `vision_inputs(processed) -> list[np.ndarray]` pads one request's images into the vision step's
-    inputs; `num_pos_axes` is the number of rope position rows the decoder takes.
+    `vision_inputs(processed) -> list[list[np.ndarray]]` turns one request's images into the vision steps'
+    inputs, one list per image; `num_pos_axes` is the number of rope position rows the decoder takes.
     """
 
     def __init__(self, name, model_dir, cfg, processor, runtime, vision_inputs, eos_ids, num_pos_axes,
@@ -40,7 +40,7 @@ class VLMPipeline:
     def encode_images(self, prep):
         return self.runtime.encode_images(prep.vision_inputs) if prep.vision_inputs else None
 
-    def run(self, images, prompt, sampling, on_token=None, logits_hook=None):
+    def run(self, images, prompt, sampling, on_token=None):
         """OCR one request. Returns dict(text, token_ids, finish_reason, timings in ms / tokens per s)."""
         compile_before = dict(self.runtime.compiler.seconds)
         t0 = time.perf_counter()
@@ -48,8 +48,7 @@ class VLMPipeline:
         t1 = time.perf_counter()
         feats = self.encode_images(prep)  # stays a device Tensor for prefill
         t2 = time.perf_counter()
-        result = generate(self.runtime, prep, feats, sampling, self.eos_ids, self.num_pos_axes, on_token,
-                          logits_hook)
+        result = generate(self.runtime, prep, feats, sampling, self.eos_ids, self.num_pos_axes, on_token)
         compiled = {k: v - compile_before.get(k, 0.0) for k, v in self.runtime.compiler.seconds.items()}
         vision_compile = compiled.get("vision", 0.0)
         prefill_compile = compiled.get("prefill", 0.0)

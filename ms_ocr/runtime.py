@@ -1,7 +1,7 @@
 """Runs a loaded VLM Cell: shape buckets, per-request KV cache, compiled vision/prefill/decode steps.
 
 Model-agnostic: a model package supplies the Cell (see ms_ocr/steps.py for the methods it needs) and
-turns processor output into padded vision inputs; this class owns everything shape- and cache-related.
+turns processor output into per-image vision inputs; this class owns everything shape- and cache-related.
 """
 
 import time
@@ -9,12 +9,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import mindspore as ms
-from mindspore import Tensor
-
-from ms_ocr.processing.grid import bucket
-from mindspore import ops
+from mindspore import Tensor, ops
 
 from ms_ocr.nn import functional as F
+from ms_ocr.processing.grid import bucket
 from ms_ocr.steps import (AllLogitsStep, AttentionChunkStep, DecodeStep, DecoderPrefillLayerStep, LastLogitsStep,
                           PrefillPrepStep, VisionEmbedStep, VisionHeadStep, ViTAttentionInStep, ViTOutStep)
 
@@ -47,12 +45,6 @@ class Prepared:
     vision_inputs: list = field(default_factory=list)
 
 
-def _signature(arg):
-    if isinstance(arg, (tuple, list)):
-        return tuple(_signature(a) for a in arg)
-    return tuple(arg.shape), str(arg.dtype)
-
-
 class CompileTimer:
     """Compiles a step separately the first time it sees an input-shape key, so run time excludes it."""
 
@@ -61,7 +53,7 @@ class CompileTimer:
         self._seen = set()
 
     def call(self, name, cell, *args):
-        key = (name,) + tuple(_signature(a) for a in args)
+        key = (name,) + tuple((tuple(a.shape), str(a.dtype)) for a in args)
         if key not in self._seen:
             t0 = time.perf_counter()
             cell.compile(*args)
@@ -92,8 +84,6 @@ class VLMRuntime:
         self.all_logits_step = AllLogitsStep(model)
         self.decode_step = DecodeStep(model)
         self.compiler = CompileTimer()
-        self.cache_shape = None
-        self.hidden = None
 
     # ---- vision -------------------------------------------------------------------------------
     def encode_images(self, vision_inputs):
@@ -132,7 +122,6 @@ class VLMRuntime:
     def reset_cache(self, batch, slots):
         """Size the caches for this request (and zero them: stale NaNs would poison masked slots)."""
         self.model.allocate_cache(batch, slots, self.compute_dtype)
-        self.cache_shape = (batch, slots)
 
     # ---- prefill / decode ---------------------------------------------------------------------
     def _prefill_args(self, prep, image_feats, padded_len):

@@ -1,7 +1,7 @@
 """Transformer blocks holding HF-named Parameters: pre-norm decoder layer (llama family), pre-LN ViT layer.
 
-The math lives in nn/functional.py; `weights()` hands a layer's Parameters to the shared layer steps in
-the order the functions take them.
+The math lives in nn/functional.py; `weights(names)` hands a layer's weights to the shared layer steps
+in the order the functions take them.
 """
 
 from mindspore import nn

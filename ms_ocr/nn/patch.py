@@ -1,9 +1,9 @@
 """Patch embedding: a stride == kernel conv computed as one matmul over flattened patches."""
 
-from mindspore import nn, ops
+from mindspore import nn
 
+from ms_ocr.nn import functional as F
 from ms_ocr.nn.layers import zeros_param
-
 
 class PatchEmbed(nn.Cell):
     """Conv2d(C, dim, p, stride=p) applied to pre-cut patches [N, C, p, p] -> [N, dim].
@@ -18,11 +18,7 @@ class PatchEmbed(nn.Cell):
         self.has_bias = bias
         if bias:
             self.bias = zeros_param((dim,))
-        self.matmul = ops.MatMul(transpose_b=True)
 
     def construct(self, patches):
-        n = patches.shape[0]
-        y = self.matmul(patches.reshape(n, -1), self.weight.reshape(self.weight.shape[0], -1))
-        if self.has_bias:
-            y = y + self.bias
-        return y
+        weight = self.weight.reshape(self.weight.shape[0], -1)
+        return F.linear(patches.reshape(patches.shape[0], -1), weight, self.bias if self.has_bias else None)
