@@ -11,8 +11,8 @@ from ms_ocr.runtime import Prepared
 class VLMPipeline:
     """Glue between a model package and the generic runtime.
 
-    `vision_inputs(processed) -> list[list[np.ndarray]]` turns one request's images into the vision steps'
-    inputs, one list per image; `num_pos_axes` is the number of rope position rows the decoder takes.
+    `vision_inputs(processed) -> list[runtime.VisionInputs]` turns one request's images into the vision
+    steps' inputs, one per image; `num_pos_axes` is the number of rope position rows the decoder takes.
     """
 
     def __init__(self, name, model_dir, cfg, processor, runtime, vision_inputs, eos_ids, num_pos_axes,

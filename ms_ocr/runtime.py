@@ -11,10 +11,10 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, ops
 
-from ms_ocr.nn import functional as F
 from ms_ocr.processing.grid import bucket
-from ms_ocr.steps import (AllLogitsStep, AttentionChunkStep, DecodeStep, DecoderPrefillLayerStep, LastLogitsStep,
-                          PrefillPrepStep, VisionEmbedStep, VisionHeadStep, ViTAttentionInStep, ViTOutStep)
+from ms_ocr.steps import (AllLogitsStep, AttentionChunkStep, DecodeStep, DecoderPrefillLayerStep,
+                          DecoderQKNormPrefillLayerStep, LastLogitsStep, PrefillPrepStep, VisionEmbedStep,
+                          VisionHeadStep, ViTAttentionInNoRopeStep, ViTAttentionInStep, ViTOutStep)
 
 # Query rows per vision attention call: scores [H, 512, N] instead of [H, N, N] (measured at 4k patches:
 # 0.8 GB instead of 2.5 GB of activations, and no slower).
@@ -33,6 +33,13 @@ class Buckets:
     """Granularity of the padded shapes graphs are compiled for (each new bucket compiles once)."""
     prefill: int = 128
     slots: int = 256
+
+
+@dataclass
+class VisionInputs:
+    """One image's host arrays: for the model's vision_embed and for its vision_head (after the layers)."""
+    embed: tuple
+    head: tuple
 
 
 @dataclass
@@ -72,7 +79,8 @@ class VLMRuntime:
         self.vision_embed_step = VisionEmbedStep(model)
         self.vision_head_step = VisionHeadStep(model)
         vspec = model.vision_layers()[0].spec
-        self.vit_in_step = ViTAttentionInStep(vspec["heads"], vspec["eps"])
+        in_step = ViTAttentionInStep if vspec["rope"] else ViTAttentionInNoRopeStep
+        self.vit_in_step = in_step(vspec["heads"], vspec["eps"])
         self.vit_out_step = ViTOutStep(vspec["eps"], vspec["act"])
         self.vision_attention_step = AttentionChunkStep(vspec["dim"] ** -0.5)
         self.vision_attention_chunk = VISION_ATTENTION_CHUNK
@@ -86,29 +94,38 @@ class VLMRuntime:
         self.compiler = CompileTimer()
 
     # ---- vision -------------------------------------------------------------------------------
+    def _tensor(self, array):
+        """Host array -> Tensor: floats in the compute dtype, integers as int32."""
+        array = np.asarray(array)
+        if np.issubdtype(array.dtype, np.floating):
+            return Tensor(array.astype(np.float32), self.compute_dtype)
+        return Tensor(array.astype(np.int32))
+
     def encode_images(self, vision_inputs):
-        """Per-image vision inputs -> image tokens Tensor [M, H] (kept on device for prefill).
+        """Per-image VisionInputs -> image tokens Tensor [M, H] (kept on device for prefill).
 
         Each image runs at its exact patch count (one compile per size, no padding or mask), layer by layer
         through one shared layer graph.
         """
-        feats = []
-        for patches, interp_idx, interp_w, pos_hw, merge_idx in vision_inputs:
-            x, cos, sin = self.compiler.call("vision", self.vision_embed_step, Tensor(patches, self.compute_dtype),
-                                             Tensor(interp_idx), Tensor(interp_w, self.compute_dtype),
-                                             Tensor(pos_hw))
-            for layer in self.model.vision_layers():
-                x = self.vision_layer(layer, x, cos, sin)
-            feats.append(self.compiler.call("vision", self.vision_head_step, x, Tensor(merge_idx)))
+        feats = [self.compiler.call("vision", self.vision_head_step, self.vision_tower(item),
+                                    *[self._tensor(a) for a in item.head]) for item in vision_inputs]
         return feats[0] if len(feats) == 1 else ops.concat(feats, 0)
 
-    def vision_layer(self, layer, x, cos, sin):
-        q, k, v = self.compiler.call("vision", self.vit_in_step, x, cos, sin, *layer.weights(F.VIT_ATTN_IN_WEIGHTS))
+    def vision_tower(self, item):
+        """One image's patch embeddings through every ViT layer: [N, C] (before the model's vision head)."""
+        out = self.compiler.call("vision", self.vision_embed_step, *[self._tensor(a) for a in item.embed])
+        x, rope = (out[0], tuple(out[1:])) if isinstance(out, tuple) else (out, ())
+        for layer in self.model.vision_layers():
+            x = self.vision_layer(layer, x, rope)
+        return x
+
+    def vision_layer(self, layer, x, rope):
+        q, k, v = self.compiler.call("vision", self.vit_in_step, x, *rope, *layer.weights(layer.attn_in_names))
         n, step = q.shape[2], self.vision_attention_chunk
         chunks = [self.compiler.call("vision", self.vision_attention_step, q[:, :, s:s + step], k, v)
                   for s in range(0, n, step)]
         attn = chunks[0] if len(chunks) == 1 else ops.concat(chunks, 2)
-        return self.compiler.call("vision", self.vit_out_step, x, attn, *layer.weights(F.VIT_OUT_WEIGHTS))
+        return self.compiler.call("vision", self.vit_out_step, x, attn, *layer.weights(layer.out_names))
 
     # ---- cache --------------------------------------------------------------------------------
     def plan_slots(self, prompt_len, max_new_tokens):
@@ -150,13 +167,14 @@ class VLMRuntime:
                             + np.arange(padded_len, dtype=np.int32)[None]).reshape(-1))
         for layer in self.model.text_layers():
             x, k, v = self.compiler.call("prefill", self.prefill_layer_step, x, cos, sin,
-                                         *layer.weights(F.DECODER_ATTN_IN_WEIGHTS + F.DECODER_OUT_WEIGHTS))
+                                         *layer.weights(layer.weight_names))
             layer.self_attn.write_cache(write_idx, k, v)
         return x
 
     def set_prefill_attention_block(self, rows):
         t = self.tspec
-        self.prefill_layer_step = DecoderPrefillLayerStep(t["heads"], t["kv_heads"], t["dim"], t["eps"], t["act"], rows)
+        step = DecoderQKNormPrefillLayerStep if t["qk_norm"] else DecoderPrefillLayerStep
+        self.prefill_layer_step = step(t["heads"], t["kv_heads"], t["dim"], t["eps"], t["act"], rows, t["paired"])
 
     def prefill(self, prep, image_feats, max_new_tokens):
         """Fill the cache with the prompt; logits of its last token [1, V]."""

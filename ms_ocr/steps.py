@@ -3,7 +3,8 @@
 Vision and prefill run layer by layer through one compiled graph per layer type (weights are graph
 inputs), which bounds activation memory to one layer and compiles once; decode runs as one whole graph
 over the KV cache (tiny activations, one launch per token). A model Cell provides:
-  vision_embed(*inputs) -> (x, cos, sin); vision_layers; vision_head(x, merge_idx) -> image tokens;
+  vision_embed(*inputs) -> (x, cos, sin) with vision rope, or x without; vision_layers (ViTLayer);
+  vision_head(x, *inputs) -> image tokens;
   embed(input_ids); text_rotary(pos) -> (cos, sin); text_layers; text(x, pos, cache_pos) (cached, whole);
   final_norm(h); logits(h); num_kv_heads.
 Wrappers use auto_prefix=False so they never rename the model's parameters. Layer weights are explicit
@@ -30,7 +31,7 @@ class VisionEmbedStep(_Wrap):
 
 
 class ViTAttentionInStep(nn.Cell):
-    """Any ViT layer's layer_norm1 + q/k/v + rope; weights in F.VIT_ATTN_IN_WEIGHTS order."""
+    """Any ViT layer's norm1 + q/k/v + 2D rope; weights in F.VIT_ATTN_IN_ROLES order."""
 
     def __init__(self, heads, eps):
         super().__init__()
@@ -38,6 +39,17 @@ class ViTAttentionInStep(nn.Cell):
 
     def construct(self, x, cos, sin, ln1w, ln1b, qw, qb, kw, kb, vw, vb):
         return F.vit_attention_in(x, cos, sin, (ln1w, ln1b, qw, qb, kw, kb, vw, vb), self.heads, self.eps)
+
+
+class ViTAttentionInNoRopeStep(nn.Cell):
+    """The same for ViTs without rope (position table only, e.g. HunyuanOCR)."""
+
+    def __init__(self, heads, eps):
+        super().__init__()
+        self.heads, self.eps = heads, eps
+
+    def construct(self, x, ln1w, ln1b, qw, qb, kw, kb, vw, vb):
+        return F.vit_attention_in(x, None, None, (ln1w, ln1b, qw, qb, kw, kb, vw, vb), self.heads, self.eps)
 
 
 class AttentionChunkStep(nn.Cell):
@@ -52,7 +64,7 @@ class AttentionChunkStep(nn.Cell):
 
 
 class ViTOutStep(nn.Cell):
-    """Any ViT layer's out_proj + residual + MLP; weights in F.VIT_OUT_WEIGHTS order."""
+    """Any ViT layer's out projection + residual + MLP; weights in F.VIT_OUT_ROLES order."""
 
     def __init__(self, eps, act):
         super().__init__()
@@ -63,8 +75,8 @@ class ViTOutStep(nn.Cell):
 
 
 class VisionHeadStep(_Wrap):
-    def construct(self, x, merge_idx):
-        return self.model.vision_head(x, merge_idx)
+    def construct(self, x, *inputs):
+        return self.model.vision_head(x, *inputs)
 
 
 def merge_image_features(embeds, image_feats, image_index):
@@ -84,16 +96,25 @@ class PrefillPrepStep(_Wrap):
 
 
 class DecoderPrefillLayerStep(nn.Cell):
-    """Any decoder layer over a whole prompt (weights are inputs, DECODER_ATTN_IN + DECODER_OUT order);
+    """Any decoder layer over a whole prompt (weights are inputs, DecoderLayer.weight_names order);
     returns the output and the layer's k, v for the cache. Prompt activations are small enough for one graph."""
 
-    def __init__(self, heads, kv_heads, dim, eps, act, block):
+    def __init__(self, heads, kv_heads, dim, eps, act, block, paired=True):
         super().__init__()
         self.heads, self.kv_heads, self.dim, self.eps, self.act, self.block = heads, kv_heads, dim, eps, act, block
+        self.paired = paired
 
     def construct(self, x, cos, sin, inw, qw, kw, vw, ow, postw, gw, uw, dw):
         return F.decoder_layer_prefill(x, cos, sin, (inw, qw, kw, vw, ow, postw, gw, uw, dw), self.heads,
-                                       self.kv_heads, self.dim, self.eps, self.act, self.block)
+                                       self.kv_heads, self.dim, self.eps, self.act, self.block, self.paired)
+
+
+class DecoderQKNormPrefillLayerStep(DecoderPrefillLayerStep):
+    """The same for layers with q/k norms after the rope (HunYuan)."""
+
+    def construct(self, x, cos, sin, inw, qw, kw, vw, qnw, knw, ow, postw, gw, uw, dw):
+        return F.decoder_layer_prefill(x, cos, sin, (inw, qw, kw, vw, qnw, knw, ow, postw, gw, uw, dw), self.heads,
+                                       self.kv_heads, self.dim, self.eps, self.act, self.block, self.paired)
 
 
 class LastLogitsStep(_Wrap):

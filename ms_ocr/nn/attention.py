@@ -5,7 +5,7 @@ from mindspore import Parameter, nn, ops
 
 from ms_ocr import ops as K
 from ms_ocr.nn import functional as F
-from ms_ocr.nn.layers import Linear
+from ms_ocr.nn.layers import Linear, RMSNorm
 
 
 class KVCacheAttention(nn.Cell):
@@ -16,7 +16,7 @@ class KVCacheAttention(nn.Cell):
     mask hides slots after each query's cache position (stale rows included).
     """
 
-    def __init__(self, hidden, num_heads, num_kv_heads, head_dim):
+    def __init__(self, hidden, num_heads, num_kv_heads, head_dim, qk_norm=False, eps=1e-6, paired=True):
         super().__init__()
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
@@ -25,6 +25,12 @@ class KVCacheAttention(nn.Cell):
         self.k_proj = Linear(hidden, num_kv_heads * head_dim, False)
         self.v_proj = Linear(hidden, num_kv_heads * head_dim, False)
         self.o_proj = Linear(num_heads * head_dim, hidden, False)
+        self.qk_norm = qk_norm
+        self.eps = eps
+        self.paired = paired
+        if qk_norm:  # per-head RMSNorm after rope (HunYuan's names)
+            self.query_layernorm = RMSNorm(head_dim, eps)
+            self.key_layernorm = RMSNorm(head_dim, eps)
         self.k_cache = Parameter(ops.zeros((num_kv_heads, head_dim), ms.float32), requires_grad=False)
         self.v_cache = Parameter(ops.zeros((num_kv_heads, head_dim), ms.float32), requires_grad=False)
 
@@ -42,8 +48,11 @@ class KVCacheAttention(nn.Cell):
 
     def construct(self, x, cos, sin, write_idx, mask):
         b, s, _ = x.shape
+        norms = None
+        if self.qk_norm:
+            norms = (self.query_layernorm.weight, self.key_layernorm.weight)
         q, k, v = F.project_qkv(x, cos, sin, self.q_proj.weight, self.k_proj.weight, self.v_proj.weight,
-                                self.num_heads, self.num_kv_heads, self.head_dim)
+                                self.num_heads, self.num_kv_heads, self.head_dim, norms, self.eps, self.paired)
         rows = b * self.num_kv_heads * s
         k_all = ops.scatter_update(self.k_cache, write_idx, k.reshape(rows, self.head_dim).astype(self.k_cache.dtype))
         v_all = ops.scatter_update(self.v_cache, write_idx, v.reshape(rows, self.head_dim).astype(self.v_cache.dtype))
@@ -70,13 +79,14 @@ def causal_cache_mask(cache_pos, slots):
 
 
 class VisionSelfAttention(nn.Cell):
-    """Parameter holder for bidirectional vision attention (q/k/v/out_proj); math in F.vision_attention."""
+    """Parameter holder for bidirectional vision attention (q/k/v + the out projection, stored as
+    `out_name`: SigLIP out_proj, HunYuan o_proj); math in F.vit_attention_in / F.vit_out_mlp."""
 
-    def __init__(self, dim, num_heads, bias=True):
+    def __init__(self, dim, num_heads, bias=True, out_name="out_proj"):
         super().__init__()
         self.num_heads = num_heads
         self.q_proj = Linear(dim, dim, bias)
         self.k_proj = Linear(dim, dim, bias)
         self.v_proj = Linear(dim, dim, bias)
-        self.out_proj = Linear(dim, dim, bias)
+        setattr(self, out_name, Linear(dim, dim, bias))
 

@@ -6,6 +6,7 @@ in the order the functions take them.
 
 from mindspore import nn
 
+from ms_ocr.nn import functional as F
 from ms_ocr.nn.attention import KVCacheAttention, VisionSelfAttention
 from ms_ocr.nn.layers import LayerNorm, RMSNorm
 from ms_ocr.nn.mlp import MLP, GatedMLP
@@ -30,15 +31,23 @@ class WeightOrder:
 
 
 class DecoderLayer(nn.Cell, WeightOrder):
-    """input_layernorm -> self_attn -> residual -> post_attention_layernorm -> mlp -> residual."""
+    """input_layernorm -> self_attn -> residual -> post_attention_layernorm -> mlp -> residual.
 
-    def __init__(self, hidden, intermediate, num_heads, num_kv_heads, head_dim, eps, act="silu"):
+    qk_norm: per-head RMSNorm on q and k after the rope (HunYuan: self_attn.query_layernorm/key_layernorm).
+    paired: whether the layer's rope tables repeat their halves (see ops.apply_rope).
+    """
+
+    def __init__(self, hidden, intermediate, num_heads, num_kv_heads, head_dim, eps, act="silu", qk_norm=False,
+                 paired=True):
         super().__init__()
         self.input_layernorm = RMSNorm(hidden, eps)
-        self.self_attn = KVCacheAttention(hidden, num_heads, num_kv_heads, head_dim)
+        self.self_attn = KVCacheAttention(hidden, num_heads, num_kv_heads, head_dim, qk_norm, eps, paired)
         self.post_attention_layernorm = RMSNorm(hidden, eps)
         self.mlp = GatedMLP(hidden, intermediate, act)
-        self.spec = dict(heads=num_heads, kv_heads=num_kv_heads, dim=head_dim, eps=eps, act=get_activation(act))
+        self.spec = dict(heads=num_heads, kv_heads=num_kv_heads, dim=head_dim, eps=eps, act=get_activation(act),
+                         qk_norm=qk_norm, paired=paired)
+        self.weight_names = (F.DECODER_ATTN_IN_WEIGHTS + (F.QK_NORM_WEIGHTS if qk_norm else ())
+                             + F.DECODER_OUT_WEIGHTS)
 
     def construct(self, x, cos, sin, write_idx, mask):
         """Cached step (decode): attends over the cache after writing this step's k/v into it."""
@@ -46,14 +55,31 @@ class DecoderLayer(nn.Cell, WeightOrder):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-class ViTLayer(nn.Cell, WeightOrder):
-    """SigLIP-style layer (layer_norm1 -> self_attn -> layer_norm2 -> mlp): holds the Parameters; it runs
-    through the shared steps (F.vit_attention_in / attention chunks / F.vit_out_mlp)."""
+# Checkpoint names of a pre-LN ViT layer's parts, per family: norm1, norm2, attention out proj, fc1, fc2.
+SIGLIP_NAMES = dict(norm1="layer_norm1", norm2="layer_norm2", out="out_proj", fc1="fc1", fc2="fc2")
+HUNYUAN_VIT_NAMES = dict(norm1="input_layernorm", norm2="post_attention_layernorm", out="o_proj",
+                         fc1="dense_h_to_4h", fc2="dense_4h_to_h")
 
-    def __init__(self, dim, intermediate, num_heads, eps, act):
+
+class ViTLayer(nn.Cell, WeightOrder):
+    """Pre-LN ViT layer (norm1 -> self_attn -> norm2 -> mlp) holding its Parameters under the checkpoint's
+    names (`names`, e.g. SIGLIP_NAMES); it runs through the shared steps (F.vit_attention_in / attention
+    chunks / F.vit_out_mlp), which take the weights in F.VIT_ATTN_IN_ROLES / VIT_OUT_ROLES order."""
+
+    def __init__(self, dim, intermediate, num_heads, eps, act, rope=True, names=None):
         super().__init__()
-        self.layer_norm1 = LayerNorm(dim, eps)
-        self.self_attn = VisionSelfAttention(dim, num_heads)
-        self.layer_norm2 = LayerNorm(dim, eps)
-        self.mlp = MLP(dim, intermediate, act)
-        self.spec = dict(heads=num_heads, dim=dim // num_heads, eps=eps, act=get_activation(act))
+        names = dict(SIGLIP_NAMES if names is None else names)
+        setattr(self, names["norm1"], LayerNorm(dim, eps))
+        self.self_attn = VisionSelfAttention(dim, num_heads, out_name=names["out"])
+        setattr(self, names["norm2"], LayerNorm(dim, eps))
+        self.mlp = MLP(dim, intermediate, act, names=(names["fc1"], names["fc2"]))
+        self.spec = dict(heads=num_heads, dim=dim // num_heads, eps=eps, act=get_activation(act), rope=rope)
+        full = {"norm1": names["norm1"], "norm2": names["norm2"], "q": "self_attn.q_proj", "k": "self_attn.k_proj",
+                "v": "self_attn.v_proj", "out": f"self_attn.{names['out']}", "fc1": f"mlp.{names['fc1']}",
+                "fc2": f"mlp.{names['fc2']}"}
+
+        def resolve(roles):
+            return tuple(f"{full[r.split('.')[0]]}.{r.split('.')[1]}" for r in roles)
+
+        self.attn_in_names = resolve(F.VIT_ATTN_IN_ROLES)
+        self.out_names = resolve(F.VIT_OUT_ROLES)

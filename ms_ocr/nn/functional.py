@@ -38,19 +38,15 @@ def heads_first(x, n, heads, dim):
     return x.reshape(n, heads, dim).transpose(1, 0, 2)[None]
 
 
-# A pre-LN ViT layer's weights (SigLIP names), split where attention runs as its own graph calls.
-VIT_ATTN_IN_WEIGHTS = (
-    "layer_norm1.weight", "layer_norm1.bias", "self_attn.q_proj.weight", "self_attn.q_proj.bias",
-    "self_attn.k_proj.weight", "self_attn.k_proj.bias", "self_attn.v_proj.weight", "self_attn.v_proj.bias",
-)
-VIT_OUT_WEIGHTS = (
-    "self_attn.out_proj.weight", "self_attn.out_proj.bias", "layer_norm2.weight", "layer_norm2.bias",
-    "mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias",
-)
+# A pre-LN ViT layer's weights by role, split where attention runs as its own graph calls. Layers hold
+# them under their checkpoint's names (ViTLayer.attn_in_names / out_names give them in this order).
+VIT_ATTN_IN_ROLES = ("norm1.weight", "norm1.bias", "q.weight", "q.bias", "k.weight", "k.bias", "v.weight", "v.bias")
+VIT_OUT_ROLES = ("out.weight", "out.bias", "norm2.weight", "norm2.bias", "fc1.weight", "fc1.bias",
+                 "fc2.weight", "fc2.bias")
 
 
 def vit_attention_in(x, cos, sin, weights, heads, eps):
-    """layer_norm1 and the q/k/v projections with 2D rope: [N, C] -> q, k, v [1, H, N, D]."""
+    """layer_norm1 and the q/k/v projections (+ 2D rope when cos is given): [N, C] -> q, k, v [1, H, N, D]."""
     ln1w, ln1b, qw, qb, kw, kb, vw, vb = weights
     n, c = x.shape
     dim = c // heads
@@ -65,30 +61,38 @@ def vit_attention_in(x, cos, sin, weights, heads, eps):
 
 
 def vit_out_mlp(x, attn, weights, eps, act):
-    """out_proj + residual, then layer_norm2 -> fc1 -> act -> fc2 + residual. attn [1, H, N, D]."""
+    """out projection + residual, then layer_norm2 -> fc1 -> act -> fc2 + residual. attn [1, H, N, D]."""
     ow, ob, ln2w, ln2b, f1w, f1b, f2w, f2b = weights
     n, c = x.shape
     x = x + linear(attn[0].transpose(1, 0, 2).reshape(n, c), ow, ob)
     return x + linear(act(linear(layer_norm(x, ln2w, ln2b, eps), f1w, f1b)), f2w, f2b)
 
 
-# A llama-family decoder layer's weights (no biases), split around attention like the ViT layer's.
+# A llama-family decoder layer's weights (no biases), split around attention like the ViT layer's; layers
+# with q/k norms (HunYuan) append their two norm weights to the attention-in group.
 DECODER_ATTN_IN_WEIGHTS = (
     "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
 )
+QK_NORM_WEIGHTS = ("self_attn.query_layernorm.weight", "self_attn.key_layernorm.weight")
 DECODER_OUT_WEIGHTS = (
     "self_attn.o_proj.weight", "post_attention_layernorm.weight",
     "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
 )
 
 
-def project_qkv(h, cos, sin, qw, kw, vw, heads, kv_heads, dim):
-    """[B, S, C] -> rope'd q [B, H, S, D], k [B, Hkv, S, D], and v [B, Hkv, S, D]."""
+def project_qkv(h, cos, sin, qw, kw, vw, heads, kv_heads, dim, qk_norm=None, eps=1e-6, paired=True):
+    """[B, S, C] -> rope'd q [B, H, S, D], k [B, Hkv, S, D], and v [B, Hkv, S, D].
+
+    qk_norm = (q_norm_weight, k_norm_weight) applies per-head RMSNorm after the rope (HunYuan's order).
+    """
     b, s, _ = h.shape
     q = linear(h, qw).reshape(b, s, heads, dim).transpose(0, 2, 1, 3)
     k = linear(h, kw).reshape(b, s, kv_heads, dim).transpose(0, 2, 1, 3)
     v = linear(h, vw).reshape(b, s, kv_heads, dim).transpose(0, 2, 1, 3)
-    return K.apply_rope(q, cos, sin), K.apply_rope(k, cos, sin), v
+    q, k = K.apply_rope(q, cos, sin, paired), K.apply_rope(k, cos, sin, paired)
+    if qk_norm is not None:
+        q, k = K.rms_norm(q, qk_norm[0], eps), K.rms_norm(k, qk_norm[1], eps)
+    return q, k, v
 
 
 def merge_heads(out):
@@ -101,10 +105,12 @@ def gated_mlp(x, gw, uw, dw, act):
     return linear(act(linear(x, gw)) * linear(x, uw), dw)
 
 
-def decoder_attention_in(x, cos, sin, weights, heads, kv_heads, dim, eps):
-    """input_layernorm and rope'd q/k/v of a whole prompt: q [B, H, S, D], k/v [B, Hkv, S, D]."""
-    inw, qw, kw, vw = weights
-    return project_qkv(K.rms_norm(x, inw, eps), cos, sin, qw, kw, vw, heads, kv_heads, dim)
+def decoder_attention_in(x, cos, sin, weights, heads, kv_heads, dim, eps, paired=True):
+    """input_layernorm and rope'd q/k/v of a whole prompt: q [B, H, S, D], k/v [B, Hkv, S, D].
+    weights: DECODER_ATTN_IN_WEIGHTS order, optionally followed by the QK_NORM_WEIGHTS pair."""
+    inw, qw, kw, vw = weights[:4]
+    qk_norm = weights[4:6] if len(weights) == 6 else None
+    return project_qkv(K.rms_norm(x, inw, eps), cos, sin, qw, kw, vw, heads, kv_heads, dim, qk_norm, eps, paired)
 
 
 def decoder_out_mlp(x, attn, weights, eps, act):
@@ -128,10 +134,10 @@ def causal_block_attention(q, k, v, block, scale):
     return outs[0] if len(outs) == 1 else ops.concat(outs, 2)
 
 
-def decoder_layer_prefill(x, cos, sin, weights, heads, kv_heads, dim, eps, act, block):
-    """A whole prompt through one decoder layer; weights in DECODER_ATTN_IN_WEIGHTS + DECODER_OUT_WEIGHTS
-    order. Returns the output and the layer's rope'd k, v [B, Hkv, S, D] for the KV cache."""
-    n_in = len(DECODER_ATTN_IN_WEIGHTS)
-    q, k, v = decoder_attention_in(x, cos, sin, weights[:n_in], heads, kv_heads, dim, eps)
+def decoder_layer_prefill(x, cos, sin, weights, heads, kv_heads, dim, eps, act, block, paired=True):
+    """A whole prompt through one decoder layer; weights = attention-in group (4, or 6 with q/k norms) +
+    DECODER_OUT_WEIGHTS. Returns the output and the layer's rope'd k, v [B, Hkv, S, D] for the KV cache."""
+    n_in = len(weights) - len(DECODER_OUT_WEIGHTS)
+    q, k, v = decoder_attention_in(x, cos, sin, weights[:n_in], heads, kv_heads, dim, eps, paired)
     attn = causal_block_attention(q, k, v, block, dim ** -0.5)
     return decoder_out_mlp(x, attn, weights[n_in:], eps, act), k, v

@@ -20,11 +20,15 @@ class GatedMLP(nn.Cell):
 
 
 class MLP(nn.Cell):
-    def __init__(self, hidden, intermediate, act, bias=True):
+    """fc1 -> act -> fc2, the two Linears stored under `names` (checkpoint names, default fc1/fc2)."""
+
+    def __init__(self, hidden, intermediate, act, bias=True, names=("fc1", "fc2")):
         super().__init__()
-        self.fc1 = Linear(hidden, intermediate, bias)
-        self.fc2 = Linear(intermediate, hidden, bias)
+        self.names = names
+        setattr(self, names[0], Linear(hidden, intermediate, bias))
+        setattr(self, names[1], Linear(intermediate, hidden, bias))
         self.act = get_activation(act)
 
     def construct(self, x):
-        return self.fc2(self.act(self.fc1(x)))
+        first, second = getattr(self, self.names[0]), getattr(self, self.names[1])
+        return second(self.act(first(x)))

@@ -21,26 +21,44 @@ def section_selector(sections, num_axes):
     return sel
 
 
-class MultiAxisRotary(nn.Cell):
-    """cos/sin for positions given per axis, frequency j rotated by the axis its section names.
+def full_width_selector(sections, num_axes, layout):
+    """One-hot [num_axes, D] over the duplicated table [f, f] (D = 2 * sum(sections)).
 
-    With one axis this is plain 1D rope; with 3 axes and sections [16, 24, 24] it is Qwen2-VL/ERNIE MRoPE
-    (HF `recomposition_frequencies`). Input pos [A, B, S] int; output cos, sin [B, 1, S, D].
+    "halves" (Qwen2-VL / ERNIE MRoPE): the sections split the D/2 frequencies and both halves repeat the
+    choice, so a rotation pair shares one axis. "chunks" (HunyuanOCR XD-RoPE, HF
+    `recomposition_frequencies`): the sections, doubled, split the full D columns of [f, f], so a pair
+    (j, j + D/2) can take its two angles from different axes; reproduced as the reference does it.
+    """
+    if layout == "halves":
+        sel = section_selector(sections, num_axes)
+        return np.concatenate([sel, sel], 1)
+    if layout == "chunks":
+        return section_selector([2 * s for s in sections], num_axes)
+    raise ValueError(f"unknown rope layout {layout!r}")
+
+
+class MultiAxisRotary(nn.Cell):
+    """cos/sin for positions given per axis, each column rotated by the axis its section names.
+
+    With one axis this is plain 1D rope; with 3 axes and sections [16, 24, 24] it is Qwen2-VL/ERNIE MRoPE;
+    layout "chunks" gives HunyuanOCR's XD-RoPE (see full_width_selector). `theta` is the rope base.
+    Input pos [A, B, S] int; output cos, sin [B, 1, S, D]. `paired` tells apply_rope whether the two
+    halves of every table row are equal.
     """
 
-    def __init__(self, head_dim, theta, sections=None, num_axes=1):
+    def __init__(self, head_dim, theta, sections=None, num_axes=1, layout="halves"):
         super().__init__()
-        inv = rope_inv_freq(head_dim, theta)
         sections = sections or [head_dim // 2]
         if sum(sections) != head_dim // 2:
             raise ValueError(f"rope sections {sections} must sum to head_dim/2 = {head_dim // 2}")
-        self.inv_freq = Tensor(inv)
-        self.selector = Tensor(section_selector(sections, num_axes)[:, None, None, :])
+        self.inv_freq = Tensor(rope_inv_freq(head_dim, theta))
+        self.selector = Tensor(full_width_selector(sections, num_axes, layout)[:, None, None, :])
+        self.paired = layout == "halves" or num_axes == 1
 
     def construct(self, pos):
         freqs = pos.astype(ms.float32)[..., None] * self.inv_freq  # [A, B, S, D/2]
-        freqs = (freqs * self.selector).sum(0)  # exact: every other axis contributes x * 0
-        emb = ops.concat((freqs, freqs), -1)[:, None]  # [B, 1, S, D]
+        emb = ops.concat((freqs, freqs), -1)
+        emb = (emb * self.selector).sum(0)[:, None]  # [B, 1, S, D]; exact: other axes add x * 0
         return ops.cos(emb), ops.sin(emb)
 
 

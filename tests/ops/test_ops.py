@@ -127,6 +127,18 @@ def test_rope_fallback_and_fused_branch(monkeypatch):
     assert np.abs(fused - want).max() < 1e-6
 
 
+def test_rope_unpaired_tables_use_the_general_formula():
+    # XD-RoPE tables: the two halves of a rotation pair carry different angles.
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 4, 6, 8)).astype(np.float32)
+    ang = rng.standard_normal((1, 1, 6, 8)).astype(np.float32)
+    cos, sin = np.cos(ang), np.sin(ang)
+    got = K.apply_rope(Tensor(x), Tensor(cos), Tensor(sin), paired=False).asnumpy()
+    assert np.abs(got - np_rope(x, cos, sin)).max() < 1e-6
+    # the paired shortcut would be wrong here, so the flag matters
+    assert np.abs(K.apply_rope(Tensor(x), Tensor(cos), Tensor(sin)).asnumpy() - np_rope(x, cos, sin)).max() > 1e-2
+
+
 def test_rms_norm_fallback_and_fused_branch(monkeypatch):
     rng = np.random.default_rng(4)
     x = rng.standard_normal((3, 5, 32)).astype(np.float32) * 3
@@ -148,7 +160,7 @@ def test_rms_norm_fallback_and_fused_branch(monkeypatch):
 
 
 def test_activations_match_formulas():
-    x = np.linspace(-8, 8, 2001).astype(np.float32)
+    x = np.concatenate([np.linspace(-8, 8, 2001), [-40.0, -12.0, -1e-6, 0.0, 1e-6, 12.0, 40.0]]).astype(np.float32)
     from math import erf, pi, sqrt, tanh
     gelu_tanh = np.array([0.5 * v * (1 + tanh(sqrt(2 / pi) * (v + 0.044715 * v ** 3))) for v in x.astype(np.float64)])
     gelu_erf = np.array([0.5 * v * (1 + erf(v / sqrt(2))) for v in x.astype(np.float64)])

@@ -15,13 +15,13 @@ from ms_ocr.models.paddleocr_vl.model import PaddleOCRVLModel
 from ms_ocr.models.paddleocr_vl.processor import TASK_PROMPTS, PaddleOCRVLProcessor
 from ms_ocr.pipeline import VLMPipeline
 from ms_ocr.processing import grid as G
-from ms_ocr.runtime import Buckets, VLMRuntime
+from ms_ocr.runtime import Buckets, VisionInputs, VLMRuntime
 
 NUM_POS_AXES = 3
 
 
 def vision_inputs(cfg, processed):
-    """Per-image inputs of the vision steps: patches, position-table taps, (row, col), merge index."""
+    """Per-image VisionInputs: embed (patches, position-table taps and weights, (row, col)), head (merge index)."""
     grids = [tuple(int(v) for v in g) for g in processed["image_grid_thw"]]
     patches = np.asarray(processed["pixel_values"], np.float32)
     side = cfg.vision.image_size // cfg.vision.patch_size
@@ -29,8 +29,8 @@ def vision_inputs(cfg, processed):
     for grid in grids:
         n = grid[0] * grid[1] * grid[2]
         interp_idx, interp_w = G.interpolation_table([grid], side)
-        out.append([patches[start:start + n], interp_idx, interp_w, G.patch_positions([grid]),
-                    G.merge_index([grid], cfg.vision.spatial_merge_size)])
+        out.append(VisionInputs(embed=(patches[start:start + n], interp_idx, interp_w, G.patch_positions([grid])),
+                                head=(G.merge_index([grid], cfg.vision.spatial_merge_size),)))
         start += n
     return out
 

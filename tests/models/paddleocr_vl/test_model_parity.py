@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 import torch
-from mindspore import Tensor
 
 from tests.models.paddleocr_vl.conftest import rel_err
 
@@ -14,11 +13,7 @@ GRIDS = [[(1, 4, 10)], [(1, 12, 4)], [(1, 6, 6)], [(1, 4, 6), (1, 8, 4)]]
 
 def _tower(rt, inputs):
     """Our encoder output (after post_layernorm, before the projector) through the runtime's own steps."""
-    patches, idx, w, pos, _ = inputs
-    x, cos, sin = rt.vision_embed_step(Tensor(patches), Tensor(idx), Tensor(w), Tensor(pos))
-    for layer in rt.model.vision_layers():
-        x = rt.vision_layer(layer, x, cos, sin)
-    return rt.model.visual.vision_model.post_layernorm(x).asnumpy()
+    return rt.model.visual.vision_model.post_layernorm(rt.vision_tower(inputs)).asnumpy()
 
 
 def _patches(grids, seed):
