@@ -20,11 +20,12 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser():
     p = _Parser(prog="python -m ms_ocr.infer", description="OCR images with a MindSpore VLM.")
-    p.add_argument("--model", required=True, help="model name, e.g. paddleocr-vl")
+    p.add_argument("--model", required=True, help="model name: paddleocr-vl, hunyuan-ocr")
     p.add_argument("--model-path", help="checkpoint folder (hub download or ms_ocr.convert output)")
     p.add_argument("--image", nargs="+", required=True, help="image file(s): png, jpg, webp, bmp, tiff")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--task", help="task prompt (paddleocr-vl: ocr, table, formula, chart)")
+    g.add_argument("--task", help="task prompt (paddleocr-vl: ocr, table, formula, chart; hunyuan-ocr: ocr, "
+                                  "spotting, parse, formula, table, chart, subtitles, translate)")
     g.add_argument("--prompt", help="free-form prompt instead of a task")
     p.add_argument("--one-prompt", action="store_true", help="put all images into one prompt")
     p.add_argument("--max-new-tokens", type=int, default=1024)
@@ -39,6 +40,9 @@ def build_parser():
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stream", action="store_true", help="print text as tokens arrive")
     p.add_argument("--json", action="store_true", help="one JSON object per image on stdout")
+    p.add_argument("--visualize", metavar="OUT.png",
+                   help="draw the parsed boxes on the image (tasks with boxes, e.g. hunyuan-ocr spotting); "
+                        "several images write OUT-1.png, OUT-2.png, ...")
     return p
 
 
@@ -77,14 +81,22 @@ class StreamPrinter:
 
 
 def resolve_prompt(args, task_prompts, model):
+    """(prompt text, task name or None for a free prompt)."""
     if args.prompt is not None:
         if not args.prompt.strip():
             raise CliError("--prompt is empty")
-        return args.prompt
+        return args.prompt, None
     task = args.task or next(iter(task_prompts))
     if task not in task_prompts:
         raise CliError(f"unknown task {task!r} for {model}; choose one of: {', '.join(task_prompts)}")
-    return task_prompts[task]
+    return task_prompts[task], task
+
+
+def visualize_paths(out, count):
+    if count == 1:
+        return [out]
+    stem, ext = os.path.splitext(out)
+    return [f"{stem}-{i}{ext or '.png'}" for i in range(1, count + 1)]
 
 
 def run(argv):
@@ -101,7 +113,17 @@ def run(argv):
     from ms_ocr.weights import locate
     model_dir = locate(args.model, args.model_path)
     package = model_package(args.model)
-    prompt = resolve_prompt(args, package.TASK_PROMPTS, args.model)
+    prompt, task = resolve_prompt(args, package.TASK_PROMPTS, args.model)
+    if args.visualize:
+        box_tasks = getattr(package, "BOX_TASKS", ())
+        if task not in box_tasks:
+            raise CliError(f"--visualize needs a task that outputs boxes ({args.model}: "
+                           f"{', '.join(box_tasks) or 'none'})")
+        if args.one_prompt and len(images) > 1:
+            raise CliError("--visualize draws one image's boxes; drop --one-prompt")
+        out_dir = os.path.dirname(os.path.abspath(args.visualize))
+        if not os.path.isdir(out_dir):
+            raise CliError(f"--visualize folder {out_dir} does not exist")
 
     from ms_ocr.device import setup
     from ms_ocr.generate import SamplingConfig
@@ -115,16 +137,22 @@ def run(argv):
     except ValueError as e:
         raise CliError(str(e)) from None
     groups = [images] if args.one_prompt else [[item] for item in images]
-    for group in groups:
+    drawings = visualize_paths(args.visualize, len(groups)) if args.visualize else [None] * len(groups)
+    for group, drawing in zip(groups, drawings):
         name = ",".join(path for path, _ in group)
         printer = StreamPrinter(pipe.processor.tokenizer, pipe.eos_ids) if args.stream and not args.json else None
         if printer and len(groups) > 1:
             print(f"== {name} ==", flush=True)
-        result = pipe.run([img for _, img in group], prompt, sampling, on_token=printer)
+        result = pipe.run([img for _, img in group], prompt, sampling, on_token=printer, task=task)
+        if drawing:
+            from ms_ocr.processing.boxes import draw_boxes
+            draw_boxes(group[0][1], result.get("boxes", [])).save(drawing)
         if args.json:
-            print(json.dumps({"image": name, "text": result["text"], "token_ids": result["token_ids"],
-                              "finish_reason": result["finish_reason"], "timings": result["timings"]},
-                             ensure_ascii=False), flush=True)
+            record = {"image": name, "text": result["text"], "token_ids": result["token_ids"],
+                      "finish_reason": result["finish_reason"], "timings": result["timings"]}
+            if "boxes" in result:
+                record["boxes"] = result["boxes"]
+            print(json.dumps(record, ensure_ascii=False), flush=True)
         elif printer:
             printer.finish(result["text"])
         else:

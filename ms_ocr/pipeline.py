@@ -12,11 +12,12 @@ class VLMPipeline:
     """Glue between a model package and the generic runtime.
 
     `vision_inputs(processed) -> list[runtime.VisionInputs]` turns one request's images into the vision
-    steps' inputs, one per image; `num_pos_axes` is the number of rope position rows the decoder takes.
+    steps' inputs, one per image; `num_pos_axes` is the number of rope position rows the decoder takes;
+    `postprocess(text, task, images) -> (text, extras)` is the model's output handling (cleanup, parsed boxes).
     """
 
     def __init__(self, name, model_dir, cfg, processor, runtime, vision_inputs, eos_ids, num_pos_axes,
-                 image_token_id, load_seconds=0.0):
+                 image_token_id, load_seconds=0.0, postprocess=None):
         self.name = name
         self.model_dir = model_dir
         self.cfg = cfg
@@ -27,6 +28,7 @@ class VLMPipeline:
         self.num_pos_axes = num_pos_axes
         self.image_token_id = image_token_id
         self.load_seconds = load_seconds
+        self.postprocess = postprocess
 
     def prepare(self, images, prompt):
         out = self.processor(images, prompt)
@@ -40,8 +42,9 @@ class VLMPipeline:
     def encode_images(self, prep):
         return self.runtime.encode_images(prep.vision_inputs) if prep.vision_inputs else None
 
-    def run(self, images, prompt, sampling, on_token=None):
-        """OCR one request. Returns dict(text, token_ids, finish_reason, timings in ms / tokens per s)."""
+    def run(self, images, prompt, sampling, on_token=None, task=None):
+        """OCR one request. Returns dict(text, token_ids, finish_reason, timings in ms / tokens per s) plus the
+        model's extras for the task (e.g. "boxes")."""
         compile_before = dict(self.runtime.compiler.seconds)
         t0 = time.perf_counter()
         prep, _ = self.prepare(images, prompt)
@@ -56,6 +59,9 @@ class VLMPipeline:
         n_dec = result.timings["decode_tokens"]
         decode_s = result.timings["decode_s"] - decode_compile
         text = self.processor.decode([t for t in result.token_ids if t not in self.eos_ids])
+        extras = {}
+        if self.postprocess is not None:
+            text, extras = self.postprocess(text, task, images)
         timings = {
             "load_ms": 1000 * self.load_seconds,
             "preprocess_ms": 1000 * (t1 - t0),
@@ -68,4 +74,4 @@ class VLMPipeline:
             "prompt_tokens": int(prep.input_ids.shape[0]),
         }
         return {"text": text, "token_ids": result.token_ids, "finish_reason": result.finish_reason,
-                "timings": timings}
+                "timings": timings, **extras}

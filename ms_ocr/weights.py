@@ -3,7 +3,7 @@
 import os
 
 from ms_ocr.config_utils import CheckpointError
-from ms_ocr.models import HUB_IDS, canonical
+from ms_ocr.models import HUB_IDS, HUB_SUBFOLDERS, canonical
 
 
 class WeightsNotFound(CheckpointError):
@@ -16,20 +16,19 @@ def default_dir(name):
     return os.path.join(base, name)
 
 
-def _try_download(hub_id, dest):
-    """Best effort: huggingface_hub, then modelscope, when installed and the network allows."""
+def _try_download(hub_id, dest, subfolder=None):
+    """Best effort: huggingface_hub, then modelscope, when installed and the network allows. With a
+    subfolder only its files are fetched and the subfolder is returned."""
     if os.environ.get("MS_OCR_OFFLINE") or os.environ.get("HF_HUB_OFFLINE"):
         return None
-    try:
-        from huggingface_hub import snapshot_download
-        return snapshot_download(hub_id, local_dir=dest)
-    except Exception:  # not installed, offline, or refused: fall through to the next source
-        pass
-    try:
-        from modelscope import snapshot_download as ms_download
-        return ms_download(hub_id, local_dir=dest)
-    except Exception:
-        return None
+    extra = {"allow_patterns": [f"{subfolder}/*"]} if subfolder else {}
+    for module, fn in (("huggingface_hub", "snapshot_download"), ("modelscope", "snapshot_download")):
+        try:
+            got = getattr(__import__(module), fn)(hub_id, local_dir=dest, **extra)
+        except Exception:  # not installed, offline, or refused: fall through to the next source
+            continue
+        return os.path.join(got, subfolder) if subfolder and got else got
+    return None
 
 
 def locate(name, model_path=None):
@@ -40,12 +39,15 @@ def locate(name, model_path=None):
             raise WeightsNotFound(f"model path {model_path} does not exist or is not a folder")
         return model_path
     folder = default_dir(name)
-    if os.path.isfile(os.path.join(folder, "config.json")):
-        return folder
+    sub = HUB_SUBFOLDERS.get(key)
+    for candidate in (folder, os.path.join(folder, sub) if sub else None):
+        if candidate and os.path.isfile(os.path.join(candidate, "config.json")):
+            return candidate
     hub_id = HUB_IDS[key]
-    got = _try_download(hub_id, folder)
+    got = _try_download(hub_id, folder, sub)
     if got and os.path.isfile(os.path.join(got, "config.json")):
         return got
+    include = f" --include '{sub}/*'" if sub else ""
     raise WeightsNotFound(
-        f"no {name} weights found: download {hub_id} (e.g. `huggingface-cli download {hub_id} --local-dir "
-        f"{folder}`) or pass --model-path DIR")
+        f"no {name} weights found: download {hub_id} (e.g. `huggingface-cli download {hub_id}{include} "
+        f"--local-dir {folder}`) or pass --model-path DIR")

@@ -33,4 +33,33 @@ def make_paddleocr_vl(out_dir, seed=0):
     return out_dir
 
 
-BUILDERS = {"paddleocr-vl": make_paddleocr_vl}
+# tencent/HunyuanOCR (v1.0) text and vision sizes and its preprocessor's pixel budget.
+HUNYUAN_TEXT = dict(vocab_size=120818, hidden_size=1024, intermediate_size=3584, num_hidden_layers=24,
+                    num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=32768,
+                    rms_norm_eps=1e-5, hidden_act="silu")
+HUNYUAN_MIN_PIXELS, HUNYUAN_MAX_PIXELS = 262144, 4194304
+
+
+def make_hunyuan_ocr(out_dir, seed=0):
+    import torch
+    from transformers import HunYuanVLConfig, HunYuanVLForConditionalGeneration, HunYuanVLImageProcessorPil
+    from tests.helpers import tiny_hunyuan as T
+
+    torch.manual_seed(seed)
+    rope = {"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0,
+            "mrope_section": [16, 16, 16, 16]}
+    text = dict(HUNYUAN_TEXT, rope_parameters=rope, bos_token_id=T.BOS, eos_token_id=T.EOS, pad_token_id=T.PAD)
+    cfg = HunYuanVLConfig(text_config=text, vision_config={}, **T.ROOT_IDS)  # vision defaults = the real ViT
+    model = HunYuanVLForConditionalGeneration(cfg).to(torch.bfloat16).eval()
+    model.generation_config.update(eos_token_id=[T.EOS, T.EOD], bos_token_id=T.BOS, pad_token_id=T.PAD)
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir)
+    HunYuanVLImageProcessorPil(min_pixels=HUNYUAN_MIN_PIXELS, max_pixels=HUNYUAN_MAX_PIXELS).save_pretrained(out_dir)
+    T.write_tokenizer_json(os.path.join(out_dir, "tokenizer.json"), seed)
+    T._write_json(os.path.join(out_dir, "tokenizer_config.json"), T.tokenizer_config("transformers"))
+    with open(os.path.join(out_dir, "chat_template.jinja"), "w", encoding="utf-8") as f:
+        f.write(T.CHAT_TEMPLATE)
+    return out_dir
+
+
+BUILDERS = {"paddleocr-vl": make_paddleocr_vl, "hunyuan-ocr": make_hunyuan_ocr}

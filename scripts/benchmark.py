@@ -1,6 +1,6 @@
 """Benchmark ms_ocr against transformers on the same page, each framework in its own subprocess.
 
-    python scripts/benchmark.py --model paddleocr-vl [--new-tokens 32] [--threads 2]
+    python scripts/benchmark.py --model paddleocr-vl|hunyuan-ocr [--new-tokens 32] [--threads 2]
 
 Builds (once, cached) a checkpoint with the real architecture and random weights, draws a 768x1024
 document page, then runs ms_ocr and transformers (torch CPU, fp32) one after the other with the same
@@ -64,24 +64,37 @@ def worker_ms_ocr(args):
         tokens.append(tok)
     decode_s = time.perf_counter() - t0
     n = args.new_tokens - 1
-    return {"framework": "ms_ocr", "load_s": load_s, "patches": sum(int(v[0].shape[0]) for v in prep.vision_inputs),
+    return {"framework": "ms_ocr", "load_s": load_s, "patches": sum(int(v.embed[0].shape[0]) for v in prep.vision_inputs),
             "prompt_tokens": int(s), "vision_ms": 1000 * vision_s, "prefill_ms": 1000 * prefill_s,
             "decode_ms_per_token": 1000 * decode_s / n, "decode_tokens_per_s": n / decode_s,
             "compile_s": dict(rt.compiler.seconds), "peak_rss_gb": peak_rss_gb(), "tokens": tokens}
 
 
+def reference_model_and_inputs(model_name, ckpt, img, prompt):
+    """The transformers model (fp32) and its processor's inputs for one image."""
+    import torch
+    if model_name == "paddleocr-vl":
+        from transformers import PaddleOCRVLForConditionalGeneration as Model
+        from ms_ocr.models.paddleocr_vl import config_from_dir
+        from tests.helpers.reference import reference_inputs, reference_processor
+        inputs = reference_inputs(reference_processor(ckpt, config_from_dir(ckpt)), [img], prompt)
+    elif model_name == "hunyuan-ocr":
+        from transformers import HunYuanVLForConditionalGeneration as Model
+        from tests.helpers.tiny_hunyuan import reference_inputs, reference_processor
+        inputs = reference_inputs(reference_processor(ckpt), [img], prompt)
+    else:
+        raise SystemExit(f"no transformers reference for {model_name}")
+    return Model.from_pretrained(ckpt, dtype=torch.float32).eval(), inputs
+
+
 def worker_transformers(args):
     import torch
     from PIL import Image
-    from transformers import PaddleOCRVLForConditionalGeneration
-    from ms_ocr.models.paddleocr_vl import config_from_dir
-    from tests.helpers.reference import reference_inputs, reference_processor
     torch.set_num_threads(args.threads)
-    t0 = time.perf_counter()
-    model = PaddleOCRVLForConditionalGeneration.from_pretrained(args.ckpt, dtype=torch.float32).eval()
-    load_s = time.perf_counter() - t0
     img = Image.open(args.image).convert("RGB")
-    inputs = reference_inputs(reference_processor(args.ckpt, config_from_dir(args.ckpt)), [img], args.prompt)
+    t0 = time.perf_counter()
+    model, inputs = reference_model_and_inputs(args.model, args.ckpt, img, args.prompt)
+    load_s = time.perf_counter() - t0
     with torch.inference_mode():
         t0 = time.perf_counter()
         model.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"])
@@ -114,7 +127,7 @@ def fp32_weight_bytes(ckpt):
     for path in weight_files(ckpt):
         header, _ = read_header(path)
         for k, v in header.items():
-            if k != "__metadata__" and not k.startswith(("visual", "mlp_AR", "model.visual", "model.projector")):
+            if k != "__metadata__" and not k.startswith(("visual", "mlp_AR", "model.visual", "model.projector", "vit")):
                 n = 1
                 for d in v["shape"]:
                     n *= d
@@ -163,7 +176,7 @@ def main():
     p.add_argument("--model", default="paddleocr-vl")
     p.add_argument("--ckpt", default=None, help="checkpoint folder (default: a cached random real-config one)")
     p.add_argument("--image", default=None)
-    p.add_argument("--prompt", default="OCR:")
+    p.add_argument("--prompt", default=None, help="default: the model's first task prompt")
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--only", choices=["ms_ocr", "transformers"], default=None)
@@ -174,6 +187,9 @@ def main():
         fn = worker_ms_ocr if args.worker == "ms_ocr" else worker_transformers
         print(json.dumps(fn(args)))
         return
+    if args.prompt is None:
+        from ms_ocr.models import model_package
+        args.prompt = next(iter(model_package(args.model).TASK_PROMPTS.values()))
     cache = os.path.join(os.path.expanduser("~"), ".cache", "ms_ocr", "bench")
     if args.ckpt is None:
         args.ckpt = os.path.join(cache, args.model.replace("-", "_") + "_random")

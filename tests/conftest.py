@@ -33,3 +33,30 @@ def tiny_checkpoint(tmp_path_factory):
 def tiny_dir(tiny_checkpoint):
     """The default tiny checkpoint: transformers layout, tokenizer.json, float32, one safetensors file."""
     return tiny_checkpoint()
+
+
+@pytest.fixture(scope="session")
+def graph_mode():
+    import mindspore as ms
+
+    from ms_ocr import ops as K
+    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    K.configure("CPU")
+
+
+@pytest.fixture(scope="session")
+def hunyuan_checkpoint(tmp_path_factory):
+    """Factory: hunyuan_checkpoint(layout, dtype, max_shard_size) -> tiny HunyuanOCR folder, built once per session
+    (tests/helpers/tiny_hunyuan.py)."""
+    built = {}
+
+    def get(layout="transformers", dtype="float32", max_shard_size=None):
+        key = (layout, dtype, max_shard_size)
+        if key not in built:
+            from tests.helpers.tiny_hunyuan import make_tiny_checkpoint
+
+            out = tmp_path_factory.mktemp(f"hunyuan_{layout}_{dtype}")
+            built[key] = make_tiny_checkpoint(str(out), layout=layout, dtype=dtype, max_shard_size=max_shard_size)
+        return built[key]
+
+    return get

@@ -41,6 +41,25 @@ def test_hub_download_when_available(tmp_path, monkeypatch):
     assert calls == ["PaddlePaddle/PaddleOCR-VL"]
 
 
+def test_hub_subfolder_download_for_hunyuan(tmp_path, monkeypatch):
+    calls = []
+
+    def snapshot_download(repo_id, local_dir, allow_patterns=None):
+        calls.append((repo_id, allow_patterns))
+        _ckpt(tmp_path / "dl" / "v1.0")
+        return str(tmp_path / "dl")
+
+    monkeypatch.setenv("MS_OCR_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MS_OCR_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(snapshot_download=snapshot_download))
+    assert locate("hunyuan-ocr") == str(tmp_path / "dl" / "v1.0")
+    assert calls == [("tencent/HunyuanOCR", ["v1.0/*"])]
+    # a folder downloaded by hand with its v1.0/ subfolder is found without downloading again
+    _ckpt(tmp_path / "home" / "hunyuan-ocr" / "v1.0")
+    assert locate("hunyuan-ocr") == str(tmp_path / "home" / "hunyuan-ocr" / "v1.0")
+
+
 def test_offline_without_weights_says_how_to_get_them(tmp_path, monkeypatch):
     monkeypatch.setenv("MS_OCR_HOME", str(tmp_path))
     monkeypatch.setenv("MS_OCR_OFFLINE", "1")

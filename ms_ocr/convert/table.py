@@ -4,9 +4,12 @@ import re
 
 
 class RenameTable:
-    def __init__(self, renames=(), drops=()):
+    """chain=False: the first matching rename applies; chain=True: every matching rename, in order."""
+
+    def __init__(self, renames=(), drops=(), chain=False):
         self.renames = [(re.compile(p), r) for p, r in renames]
         self.drops = [re.compile(p) for p in drops]
+        self.chain = chain
 
     def __call__(self, name):
         """Local parameter name for a checkpoint key, or None when the key is dropped."""
@@ -14,6 +17,7 @@ class RenameTable:
             return None
         for pattern, repl in self.renames:
             new, n = pattern.subn(repl, name)
-            if n:
+            if n and not self.chain:
                 return new
+            name = new
         return name

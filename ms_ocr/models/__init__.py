@@ -6,11 +6,19 @@ import importlib
 ALIASES = {
     "paddleocr-vl": "paddleocr_vl",
     "paddleocr_vl": "paddleocr_vl",
+    "hunyuan-ocr": "hunyuan_vl",
+    "hunyuanocr": "hunyuan_vl",
+    "hunyuan_vl": "hunyuan_vl",
 }
 
 # Where the weights are published, for the "how to get them" message and optional download.
 HUB_IDS = {
     "paddleocr_vl": "PaddlePaddle/PaddleOCR-VL",
+    "hunyuan_vl": "tencent/HunyuanOCR",
+}
+# The checkpoint ms_ocr targets lives in a subfolder of the hub repository (HunyuanOCR: the root holds 1.5).
+HUB_SUBFOLDERS = {
+    "hunyuan_vl": "v1.0",
 }
 
 

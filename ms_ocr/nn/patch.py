@@ -1,9 +1,10 @@
 """Patch embedding: a stride == kernel conv computed as one matmul over flattened patches."""
 
-from mindspore import nn
+from mindspore import nn, ops
 
 from ms_ocr.nn import functional as F
-from ms_ocr.nn.layers import zeros_param
+from ms_ocr.nn.layers import Embedding, zeros_param
+
 
 class PatchEmbed(nn.Cell):
     """Conv2d(C, dim, p, stride=p) applied to pre-cut patches [N, C, p, p] -> [N, dim].
@@ -22,3 +23,20 @@ class PatchEmbed(nn.Cell):
     def construct(self, patches):
         weight = self.weight.reshape(self.weight.shape[0], -1)
         return F.linear(patches.reshape(patches.shape[0], -1), weight, self.bias if self.has_bias else None)
+
+
+class PatchEmbeddings(nn.Cell):
+    """Patch embedding plus a learned position table resampled to the image's patch grid.
+
+    The table (`position_embedding`, [num_positions, dim]) is read through 4 bilinear taps per patch whose
+    indices and weights the host prepares (processing.grid.interpolation_table), so any grid size is a gather.
+    """
+
+    def __init__(self, in_channels, dim, patch_size, num_positions):
+        super().__init__()
+        self.patch_embedding = PatchEmbed(in_channels, dim, patch_size)
+        self.position_embedding = Embedding(num_positions, dim)
+
+    def construct(self, patches, interp_idx, interp_w):
+        pos = (ops.gather(self.position_embedding.weight, interp_idx, 0) * interp_w[..., None]).sum(1)
+        return self.patch_embedding(patches) + pos

@@ -81,7 +81,6 @@ def test_sharded_checkpoint_reads_every_tensor(tiny_checkpoint):
 
 
 def test_strict_load_lists_missing_and_unexpected(tiny_dir):
-    import mindspore as ms  # noqa: F401
     from ms_ocr.convert.loader import load_weights
     from ms_ocr.models.paddleocr_vl import build
     cfg = PaddleOCRVLConfig.from_dict(load_config_json(tiny_dir))

@@ -10,6 +10,7 @@ import json
 import os
 import tempfile
 
+from tests.helpers.parity import randomize_
 from tests.helpers.tiny_tokenizer import TOKEN_IDS, VOCAB_SIZE, write_tokenizer
 
 TEXT = dict(vocab_size=VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -40,22 +41,9 @@ def tiny_config():
 def tiny_model(seed=0):
     """The random reference model: matrices ~ N(0, 0.2) (patch conv N(0, 0.05)), norm weights ~ 1 + N(0, 0.1),
     biases ~ N(0, 0.1), drawn in parameter-name order from `seed`."""
-    import torch
     from transformers import PaddleOCRVLForConditionalGeneration
 
-    model = PaddleOCRVLForConditionalGeneration(tiny_config()).eval()
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in sorted(model.named_parameters()):
-            noise = torch.randn(param.shape, generator=gen)
-            if param.ndim == 4:
-                param.copy_(noise * 0.05)
-            elif param.ndim >= 2:
-                param.copy_(noise * 0.2)
-            elif name.endswith("bias"):
-                param.copy_(noise * 0.1)
-            else:
-                param.copy_(1 + noise * 0.1)
+    model = randomize_(PaddleOCRVLForConditionalGeneration(tiny_config()).eval(), seed)
     model.generation_config.update(eos_token_id=2, bos_token_id=1, pad_token_id=0)
     return model
 

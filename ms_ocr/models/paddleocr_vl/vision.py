@@ -3,21 +3,12 @@
 from mindspore import nn, ops
 
 from ms_ocr import ops as K
-from ms_ocr.nn import Embedding, LayerNorm, Linear, PatchEmbed, ViTLayer, VisionRotary2D
+from ms_ocr.nn import LayerNorm, Linear, PatchEmbeddings, ViTLayer, VisionRotary2D
 
 
-class VisionEmbeddings(nn.Cell):
-    def __init__(self, cfg):
-        super().__init__()
-        self.patch_embedding = PatchEmbed(cfg.num_channels, cfg.hidden_size, cfg.patch_size)
-        num_positions = (cfg.image_size // cfg.patch_size) ** 2
-        self.position_embedding = Embedding(num_positions, cfg.hidden_size)
-
-    def construct(self, patches, interp_idx, interp_w):
-        # The square position table resampled to the image's grid: 4 bilinear taps per patch,
-        # indices and weights prepared by the processor.
-        pos = (ops.gather(self.position_embedding.weight, interp_idx, 0) * interp_w[..., None]).sum(1)
-        return self.patch_embedding(patches) + pos
+def VisionEmbeddings(cfg):
+    """Per-patch conv + the square 27x27 position table resampled to the grid."""
+    return PatchEmbeddings(cfg.num_channels, cfg.hidden_size, cfg.patch_size, (cfg.image_size // cfg.patch_size) ** 2)
 
 
 class VisionEncoder(nn.Cell):

@@ -5,7 +5,6 @@ import os
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from tests.models.paddleocr_vl.conftest import rel_err
 

@@ -1,0 +1,40 @@
+"""The text-side interface every VLM Cell shares (see ms_ocr/steps.py): a CausalDecoder under `model`
+and an optional untied `lm_head`. Model Cells add their vision tower and vision_embed / vision_head."""
+
+from mindspore import nn, ops
+
+from ms_ocr.nn import Linear
+
+
+class VLMCell(nn.Cell):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.tied = cfg.text.tie_word_embeddings
+        if not self.tied:
+            self.lm_head = Linear(cfg.text.hidden_size, cfg.text.vocab_size, bias=False)
+        self.head_matmul = ops.MatMul(transpose_b=True)
+        self.num_kv_heads = cfg.text.num_key_value_heads
+
+    def text_layers(self):
+        return list(self.model.layers)
+
+    def embed(self, input_ids):
+        return self.model.embed_tokens(input_ids)
+
+    def text_rotary(self, pos):
+        return self.model.rotary(pos)
+
+    def text(self, x, pos, cache_pos):
+        return self.model(x, pos, cache_pos)
+
+    def final_norm(self, h):
+        return self.model.norm(h)
+
+    def logits(self, h):
+        weight = self.model.embed_tokens.weight if self.tied else self.lm_head.weight
+        return self.head_matmul(h, weight)
+
+    def allocate_cache(self, batch, slots, dtype):
+        for layer in self.text_layers():
+            layer.self_attn.allocate_cache(batch, slots, dtype)

@@ -1,0 +1,39 @@
+"""A llama-family decoder stack (embed_tokens, layers, norm) with static per-layer KV caches.
+
+Models pick the rope (MultiAxisRotary variant) and whether layers carry q/k norms; prefill runs layer by
+layer through ms_ocr/steps.py, and this Cell's construct is the cached decode step.
+"""
+
+from mindspore import nn
+
+from ms_ocr.nn.attention import cache_write_index, causal_cache_mask
+from ms_ocr.nn.blocks import DecoderLayer
+from ms_ocr.nn.layers import Embedding, RMSNorm
+
+
+class CausalDecoder(nn.Cell):
+    def __init__(self, cfg, rotary, qk_norm=False):
+        """cfg: vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+        num_key_value_heads, head_dim, rms_norm_eps, hidden_act."""
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.rotary = rotary
+        self.layers = nn.CellList([
+            DecoderLayer(cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads,
+                         cfg.head_dim, cfg.rms_norm_eps, cfg.hidden_act, qk_norm=qk_norm, paired=rotary.paired)
+            for _ in range(cfg.num_hidden_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.num_kv_heads = cfg.num_key_value_heads
+
+    def construct(self, x, pos, cache_pos):
+        """Cached forward (decode): x [B, S, H]; pos [A, B, S] rope positions per axis; cache_pos [B, S]
+        slots. Returns the last layer's output before the final norm."""
+        b = x.shape[0]
+        slots = self.layers[0].self_attn.k_cache.shape[0] // (b * self.num_kv_heads)
+        cos, sin = self.rotary(pos)
+        write_idx = cache_write_index(cache_pos, self.num_kv_heads, slots)
+        mask = causal_cache_mask(cache_pos, slots)
+        for layer in self.layers:
+            x = layer(x, cos, sin, write_idx, mask)
+        return x

@@ -1,0 +1,204 @@
+"""Tiny random HunyuanOCR checkpoints in the two layouts real ones ship, built with transformers.
+
+"transformers": what transformers 5.x saves (nested config with rope_parameters/mrope_section,
+chat_template.jinja, named image tokens in tokenizer_config.json).
+"hub": tencent/HunyuanOCR v1.0's original files (flat config with rope_scaling type "xdrope", alpha and
+xdrope_section, legacy attention_head_dim / org_vocab_size / pad_id, image_*_token_id, an eos list,
+`resample: 1` in preprocessor_config.json, the template inside tokenizer_config.json and no named image
+tokens, bf16 shards + index on request).
+The tokenizer is a byte-level BPE trained here with HunyuanOCR's special tokens appended as added tokens.
+"""
+
+import json
+import os
+import random
+
+from tests.helpers.parity import randomize_
+
+# Special tokens (content, id offset after the BPE vocabulary): the subset of HunyuanOCR's 818 added tokens
+# the template, the processor and the spotting markup use.
+BPE_VOCAB = 360
+SPECIALS = ["<｜hy_begin▁of▁sentence｜>", "<｜hy_end▁of▁sentence｜>", "<｜hy_▁pad▁｜>", "<｜hy_User｜>",
+            "<｜hy_Assistant｜>", "<｜hy_place▁holder▁no▁2｜>", "<｜hy_place▁holder▁no▁3｜>",
+            "<｜hy_place▁holder▁no▁100｜>", "<｜hy_place▁holder▁no▁101｜>", "<｜hy_place▁holder▁no▁102｜>",
+            "<｜hy_place▁holder▁no▁103｜>", "<｜hy_place▁holder▁no▁110｜>", "<｜hy_place▁holder▁no▁111｜>",
+            "<｜hy_place▁holder▁no▁112｜>", "<｜hy_place▁holder▁no▁113｜>"]
+VOCAB_SIZE = 400
+IDS = {tok: BPE_VOCAB + i for i, tok in enumerate(SPECIALS)}
+BOS, PAD = IDS["<｜hy_begin▁of▁sentence｜>"], IDS["<｜hy_▁pad▁｜>"]
+EOS, EOD = IDS["<｜hy_Assistant｜>"], IDS["<｜hy_place▁holder▁no▁2｜>"]
+IMAGE_START, IMAGE_END = IDS["<｜hy_place▁holder▁no▁100｜>"], IDS["<｜hy_place▁holder▁no▁101｜>"]
+IMAGE, NEWLINE = IDS["<｜hy_place▁holder▁no▁102｜>"], IDS["<｜hy_place▁holder▁no▁103｜>"]
+
+CHAT_TEMPLATE = (
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% if messages[0]['content'] "
+    "is string %}{% set system_message = messages[0]['content'] %}{% else %}{% set system_message = "
+    "messages[0]['content']['text'] %}{% endif %}<｜hy_begin▁of▁sentence｜>{{ system_message }}"
+    "<｜hy_place▁holder▁no▁3｜>{% else %}{% set loop_messages = messages %}<｜hy_begin▁of▁sentence｜>{% endif %}"
+    "{% for message in loop_messages %}{% if message['role'] == 'user' %}{% if message['content'] is string %}"
+    "{{ message['content'] }}{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' "
+    "or 'image' in content or 'image_url' in content %}<｜hy_place▁holder▁no▁100｜><｜hy_place▁holder▁no▁102｜>"
+    "<｜hy_place▁holder▁no▁101｜>{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}"
+    "{% endif %}<｜hy_User｜>{% elif message['role'] == 'assistant' %}{{ message['content'] }}<｜hy_Assistant｜>"
+    "{% endif %}{% endfor %}")
+
+TEXT = dict(vocab_size=VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, hidden_act="silu", max_position_embeddings=4096, rms_norm_eps=1e-5,
+            attention_bias=False, bos_token_id=BOS, eos_token_id=EOS, eod_token_id=EOD, pad_token_id=PAD)
+XDROPE_SECTION = [2, 2, 2, 2]
+ROPE = dict(rope_theta=10000.0, alpha=1000.0, factor=1.0)
+VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_channels=3,
+              patch_size=16, spatial_merge_size=2, max_image_size=128, rms_norm_eps=1e-5, hidden_act="gelu",
+              interpolate_mode="bilinear")
+ROOT_IDS = dict(image_token_id=IMAGE, im_start_id=IMAGE_START, im_end_id=IMAGE_END, im_newline_id=NEWLINE)
+MIN_PIXELS, MAX_PIXELS = 32 * 32 * 4, 32 * 32 * 48  # 4..48 merged tokens keep tests fast
+CLIP_MEAN, CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
+
+
+def tiny_config():
+    from transformers import HunYuanVLConfig
+
+    rope = {"rope_type": "dynamic", **ROPE, "mrope_section": XDROPE_SECTION}
+    return HunYuanVLConfig(text_config={**TEXT, "rope_parameters": rope}, vision_config=dict(VISION), **ROOT_IDS)
+
+
+def tiny_model(seed=0):
+    """The random reference model: matrices ~ N(0, 0.2) (convs N(0, 0.05)), norm weights ~ 1 + N(0, 0.1),
+    biases and the merger's learned rows ~ N(0, 0.1)..N(0, 1), drawn in parameter-name order from `seed`."""
+    from transformers import HunYuanVLForConditionalGeneration
+
+    model = HunYuanVLForConditionalGeneration(tiny_config()).eval()
+    randomize_(model, seed, vectors=lambda name: 1.0 if name.split(".")[-1].startswith("image_") else None)
+    model.generation_config.update(eos_token_id=[EOS, EOD], bos_token_id=BOS, pad_token_id=PAD)
+    return model
+
+
+def corpus(seed):
+    rng = random.Random(seed)
+    words = ("the of and to in is text page table formula chart title line word number value 提取 图中 文字 图片 "
+             "检测 识别 坐标 格式化 输出 表格 解析 公式 文档 markdown html latex HTML LaTeX").split()
+    lines = ["ABCDEFGHIJKLMNOPQRSTUVWXYZ abcdefghijklmnopqrstuvwxyz 0123456789 .,:;!?()[]{}<>-_=+*/'\"#$%&@"]
+    for _ in range(2000):
+        lines.append(" ".join(rng.choice(words) for _ in range(rng.randint(3, 10)))
+                     + rng.choice(["。", "，", ".", f"({rng.randint(0, 999)},{rng.randint(0, 999)})"]))
+    return lines
+
+
+def write_tokenizer_json(path, seed):
+    """A byte-level BPE tokenizer.json (as HunyuanOCR's) with SPECIALS as added special tokens at BPE_VOCAB.."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=BPE_VOCAB, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(corpus(seed), trainer)
+    if tok.get_vocab_size() != BPE_VOCAB:
+        raise RuntimeError(f"BPE vocabulary has {tok.get_vocab_size()} entries, expected {BPE_VOCAB}")
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
+    tok.save(path)
+
+
+def _write_json(path, obj):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False)
+
+
+def tokenizer_config(layout):
+    decoder = {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+                        "special": True} for t, i in IDS.items()}
+    config = {"added_tokens_decoder": decoder, "bos_token": "<｜hy_begin▁of▁sentence｜>",
+              "eos_token": "<｜hy_Assistant｜>", "pad_token": "<｜hy_▁pad▁｜>", "clean_up_tokenization_spaces": False,
+              "model_max_length": 32768, "tokenizer_class": "PreTrainedTokenizerFast"}
+    if layout == "transformers":
+        config.update(tokenizer_class="TokenizersBackend", image_token="<｜hy_place▁holder▁no▁102｜>",
+                      image_start_token="<｜hy_place▁holder▁no▁100｜>", image_end_token="<｜hy_place▁holder▁no▁101｜>")
+    else:
+        config["chat_template"] = CHAT_TEMPLATE
+    return config
+
+
+def hub_config_json(dtype):
+    """config.json in v1.0's flat form."""
+    vision = {**VISION, "add_patchemb_bias": True, "attention_dropout": 0.0, "cat_extra_token": 1,
+              "hidden_dropout": 0.0, "img_max_token_num": 4096, "max_vit_seq_len": 16384, "out_hidden_size": 64}
+    text = {k: v for k, v in TEXT.items() if k not in ("head_dim", "vocab_size", "pad_token_id", "eos_token_id")}
+    return {"architectures": ["HunYuanVLForConditionalGeneration"], "model_type": "hunyuan_vl", **text,
+            "attention_head_dim": TEXT["head_dim"], "head_dim": TEXT["head_dim"], "org_vocab_size": VOCAB_SIZE,
+            "vocab_size": VOCAB_SIZE, "pad_id": PAD, "pad_token_id": -1, "eos_token_id": [EOS, EOD],
+            "image_start_token_id": IMAGE_START, "image_end_token_id": IMAGE_END, "image_token_id": IMAGE,
+            "image_newline_token_id": NEWLINE, "rope_theta": ROPE["rope_theta"],
+            "rope_scaling": {"alpha": ROPE["alpha"], "beta_fast": 32, "beta_slow": 1, "factor": 1.0, "mscale": 1.0,
+                             "mscale_all_dim": 1.0, "type": "xdrope", "xdrope_section": XDROPE_SECTION},
+            "mlp_bias": False, "norm_type": "rms", "num_experts": 1, "use_qk_norm": True, "use_cla": False,
+            "tie_word_embeddings": True, "dtype": dtype, "transformers_version": "4.49.0", "vision_config": vision}
+
+
+def hub_preprocessor():
+    return {"min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS, "patch_size": 16, "resample": 1,
+            "temporal_patch_size": 1, "merge_size": 2, "image_mean": CLIP_MEAN, "image_std": CLIP_STD,
+            "image_processor_type": "HunYuanVLImageProcessor", "processor_class": "HunYuanVLProcessor"}
+
+
+def make_tiny_checkpoint(out_dir, layout="transformers", dtype="float32", max_shard_size=None, seed=0):
+    """Write a tiny random HunyuanOCR checkpoint folder and return `out_dir`."""
+    import torch
+    from transformers import HunYuanVLImageProcessorPil
+
+    if layout not in ("transformers", "hub") or dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"unknown layout/dtype {layout!r}/{dtype!r}")
+    os.makedirs(out_dir, exist_ok=True)
+    model = tiny_model(seed).to(getattr(torch, dtype))
+    # save_pretrained writes the hub's names (vit.*, vit.perceive.*, model.*), no lm_head (tied)
+    model.save_pretrained(out_dir, max_shard_size=max_shard_size or "50GB")
+    write_tokenizer_json(os.path.join(out_dir, "tokenizer.json"), seed)
+    _write_json(os.path.join(out_dir, "tokenizer_config.json"), tokenizer_config(layout))
+    if layout == "transformers":
+        HunYuanVLImageProcessorPil(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS).save_pretrained(out_dir)
+        with open(os.path.join(out_dir, "chat_template.jinja"), "w", encoding="utf-8") as f:
+            f.write(CHAT_TEMPLATE)
+    else:
+        _write_json(os.path.join(out_dir, "config.json"), hub_config_json(dtype))
+        _write_json(os.path.join(out_dir, "generation_config.json"),
+                    {"bos_token_id": BOS, "eos_token_id": [EOS, EOD], "pad_token_id": PAD, "do_sample": False})
+        _write_json(os.path.join(out_dir, "preprocessor_config.json"), hub_preprocessor())
+        _write_json(os.path.join(out_dir, "special_tokens_map.json"),
+                    {"bos_token": "<｜hy_begin▁of▁sentence｜>", "eos_token": "<｜hy_Assistant｜>",
+                     "pad_token": "<｜hy_▁pad▁｜>"})
+    return out_dir
+
+
+def reference_processor(folder):
+    """transformers' HunYuanVLProcessor with the explicit PIL image processor and the folder's tokenizer."""
+    from transformers import AutoTokenizer, HunYuanVLImageProcessorPil, HunYuanVLProcessor
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    for attr, token in (("image_token", IMAGE), ("image_start_token", IMAGE_START), ("image_end_token", IMAGE_END)):
+        if getattr(tokenizer, attr, None) is None:  # the hub's original tokenizer_config names none of them
+            setattr(tokenizer, attr, tokenizer.convert_ids_to_tokens(token))
+            setattr(tokenizer, attr + "_id", token)
+    return HunYuanVLProcessor(image_processor=HunYuanVLImageProcessorPil.from_pretrained(folder), tokenizer=tokenizer,
+                              chat_template=CHAT_TEMPLATE)
+
+
+def reference_inputs(ref, images, prompt, system=None):
+    content = [{"type": "image", "image": img} for img in images] + [{"type": "text", "text": prompt}]
+    messages = [{"role": "user", "content": content}]
+    if system is not None:
+        messages.insert(0, {"role": "system", "content": system})
+    return ref.apply_chat_template(messages, tokenize=True, return_dict=True, add_generation_prompt=True,
+                                   return_tensors="pt")
+
+
+def reference_greedy(folder, images, prompt, max_new_tokens, system=None, weights_dtype=None):
+    """Greedy token ids from transformers' generate (fp32 compute; weights optionally rounded to bf16)."""
+    import torch
+    from transformers import HunYuanVLForConditionalGeneration
+
+    model = HunYuanVLForConditionalGeneration.from_pretrained(folder, dtype=weights_dtype or torch.float32)
+    model = model.float().eval()
+    inputs = reference_inputs(reference_processor(folder), images, prompt, system)
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+    return out[0, inputs["input_ids"].shape[1]:].tolist()
