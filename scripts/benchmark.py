@@ -97,11 +97,13 @@ def worker_transformers(args):
     load_s = time.perf_counter() - t0
     with torch.inference_mode():
         t0 = time.perf_counter()
-        model.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"])
+        vision = model.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"], return_dict=True)
         vision_s = time.perf_counter() - t0
+        # prefill alone: the same forward with the image features passed in (no second vision pass)
+        text_inputs = {k: v for k, v in inputs.items() if k != "pixel_values"}
         t0 = time.perf_counter()
-        out = model(**inputs, use_cache=True)
-        vision_prefill_s = time.perf_counter() - t0
+        out = model(**text_inputs, mm_encoder_outputs={"image": vision}, use_cache=True)
+        prefill_s = time.perf_counter() - t0
         past = out.past_key_values
         nxt = int(out.logits[0, -1].argmax())
         tokens = [nxt]
@@ -115,7 +117,7 @@ def worker_transformers(args):
     n = args.new_tokens - 1
     return {"framework": "transformers", "load_s": load_s, "patches": int(inputs["pixel_values"].shape[0]),
             "prompt_tokens": int(inputs["input_ids"].shape[1]), "vision_ms": 1000 * vision_s,
-            "prefill_ms": 1000 * (vision_prefill_s - vision_s), "decode_ms_per_token": 1000 * decode_s / n,
+            "prefill_ms": 1000 * prefill_s, "decode_ms_per_token": 1000 * decode_s / n,
             "decode_tokens_per_s": n / decode_s, "peak_rss_gb": peak_rss_gb(), "tokens": tokens}
 
 
