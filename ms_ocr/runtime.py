@@ -12,13 +12,16 @@ import mindspore as ms
 from mindspore import Tensor, ops
 
 from ms_ocr.processing.grid import bucket
-from ms_ocr.steps import (AllLogitsStep, AttentionChunkStep, DecodeStep, DecoderPrefillLayerStep,
-                          DecoderQKNormPrefillLayerStep, LastLogitsStep, PrefillPrepStep, VisionEmbedStep,
-                          VisionHeadStep, ViTAttentionInNoRopeStep, ViTAttentionInStep, ViTOutStep)
+from ms_ocr.steps import (AllLogitsStep, AttentionChunkStep, DecodeStep, DecoderAttentionPrefillStep,
+                          DecoderPrefillLayerStep, DecoderQKNormPrefillLayerStep, ExpertStep, GatedMLPStep,
+                          LastLogitsStep, PrefillPrepStep, RouterStep, VisionEmbedStep, VisionHeadStep,
+                          ViTAttentionInNoRopeStep, ViTAttentionInStep, ViTOutStep)
 
 # Query rows per vision attention call: scores [H, 512, N] instead of [H, N, N] (measured at 4k patches:
 # 0.8 GB instead of 2.5 GB of activations, and no slower).
 VISION_ATTENTION_CHUNK = 512
+# Rows of one routed expert's prefill call are padded to a multiple of this (one compile per bucket).
+EXPERT_ROWS = 32
 # Prompt rows per prefill attention call; block i attends keys [0, (i+1)*chunk) only, skipping the masked
 # upper triangle of the causal scores.
 PREFILL_ATTENTION_CHUNK = 256
@@ -78,11 +81,12 @@ class VLMRuntime:
         self.buckets = buckets or Buckets()
         self.vision_embed_step = VisionEmbedStep(model)
         self.vision_head_step = VisionHeadStep(model)
-        vspec = model.vision_layers()[0].spec
-        in_step = ViTAttentionInStep if vspec["rope"] else ViTAttentionInNoRopeStep
-        self.vit_in_step = in_step(vspec["heads"], vspec["eps"])
-        self.vit_out_step = ViTOutStep(vspec["eps"], vspec["act"])
-        self.vision_attention_step = AttentionChunkStep(vspec["dim"] ** -0.5)
+        if model.vision_layers():  # models whose vision tower is not a ViTLayer stack override encode_images
+            vspec = model.vision_layers()[0].spec
+            in_step = ViTAttentionInStep if vspec["rope"] else ViTAttentionInNoRopeStep
+            self.vit_in_step = in_step(vspec["heads"], vspec["eps"])
+            self.vit_out_step = ViTOutStep(vspec["eps"], vspec["act"])
+            self.vision_attention_step = AttentionChunkStep(vspec["dim"] ** -0.5)
         self.vision_attention_chunk = VISION_ATTENTION_CHUNK
         self.prefill_prep_step = PrefillPrepStep(model)
         tspec = model.text_layers()[0].spec
@@ -91,6 +95,9 @@ class VLMRuntime:
         self.last_logits_step = LastLogitsStep(model)
         self.all_logits_step = AllLogitsStep(model)
         self.decode_step = DecodeStep(model)
+        self.expert_step = ExpertStep(tspec["act"])
+        self.shared_mlp_step = GatedMLPStep(tspec["act"])
+        self._router_steps = {}
         self.compiler = CompileTimer()
 
     # ---- vision -------------------------------------------------------------------------------
@@ -166,15 +173,49 @@ class VLMRuntime:
         write_idx = Tensor((np.arange(kv_heads, dtype=np.int32)[:, None] * slots
                             + np.arange(padded_len, dtype=np.int32)[None]).reshape(-1))
         for layer in self.model.text_layers():
-            x, k, v = self.compiler.call("prefill", self.prefill_layer_step, x, cos, sin,
-                                         *layer.weights(layer.weight_names))
+            if layer.moe:
+                x, h, k, v = self.compiler.call("prefill", self.attention_prefill_step, x, cos, sin,
+                                                *layer.weights(layer.weight_names))
+                x = x + self.moe_prefill(layer.mlp, h)
+            else:
+                x, k, v = self.compiler.call("prefill", self.prefill_layer_step, x, cos, sin,
+                                             *layer.weights(layer.weight_names))
             layer.self_attn.write_cache(write_idx, k, v)
         return x
+
+    def moe_prefill(self, moe, h):
+        """MoE FFN over a prompt h [1, S, H]: route in a graph, group token-expert pairs by expert on the host,
+        run each used expert once over its rows (padded to EXPERT_ROWS buckets), sum the weighted results."""
+        b, s, d = h.shape
+        h2 = h.reshape(b * s, d)
+        weights, ids = self.compiler.call("prefill", self.router_step(moe), h2, moe.gate.weight.value())
+        weights, ids = weights.asnumpy(), ids.asnumpy()
+        experts = (moe.experts.gate_proj.value(), moe.experts.up_proj.value(), moe.experts.down_proj.value())
+        out = np.zeros((b * s, d), np.float32)
+        for e in np.unique(ids):
+            tok, slot = np.nonzero(ids == e)
+            rows = np.zeros(bucket(len(tok), EXPERT_ROWS), np.int32)
+            rows[:len(tok)] = tok
+            y = self.compiler.call("prefill", self.expert_step, h2, Tensor(rows), Tensor(np.array([e], np.int32)),
+                                   *experts).asnumpy()
+            np.add.at(out, tok, y[:len(tok)] * weights[tok, slot, None])
+        shared = moe.shared_experts
+        y = self.compiler.call("prefill", self.shared_mlp_step, h2, shared.gate_proj.weight.value(),
+                               shared.up_proj.weight.value(), shared.down_proj.weight.value())
+        return (y + Tensor(out, y.dtype)).reshape(b, s, d)
+
+    def router_step(self, moe):
+        key = (moe.top_k, moe.scaling)
+        if key not in self._router_steps:
+            self._router_steps[key] = RouterStep(*key)
+        return self._router_steps[key]
 
     def set_prefill_attention_block(self, rows):
         t = self.tspec
         step = DecoderQKNormPrefillLayerStep if t["qk_norm"] else DecoderPrefillLayerStep
         self.prefill_layer_step = step(t["heads"], t["kv_heads"], t["dim"], t["eps"], t["act"], rows, t["paired"])
+        self.attention_prefill_step = DecoderAttentionPrefillStep(t["heads"], t["kv_heads"], t["dim"], t["eps"], rows,
+                                                                  t["paired"])
 
     def prefill(self, prep, image_feats, max_new_tokens):
         """Fill the cache with the prompt; logits of its last token [1, V]."""

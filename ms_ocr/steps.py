@@ -17,6 +17,7 @@ from mindspore import nn, ops
 
 from ms_ocr import ops as K
 from ms_ocr.nn import functional as F
+from ms_ocr.nn.moe import route
 
 
 class _Wrap(nn.Cell):
@@ -115,6 +116,55 @@ class DecoderQKNormPrefillLayerStep(DecoderPrefillLayerStep):
     def construct(self, x, cos, sin, inw, qw, kw, vw, qnw, knw, ow, postw, gw, uw, dw):
         return F.decoder_layer_prefill(x, cos, sin, (inw, qw, kw, vw, qnw, knw, ow, postw, gw, uw, dw), self.heads,
                                        self.kv_heads, self.dim, self.eps, self.act, self.block, self.paired)
+
+
+class DecoderAttentionPrefillStep(nn.Cell):
+    """The attention half of an MoE decoder layer over a whole prompt (F.decoder_attention_prefill)."""
+
+    def __init__(self, heads, kv_heads, dim, eps, block, paired=True):
+        super().__init__()
+        self.heads, self.kv_heads, self.dim, self.eps, self.block, self.paired = heads, kv_heads, dim, eps, block, paired
+
+    def construct(self, x, cos, sin, inw, qw, kw, vw, ow, postw):
+        return F.decoder_attention_prefill(x, cos, sin, (inw, qw, kw, vw, ow, postw), self.heads, self.kv_heads,
+                                           self.dim, self.eps, self.block, self.paired)
+
+
+class RouterStep(nn.Cell):
+    """MoE routing of h [T, H]: (weights [T, k], expert ids [T, k])."""
+
+    def __init__(self, top_k, scaling):
+        super().__init__()
+        self.top_k, self.scaling = top_k, scaling
+
+    def construct(self, h, gate_w):
+        return route(h, gate_w, self.top_k, self.scaling)
+
+
+class ExpertStep(nn.Cell):
+    """One routed expert (index `expert` into the stacked weights) over rows `rows` of h [T, H]."""
+
+    def __init__(self, act):
+        super().__init__()
+        self.act = act
+
+    def construct(self, h, rows, expert, gw_all, uw_all, dw_all):
+        x = ops.gather(h, rows, 0)
+        gw = ops.gather(gw_all, expert, 0).reshape(gw_all.shape[1:])
+        uw = ops.gather(uw_all, expert, 0).reshape(uw_all.shape[1:])
+        dw = ops.gather(dw_all, expert, 0).reshape(dw_all.shape[1:])
+        return F.gated_mlp(x, gw, uw, dw, self.act)
+
+
+class GatedMLPStep(nn.Cell):
+    """A gated MLP given its weights (MoE shared experts)."""
+
+    def __init__(self, act):
+        super().__init__()
+        self.act = act
+
+    def construct(self, h, gw, uw, dw):
+        return F.gated_mlp(h, gw, uw, dw, self.act)
 
 
 class LastLogitsStep(_Wrap):

@@ -42,9 +42,26 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=
     """
     params = {p.name: p for p in net.get_parameters() if not is_state(p.name)}
     loaded, unexpected, tags = set(), [], set()
+    stacked = {}  # local name -> (float32 buffer [E, ...], set of filled slices)
     for hf_name, arr, tag in tensors:
         local = convert_name(hf_name)
         if local is None:
+            continue
+        if isinstance(local, tuple):  # one slice of a stacked Parameter
+            local, index = local
+            param = params.get(local)
+            if param is None or not 0 <= index < param.shape[0]:
+                unexpected.append(f"{hf_name} -> {local}[{index}]")
+                continue
+            if tuple(arr.shape) != tuple(param.shape[1:]):
+                raise CheckpointError(f"{source}: {hf_name} has shape {tuple(arr.shape)}, the model expects "
+                                      f"{tuple(param.shape[1:])} (checkpoint and config.json disagree)")
+            buf, filled = stacked.setdefault(local, (np.zeros(param.shape, np.float32), set()))
+            if index in filled:
+                raise CheckpointError(f"{source}: two checkpoint tensors map to {local}[{index}]")
+            buf[index] = round_weights(arr, round_to)
+            filled.add(index)
+            tags.add(tag)
             continue
         param = params.get(local)
         if param is None:
@@ -65,6 +82,17 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=
         else:
             param.set_data(Tensor(np.asarray(arr)))
         loaded.add(local)
+    for local, (buf, filled) in stacked.items():
+        if len(filled) == buf.shape[0]:
+            param = params[local]
+            param.init_data()
+            param.set_data(Tensor(buf).astype(compute_dtype) if compute_dtype != ms.float32 else Tensor(buf))
+            loaded.add(local)
+        else:
+            absent = sorted(set(range(buf.shape[0])) - filled)
+            unexpected_missing = f"{local}[{', '.join(map(str, absent[:8]))}{', ...' if len(absent) > 8 else ''}]"
+            loaded.add(local)
+            unexpected.append(f"(missing slices) {unexpected_missing}")
     missing = set(params) - loaded
     if missing or unexpected:
         parts = []

@@ -4,12 +4,17 @@ import re
 
 
 class RenameTable:
-    """chain=False: the first matching rename applies; chain=True: every matching rename, in order."""
+    """chain=False: the first matching rename applies; chain=True: every matching rename, in order.
 
-    def __init__(self, renames=(), drops=(), chain=False):
+    stacks: (pattern with a named group `index`, replacement) rules applied after the renames: a matching
+    key becomes slice `index` of a stacked local Parameter, returned as (local name, index) (per-expert
+    MoE tensors -> one [E, ...] Parameter)."""
+
+    def __init__(self, renames=(), drops=(), chain=False, stacks=()):
         self.renames = [(re.compile(p), r) for p, r in renames]
         self.drops = [re.compile(p) for p in drops]
         self.chain = chain
+        self.stacks = [(re.compile(p), r) for p, r in stacks]
 
     def __call__(self, name):
         """Local parameter name for a checkpoint key, or None when the key is dropped."""
@@ -18,6 +23,11 @@ class RenameTable:
         for pattern, repl in self.renames:
             new, n = pattern.subn(repl, name)
             if n and not self.chain:
-                return new
+                name = new
+                break
             name = new
+        for pattern, repl in self.stacks:
+            match = pattern.search(name)
+            if match:
+                return pattern.sub(repl, name), int(match.group("index"))
         return name

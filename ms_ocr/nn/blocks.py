@@ -38,16 +38,19 @@ class DecoderLayer(nn.Cell, WeightOrder):
     """
 
     def __init__(self, hidden, intermediate, num_heads, num_kv_heads, head_dim, eps, act="silu", qk_norm=False,
-                 paired=True):
+                 paired=True, mlp=None):
+        """mlp: a ready feed-forward Cell (e.g. nn.moe.MoE) instead of the gated MLP of `intermediate`."""
         super().__init__()
         self.input_layernorm = RMSNorm(hidden, eps)
         self.self_attn = KVCacheAttention(hidden, num_heads, num_kv_heads, head_dim, qk_norm, eps, paired)
         self.post_attention_layernorm = RMSNorm(hidden, eps)
-        self.mlp = GatedMLP(hidden, intermediate, act)
+        self.mlp = GatedMLP(hidden, intermediate, act) if mlp is None else mlp
+        self.moe = mlp is not None
         self.spec = dict(heads=num_heads, kv_heads=num_kv_heads, dim=head_dim, eps=eps, act=get_activation(act),
                          qk_norm=qk_norm, paired=paired)
-        self.weight_names = (F.DECODER_ATTN_IN_WEIGHTS + (F.QK_NORM_WEIGHTS if qk_norm else ())
-                             + F.DECODER_OUT_WEIGHTS)
+        attn_in = F.DECODER_ATTN_IN_WEIGHTS + (F.QK_NORM_WEIGHTS if qk_norm else ())
+        # MoE layers run their FFN outside the shared prefill layer graph (see runtime.VLMRuntime.moe_prefill)
+        self.weight_names = attn_in + (F.DECODER_OUT_WEIGHTS[:2] if self.moe else F.DECODER_OUT_WEIGHTS)
 
     def construct(self, x, cos, sin, write_idx, mask):
         """Cached step (decode): attends over the cache after writing this step's k/v into it."""

@@ -12,17 +12,19 @@ from ms_ocr.nn.layers import Embedding, RMSNorm
 
 
 class CausalDecoder(nn.Cell):
-    def __init__(self, cfg, rotary, qk_norm=False):
+    def __init__(self, cfg, rotary, qk_norm=False, ffn=None):
         """cfg: vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
-        num_key_value_heads, head_dim, rms_norm_eps, hidden_act."""
+        num_key_value_heads, head_dim, rms_norm_eps, hidden_act. ffn(layer_index) may return a feed-forward
+        Cell (e.g. MoE) for a layer; None keeps the dense gated MLP."""
         super().__init__()
         self.cfg = cfg
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
         self.rotary = rotary
         self.layers = nn.CellList([
             DecoderLayer(cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads,
-                         cfg.head_dim, cfg.rms_norm_eps, cfg.hidden_act, qk_norm=qk_norm, paired=rotary.paired)
-            for _ in range(cfg.num_hidden_layers)])
+                         cfg.head_dim, cfg.rms_norm_eps, cfg.hidden_act, qk_norm=qk_norm, paired=rotary.paired,
+                         mlp=ffn(i) if ffn else None)
+            for i in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.num_kv_heads = cfg.num_key_value_heads
 

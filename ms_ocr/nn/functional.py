@@ -141,3 +141,13 @@ def decoder_layer_prefill(x, cos, sin, weights, heads, kv_heads, dim, eps, act, 
     q, k, v = decoder_attention_in(x, cos, sin, weights[:n_in], heads, kv_heads, dim, eps, paired)
     attn = causal_block_attention(q, k, v, block, dim ** -0.5)
     return decoder_out_mlp(x, attn, weights[n_in:], eps, act), k, v
+
+
+def decoder_attention_prefill(x, cos, sin, weights, heads, kv_heads, dim, eps, block, paired=True):
+    """The attention half of a decoder layer over a whole prompt, for layers whose FFN runs apart (MoE):
+    weights = attention-in group + (o_proj, post_attention_layernorm). Returns x + attention, its
+    post_attention_layernorm, and the layer's k, v for the cache."""
+    n_in = len(weights) - 2
+    q, k, v = decoder_attention_in(x, cos, sin, weights[:n_in], heads, kv_heads, dim, eps, paired)
+    x = x + linear(merge_heads(causal_block_attention(q, k, v, block, dim ** -0.5)), weights[n_in])
+    return x, K.rms_norm(x, weights[n_in + 1], eps), k, v

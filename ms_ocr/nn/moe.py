@@ -1,0 +1,70 @@
+"""DeepSeek mixture-of-experts FFN: softmax router in fp32, top-k experts (no renormalisation, times
+routed_scaling_factor) plus always-on shared experts (reference: transformers DeepseekOcr2TextMoe).
+
+Expert weights are stacked per layer (`experts.gate_proj` [E, I, H], `experts.up_proj` [E, I, H],
+`experts.down_proj` [E, H, I]; the loader stacks the checkpoint's per-expert tensors) so that a graph can
+index them. Two static-shape paths:
+- in graph (decode, a few tokens): gather the k selected experts' weights per token and run them as
+  batched matmuls; reads only the selected experts (k/E of the expert weights).
+- prefill (hundreds of tokens): the router runs in a graph, the host groups the token-expert pairs by
+  expert, and each used expert runs once over its rows padded to a bucket (`expert_rows`) through one shared
+  graph with the expert's weights as inputs; the weighted results are summed on the host.
+"""
+
+import mindspore as ms
+from mindspore import nn, ops
+
+from ms_ocr.nn import functional as F
+from ms_ocr.nn.layers import zeros_param
+from ms_ocr.nn.mlp import GatedMLP
+from ms_ocr.ops import get_activation
+
+_bmm_t = ops.BatchMatMul(transpose_b=True)
+
+
+def route(h, gate_w, top_k, scaling):
+    """h [T, H] -> (weights [T, k] fp32, expert ids [T, k] int32): softmax over all experts in fp32, top-k."""
+    logits = F.linear(h.astype(ms.float32), gate_w.astype(ms.float32))
+    scores = ops.softmax(logits, -1)
+    weights, ids = ops.topk(scores, top_k)
+    return weights * scaling, ids.astype(ms.int32)
+
+
+class Router(nn.Cell):
+    def __init__(self, num_experts, hidden):
+        super().__init__()
+        self.weight = zeros_param((num_experts, hidden))
+
+
+class StackedExperts(nn.Cell):
+    def __init__(self, num_experts, hidden, intermediate):
+        super().__init__()
+        self.gate_proj = zeros_param((num_experts, intermediate, hidden))
+        self.up_proj = zeros_param((num_experts, intermediate, hidden))
+        self.down_proj = zeros_param((num_experts, hidden, intermediate))
+
+
+class MoE(nn.Cell):
+    def __init__(self, hidden, moe_intermediate, num_experts, top_k, num_shared, scaling=1.0, act="silu"):
+        super().__init__()
+        self.gate = Router(num_experts, hidden)
+        self.experts = StackedExperts(num_experts, hidden, moe_intermediate)
+        self.shared_experts = GatedMLP(hidden, moe_intermediate * num_shared, act)
+        self.top_k, self.scaling = top_k, scaling
+        self.act = get_activation(act)
+
+    def construct(self, x):
+        """In-graph path (decode): x [B, S, H] -> [B, S, H]."""
+        shape = x.shape
+        h = x.reshape(-1, shape[-1])
+        t = h.shape[0]
+        weights, ids = route(h, self.gate.weight, self.top_k, self.scaling)
+        flat = ids.reshape(-1)
+        gw = ops.gather(self.experts.gate_proj, flat, 0)  # [T*k, I, H]
+        uw = ops.gather(self.experts.up_proj, flat, 0)
+        dw = ops.gather(self.experts.down_proj, flat, 0)  # [T*k, H, I]
+        xr = ops.broadcast_to(h[:, None, None, :], (t, self.top_k, 1, shape[-1])).reshape(t * self.top_k, 1, -1)
+        mid = self.act(_bmm_t(xr, gw)) * _bmm_t(xr, uw)  # [T*k, 1, I]
+        y = _bmm_t(mid, dw).reshape(t, self.top_k, -1)  # [T*k, 1, H]
+        y = (y * weights.astype(y.dtype)[..., None]).sum(1)
+        return (y + self.shared_experts(h)).reshape(shape)

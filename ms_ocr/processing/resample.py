@@ -1,0 +1,57 @@
+"""Host-side resampling matrices that reproduce torch.nn.functional.interpolate (align_corners=False), so
+graphs resample learned tables with one matmul: out = M @ table along an axis.
+
+- bicubic with antialias (SAM / CLIP position tables in DeepSeek-OCR): PyTorch's separable AA kernel
+  (a = -0.5, support widened by the scale when shrinking, weights normalised per output).
+- linear without antialias (SAM relative-position tables).
+"""
+
+import numpy as np
+
+
+def _aa_cubic(x, a=-0.5):
+    x = np.abs(x)
+    return np.where(x < 1, ((a + 2) * x - (a + 3)) * x * x + 1,
+                    np.where(x < 2, (((x - 5) * x + 8) * x - 4) * a, 0.0))
+
+
+def bicubic_aa_matrix(in_size, out_size):
+    """[out, in] float32: F.interpolate(mode="bicubic", antialias=True, align_corners=False) along one axis."""
+    if in_size == out_size:
+        return np.eye(in_size, dtype=np.float32)
+    scale = in_size / out_size
+    support = 2.0 * scale if scale >= 1.0 else 2.0
+    invscale = 1.0 / scale if scale >= 1.0 else 1.0
+    m = np.zeros((out_size, in_size), np.float64)
+    for i in range(out_size):
+        center = scale * (i + 0.5)
+        xmin = max(int(center - support + 0.5), 0)
+        xmax = min(int(center + support + 0.5), in_size)
+        j = np.arange(xmin, xmax)
+        w = _aa_cubic((j - center + 0.5) * invscale)
+        total = w.sum()
+        m[i, xmin:xmax] = w / total if total != 0 else w
+    return m.astype(np.float32)
+
+
+def linear_matrix(in_size, out_size):
+    """[out, in] float32: F.interpolate(mode="linear", align_corners=False) along one axis."""
+    if in_size == out_size:
+        return np.eye(in_size, dtype=np.float32)
+    scale = np.float32(in_size) / np.float32(out_size)  # float32 index arithmetic, as PyTorch's CPU kernel
+    m = np.zeros((out_size, in_size), np.float32)
+    for i in range(out_size):
+        src = max(np.float32(scale * np.float32(i + 0.5) - np.float32(0.5)), np.float32(0.0))
+        i0 = min(int(np.floor(src)), in_size - 1)
+        i1 = min(i0 + 1, in_size - 1)
+        lam = np.float32(src - np.float32(i0))
+        m[i, i0] += 1.0 - lam
+        m[i, i1] += lam
+    return m
+
+
+def relative_index(q_size, k_size):
+    """[q, k] int32 rows of a (2*max(q, k) - 1)-row relative table for every (query, key) pair (SAM get_rel_pos)."""
+    q = np.arange(q_size)[:, None] * max(k_size / q_size, 1.0)
+    k = np.arange(k_size)[None, :] * max(q_size / k_size, 1.0)
+    return ((q - k) + (k_size - 1) * max(q_size / k_size, 1.0)).astype(np.int64).astype(np.int32)

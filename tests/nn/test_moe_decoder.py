@@ -1,0 +1,93 @@
+"""DeepSeek MoE decoder (shared by DeepSeek-OCR v1 and v2) against transformers' DeepseekOcr2TextModel on a tiny
+config: per-expert checkpoint tensors stacked by the loader, prefill logits (host-dispatched experts) and
+cached decode steps (experts gathered in the graph)."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from ms_ocr.convert.loader import load_weights
+from ms_ocr.convert.table import RenameTable
+from ms_ocr.models.base import VLMCell
+from ms_ocr.nn import CausalDecoder, MultiAxisRotary
+from ms_ocr.nn.moe import MoE
+from ms_ocr.runtime import Buckets, Prepared, VLMRuntime
+from tests.helpers.parity import randomize_, rel_err
+
+TEXT = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=4, moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=3,
+            n_shared_experts=2, routed_scaling_factor=1.0, rms_norm_eps=1e-6, max_position_embeddings=512,
+            mlp_layer_types=["dense", "sparse", "sparse"], rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+STACKS = [(r"^(model\.layers\.\d+\.mlp\.experts)\.(?P<index>\d+)\.(gate_proj|up_proj|down_proj)\.weight$", r"\1.\3")]
+
+
+class TextOnly(VLMCell):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        t = cfg.text
+        moe = lambda i: (MoE(t.hidden_size, t.moe_intermediate_size, t.n_routed_experts, t.num_experts_per_tok,
+                             t.n_shared_experts, t.routed_scaling_factor) if TEXT["mlp_layer_types"][i] == "sparse"
+                         else None)
+        self.model = CausalDecoder(t, MultiAxisRotary(t.head_dim, 10000.0), ffn=moe)
+
+    def vision_layers(self):
+        return []
+
+
+@pytest.fixture(scope="module")
+def setup(graph_mode):
+    from transformers import DeepseekOcr2TextConfig, DeepseekOcr2TextModel
+
+    ref = randomize_(DeepseekOcr2TextModel(DeepseekOcr2TextConfig(**TEXT)).eval(), 3)
+    head = torch.randn(TEXT["vocab_size"], TEXT["hidden_size"], generator=torch.Generator().manual_seed(4)) * 0.2
+    # the checkpoint layout: one tensor per expert (transformers stacks them in memory as gate_up_proj)
+    tensors = [("lm_head.weight", head.numpy(), "F32")]
+    for name, p in ref.state_dict().items():
+        arr = p.detach().numpy()
+        if name.endswith("experts.gate_up_proj"):
+            inter = arr.shape[1] // 2
+            for e in range(arr.shape[0]):
+                base = f"model.{name[:-len('gate_up_proj')]}{e}"
+                tensors += [(f"{base}.gate_proj.weight", arr[e, :inter], "F32"),
+                            (f"{base}.up_proj.weight", arr[e, inter:], "F32")]
+        elif name.endswith("experts.down_proj"):
+            for e in range(arr.shape[0]):
+                tensors.append((f"model.{name[:-len('down_proj')]}{e}.down_proj.weight", arr[e], "F32"))
+        else:
+            tensors.append((f"model.{name}", arr, "F32"))
+    text = SimpleNamespace(**{k: v for k, v in TEXT.items() if k != "rope_parameters"}, head_dim=16,
+                           hidden_act="silu", tie_word_embeddings=False)
+    net = TextOnly(SimpleNamespace(text=text))
+    load_weights(net, tensors, RenameTable(stacks=STACKS), source="tiny")
+    return ref, head, VLMRuntime(net, 512, buckets=Buckets(prefill=16, slots=64)), tensors
+
+
+def test_loader_stacks_experts_and_reports_missing_slices(setup):
+    from ms_ocr.config_utils import CheckpointError
+    *_, tensors = setup
+    text = SimpleNamespace(**{k: v for k, v in TEXT.items() if k != "rope_parameters"}, head_dim=16,
+                           hidden_act="silu", tie_word_embeddings=False)
+    dropped = [t for t in tensors if t[0] != "model.layers.2.mlp.experts.5.up_proj.weight"]
+    with pytest.raises(CheckpointError, match=r"up_proj\[5\]"):
+        load_weights(TextOnly(SimpleNamespace(text=text)), dropped, RenameTable(stacks=STACKS), source="tiny")
+
+
+def test_prefill_and_cached_decode_match_reference(setup):
+    ref, head, rt, _ = setup
+    ids = np.random.default_rng(0).integers(0, 300, 37)
+    cont = np.random.default_rng(1).integers(0, 300, 9)
+    full = np.concatenate([ids, cont])
+    with torch.no_grad():
+        want = (ref(input_ids=torch.tensor(full)[None]).last_hidden_state[0] @ head.T).numpy()
+    s = len(ids)
+    prep = Prepared(input_ids=ids, position_ids=np.arange(s)[None], rope_delta=0,
+                    image_token_mask=np.zeros(s, bool))
+    assert rel_err(rt.full_logits(prep, None), want[:s]) < 1e-4
+    last = rt.prefill(prep, None, max_new_tokens=len(cont)).asnumpy()[0]
+    assert rel_err(last, want[s - 1]) < 1e-4
+    for i, tok in enumerate(cont[:-1]):
+        step = rt.decode(int(tok), s + i, 0, 1).asnumpy()[0]
+        assert rel_err(step, want[s + i]) < 1e-4, f"decode step {i}"
+        assert np.argmax(step) == np.argmax(want[s + i])
