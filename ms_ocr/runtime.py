@@ -101,9 +101,11 @@ class VLMRuntime:
         self.compiler = CompileTimer()
 
     # ---- vision -------------------------------------------------------------------------------
-    def _tensor(self, array):
-        """Host array -> Tensor: floats in the compute dtype, integers as int32."""
+    def tensor(self, array):
+        """Host array -> Tensor: floats in the compute dtype, integers as int32, booleans as they are."""
         array = np.asarray(array)
+        if array.dtype == np.bool_:
+            return Tensor(array)
         if np.issubdtype(array.dtype, np.floating):
             return Tensor(array.astype(np.float32), self.compute_dtype)
         return Tensor(array.astype(np.int32))
@@ -114,13 +116,15 @@ class VLMRuntime:
         Each image runs at its exact patch count (one compile per size, no padding or mask), layer by layer
         through one shared layer graph.
         """
+        if hasattr(self.model, "encode_views"):  # vision towers that are not a ViTLayer stack (DeepSeek-OCR)
+            return self.model.encode_views(self, vision_inputs)
         feats = [self.compiler.call("vision", self.vision_head_step, self.vision_tower(item),
-                                    *[self._tensor(a) for a in item.head]) for item in vision_inputs]
+                                    *[self.tensor(a) for a in item.head]) for item in vision_inputs]
         return feats[0] if len(feats) == 1 else ops.concat(feats, 0)
 
     def vision_tower(self, item):
         """One image's patch embeddings through every ViT layer: [N, C] (before the model's vision head)."""
-        out = self.compiler.call("vision", self.vision_embed_step, *[self._tensor(a) for a in item.embed])
+        out = self.compiler.call("vision", self.vision_embed_step, *[self.tensor(a) for a in item.embed])
         x, rope = (out[0], tuple(out[1:])) if isinstance(out, tuple) else (out, ())
         for layer in self.model.vision_layers():
             x = self.vision_layer(layer, x, rope)

@@ -1,0 +1,114 @@
+"""DeepSeek-OCR-2 vision: SAM ViT-B (896 output channels) feeding a Qwen2-shaped encoder that appends learnable
+queries (144 for a 768-px tile, 256 for the 1024-px global view), attends bidirectionally over the image
+tokens and causally over the queries, and returns the query states; a linear projector maps them to the
+text width (reference: transformers DeepseekOcr2VisionModel + multi_modal_projector)."""
+
+import numpy as np
+from mindspore import nn, ops
+
+from ms_ocr import ops as K
+from ms_ocr.nn import Embedding, Linear, MultiAxisRotary, RMSNorm
+from ms_ocr.nn import functional as F
+from ms_ocr.nn.mlp import GatedMLP
+from ms_ocr.nn.layers import zeros_param
+from ms_ocr.nn.sam import SamEncoder
+
+
+class EncoderAttention(nn.Cell):
+    def __init__(self, hidden, heads, kv_heads):
+        super().__init__()
+        self.heads, self.kv_heads, self.dim = heads, kv_heads, hidden // heads
+        self.q_proj = Linear(hidden, heads * self.dim)
+        self.k_proj = Linear(hidden, kv_heads * self.dim)
+        self.v_proj = Linear(hidden, kv_heads * self.dim)
+        self.o_proj = Linear(heads * self.dim, hidden, bias=False)
+
+    def construct(self, h, cos, sin, mask):
+        b, s, _ = h.shape
+        q = self.q_proj(h).reshape(b, s, self.heads, self.dim).transpose(0, 2, 1, 3)
+        k = self.k_proj(h).reshape(b, s, self.kv_heads, self.dim).transpose(0, 2, 1, 3)
+        v = self.v_proj(h).reshape(b, s, self.kv_heads, self.dim).transpose(0, 2, 1, 3)
+        q, k = K.apply_rope(q, cos, sin), K.apply_rope(k, cos, sin)
+        return self.o_proj(F.merge_heads(K.attention(q, k, v, mask, self.dim ** -0.5)))
+
+
+class EncoderLayer(nn.Cell):
+    def __init__(self, cfg):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = EncoderAttention(cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act)
+
+    def construct(self, x, cos, sin, mask):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class _Stack(nn.Cell):
+    def __init__(self, cfg):
+        super().__init__()
+        self.layers = nn.CellList([EncoderLayer(cfg) for _ in range(cfg.num_hidden_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class _Holder(nn.Cell):
+    def __init__(self, cfg):
+        super().__init__()
+        self.model = _Stack(cfg)
+
+
+class QueryEncoder(nn.Cell):
+    """`qwen2_model.*`: the Qwen2 decoder stack (model.model.layers / norm) and the two query tables."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.model = _Holder(cfg)
+        self.query_768 = Embedding(144, cfg.hidden_size)
+        self.query_1024 = Embedding(256, cfg.hidden_size)
+        self.rotary = MultiAxisRotary(cfg.hidden_size // cfg.num_attention_heads, cfg.rope_theta)
+
+    def construct(self, feats, pos, visible):
+        """feats [n, P, C] SAM tokens -> query states [n, Q, C]; pos [1, 1, P+Q]; visible [P+Q, P+Q] bool."""
+        n, p, c = feats.shape
+        queries = self.query_768.weight if p <= 144 else self.query_1024.weight
+        x = ops.concat((feats, ops.broadcast_to(queries[None], (n,) + queries.shape).astype(feats.dtype)), 1)
+        cos, sin = self.rotary(pos)
+        mask = K.attention_mask(visible[None, None])
+        stack = self.model.model
+        for layer in stack.layers:
+            x = layer(x, cos, sin, mask)
+        return stack.norm(x)[:, p:]
+
+
+def hybrid_visible(num_patches, num_queries):
+    """Bidirectional among the image tokens, causal for the queries (which see every image token)."""
+    t = num_patches + num_queries
+    visible = np.tril(np.ones((t, t), bool))
+    visible[:num_patches, :num_patches] = True
+    return visible
+
+
+class Projector(nn.Cell):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.layers = Linear(cin, cout)
+
+
+class DeepseekOCR2Vision(nn.Cell):
+    """Local names `vision.{sam_model, qwen2_model, projector, view_seperator}` (hub: `model.*`)."""
+
+    def __init__(self, sam_cfg, enc_cfg, text_hidden):
+        super().__init__()
+        self.sam_model = SamEncoder(**sam_cfg)
+        self.qwen2_model = QueryEncoder(enc_cfg)
+        self.projector = Projector(enc_cfg.hidden_size, text_hidden)
+        self.view_seperator = zeros_param((text_hidden,))
+
+    def construct(self, pixels, pos_m, win_resize, win_index, glob_resize, glob_index, pos, visible):
+        """One view size: pixels [n, 3, S, S] -> projected query features [n * Q, text_hidden]."""
+        x = self.sam_model(pixels, pos_m, win_resize, win_index, glob_resize, glob_index)
+        n, g, _, c = x.shape
+        q = self.qwen2_model(x.reshape(n, g * g, c), pos, visible)
+        y = self.projector.layers(q)
+        return y.reshape(-1, y.shape[-1])

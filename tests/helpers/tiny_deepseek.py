@@ -1,0 +1,43 @@
+"""Tiny random DeepSeek-OCR-2 models/checkpoints built with transformers (test-only)."""
+
+import numpy as np
+
+from tests.helpers.parity import randomize_
+
+# The query tables are fixed at 144 / 256 rows (12x12 / 16x16 SAM outputs), so the views keep their real
+# sizes (768-px tiles, the 1024-px global view); the tiny widths keep them fast.
+TILE, GLOBAL = 768, 1024
+SAM = dict(hidden_size=32, output_channels=16, num_hidden_layers=4, num_attention_heads=2, image_size=1024,
+           patch_size=16, window_size=14, global_attn_indexes=[1, 3], mlp_dim=64, downsample_channels=[24, 48])
+ENCODER = dict(vocab_size=16, hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+TEXT = dict(vocab_size=400, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=4, moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=3,
+            n_shared_experts=2, mlp_layer_types=["dense", "sparse", "sparse"], max_position_embeddings=2048,
+            bos_token_id=360, eos_token_id=361, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+IMAGE_TOKEN_ID = 362
+
+
+def tiny_config():
+    from transformers import DeepseekOcr2Config
+    return DeepseekOcr2Config(vision_config=dict(sam_config=SAM, encoder_config=ENCODER), text_config=TEXT,
+                              image_token_id=IMAGE_TOKEN_ID)
+
+
+def tiny_model(seed=0):
+    from transformers import DeepseekOcr2ForConditionalGeneration
+    model = DeepseekOcr2ForConditionalGeneration(tiny_config()).eval()
+    return randomize_(model, seed, vectors=lambda name: 1.0 if "view_separator" in name else None)
+
+
+def view_inputs(sam, local, glob):
+    """The per-view graph inputs (tiles first, then the global view) for our DeepSeek-OCR-2 vision."""
+    from ms_ocr.models.deepseek_ocr2.vision import hybrid_visible
+    views = []
+    for pixels in ([local] if local is not None else []) + [glob]:
+        size = pixels.shape[-1]
+        tables = sam.tables(size // 16).arrays()
+        p = (-(-size // 64)) ** 2
+        q = 144 if p <= 144 else 256
+        views.append((pixels, *tables, np.arange(p + q, dtype=np.int32)[None, None], hybrid_visible(p, q)))
+    return views

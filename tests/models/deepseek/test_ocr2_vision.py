@@ -1,0 +1,66 @@
+"""DeepSeek-OCR-2 vision (SAM -> query encoder -> projector -> [tiles, global, view_seperator]) and the MoE
+decoder inside the full model, against transformers' DeepseekOcr2ForConditionalGeneration (tiny config)."""
+
+import numpy as np
+import pytest
+import torch
+
+from ms_ocr.convert.loader import load_weights
+from ms_ocr.models.deepseek_ocr2.config import DeepseekOCR2Config
+from ms_ocr.models.deepseek_ocr2.convert import name_table
+from ms_ocr.models.deepseek_ocr2.model import DeepseekOCR2Model
+from ms_ocr.runtime import Buckets, Prepared, VisionInputs, VLMRuntime
+from tests.helpers.parity import rel_err
+from tests.helpers.tiny_deepseek import TILE, GLOBAL, tiny_model, view_inputs
+
+
+@pytest.fixture(scope="module")
+def pair(graph_mode, tmp_path_factory):
+    ref = tiny_model(seed=2)
+    folder = tmp_path_factory.mktemp("ds2_weights")
+    ref.save_pretrained(folder)  # hub names, one tensor per expert
+    from ms_ocr.convert.safetensors_io import iter_checkpoint
+    cfg = DeepseekOCR2Config.from_dict(ref.config.to_dict())
+    net = DeepseekOCR2Model(cfg)
+    load_weights(net, iter_checkpoint(str(folder)), name_table(cfg), source="tiny")
+    return ref, VLMRuntime(net, 2048, buckets=Buckets(prefill=32, slots=64)), cfg
+
+
+@pytest.mark.parametrize("tiles", [0, 2, 3])
+def test_image_features_match_reference(tiles, pair):
+    ref, rt, cfg = pair
+    rng = np.random.default_rng(tiles)
+    glob = rng.standard_normal((1, 3, GLOBAL, GLOBAL)).astype(np.float32)
+    local = rng.standard_normal((tiles, 3, TILE, TILE)).astype(np.float32) if tiles else None
+    with torch.no_grad():
+        want = ref.model.get_image_features(torch.tensor(glob), torch.tensor(local) if tiles else None,
+                                            [tiles]).pooler_output[0].numpy()
+    item = VisionInputs(embed=view_inputs(rt.model.vision.sam_model, local, glob), head=())
+    got = rt.encode_images([item]).asnumpy()
+    assert got.shape == want.shape
+    assert rel_err(got, want) < 1e-4
+
+
+def test_multimodal_prefill_and_decode_logits(pair):
+    ref, rt, cfg = pair
+    rng = np.random.default_rng(9)
+    glob = rng.standard_normal((1, 3, GLOBAL, GLOBAL)).astype(np.float32)
+    local = rng.standard_normal((2, 3, TILE, TILE)).astype(np.float32)
+    n_img = 2 * (TILE // 64) ** 2 + (GLOBAL // 64) ** 2 + 1
+    prompt = np.array([cfg.text.bos_token_id] + [cfg.image_token_id] * n_img + list(rng.integers(5, 300, 6)))
+    cont = rng.integers(5, 300, 9)
+    full = np.concatenate([prompt, cont])
+    with torch.no_grad():
+        want = ref(input_ids=torch.tensor(full)[None], pixel_values=torch.tensor(glob),
+                   pixel_values_local=torch.tensor(local), num_local_patches=[2]).logits[0].numpy()
+    s = len(prompt)
+    item = VisionInputs(embed=view_inputs(rt.model.vision.sam_model, local, glob), head=())
+    prep = Prepared(input_ids=prompt, position_ids=np.arange(s)[None], rope_delta=0,
+                    image_token_mask=prompt == cfg.image_token_id, vision_inputs=[item])
+    feats = rt.encode_images(prep.vision_inputs)
+    assert rel_err(rt.full_logits(prep, feats), want[:s]) < 1e-4
+    last = rt.prefill(prep, feats, max_new_tokens=len(cont)).asnumpy()[0]
+    assert rel_err(last, want[s - 1]) < 1e-4
+    for i, tok in enumerate(cont[:-1]):
+        step = rt.decode(int(tok), s + i, 0, 1).asnumpy()[0]
+        assert rel_err(step, want[s + i]) < 1e-4, f"decode step {i}"
