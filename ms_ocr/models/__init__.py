@@ -9,12 +9,16 @@ ALIASES = {
     "hunyuan-ocr": "hunyuan_vl",
     "hunyuanocr": "hunyuan_vl",
     "hunyuan_vl": "hunyuan_vl",
+    "deepseek-ocr2": "deepseek_ocr2",
+    "deepseek-ocr-2": "deepseek_ocr2",
+    "deepseek_ocr2": "deepseek_ocr2",
 }
 
 # Where the weights are published, for the "how to get them" message and optional download.
 HUB_IDS = {
     "paddleocr_vl": "PaddlePaddle/PaddleOCR-VL",
     "hunyuan_vl": "tencent/HunyuanOCR",
+    "deepseek_ocr2": "deepseek-ai/DeepSeek-OCR-2",
 }
 # The checkpoint ms_ocr targets lives in a subfolder of the hub repository (HunyuanOCR: the root holds 1.5).
 HUB_SUBFOLDERS = {

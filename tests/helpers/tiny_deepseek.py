@@ -41,3 +41,52 @@ def view_inputs(sam, local, glob):
         q = 144 if p <= 144 else 256
         views.append((pixels, *tables, np.arange(p + q, dtype=np.int32)[None, None], hybrid_visible(p, q)))
     return views
+
+
+BPE_VOCAB = 360
+SPECIALS = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<image>", "<|grounding|>", "<|ref|>", "<|/ref|>",
+            "<|det|>", "<|/det|>", "<｜▁pad▁｜>"]
+BOS, EOS = TEXT["bos_token_id"], TEXT["eos_token_id"]
+
+
+def make_tiny_checkpoint(out_dir, dtype="float32", seed=0):
+    """save_pretrained folder of a tiny DeepSeek-OCR-2 (hub weight names) with a byte-level BPE tokenizer."""
+    import json
+    import os
+
+    import torch
+    from transformers import DeepseekOcr2ImageProcessorPil
+
+    from tests.helpers.tiny_bpe import write_bpe_tokenizer
+
+    os.makedirs(out_dir, exist_ok=True)
+    model = tiny_model(seed).to(getattr(torch, dtype))
+    model.generation_config.update(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=BOS + 8)
+    model.save_pretrained(out_dir)
+    DeepseekOcr2ImageProcessorPil().save_pretrained(out_dir)
+    write_bpe_tokenizer(os.path.join(out_dir, "tokenizer.json"), BPE_VOCAB, SPECIALS, seed, bos=SPECIALS[0])
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"bos_token": SPECIALS[0], "eos_token": SPECIALS[1], "pad_token": SPECIALS[8],
+                   "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 8192,
+                   "clean_up_tokenization_spaces": False}, f, ensure_ascii=False, indent=1)
+    return out_dir
+
+
+def reference_processor(folder):
+    from transformers import AutoTokenizer, DeepseekOcr2ImageProcessorPil, DeepseekOcr2Processor
+    return DeepseekOcr2Processor(image_processor=DeepseekOcr2ImageProcessorPil.from_pretrained(folder),
+                                 tokenizer=AutoTokenizer.from_pretrained(folder))
+
+
+def reference_inputs(ref, images, prompt):
+    return ref(images=images, text="<image>\n" * len(images) + prompt, return_tensors="pt")
+
+
+def reference_greedy(folder, images, prompt, max_new_tokens):
+    import torch
+    from transformers import DeepseekOcr2ForConditionalGeneration
+    model = DeepseekOcr2ForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
+    inputs = reference_inputs(reference_processor(folder), images, prompt)
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+    return out[0, inputs["input_ids"].shape[1]:].tolist()

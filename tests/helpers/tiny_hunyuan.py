@@ -11,9 +11,9 @@ The tokenizer is a byte-level BPE trained here with HunyuanOCR's special tokens 
 
 import json
 import os
-import random
 
 from tests.helpers.parity import randomize_
+from tests.helpers.tiny_bpe import write_bpe_tokenizer
 
 # Special tokens (content, id offset after the BPE vocabulary): the subset of HunyuanOCR's 818 added tokens
 # the template, the processor and the spotting markup use.
@@ -73,31 +73,9 @@ def tiny_model(seed=0):
     return model
 
 
-def corpus(seed):
-    rng = random.Random(seed)
-    words = ("the of and to in is text page table formula chart title line word number value 提取 图中 文字 图片 "
-             "检测 识别 坐标 格式化 输出 表格 解析 公式 文档 markdown html latex HTML LaTeX").split()
-    lines = ["ABCDEFGHIJKLMNOPQRSTUVWXYZ abcdefghijklmnopqrstuvwxyz 0123456789 .,:;!?()[]{}<>-_=+*/'\"#$%&@"]
-    for _ in range(2000):
-        lines.append(" ".join(rng.choice(words) for _ in range(rng.randint(3, 10)))
-                     + rng.choice(["。", "，", ".", f"({rng.randint(0, 999)},{rng.randint(0, 999)})"]))
-    return lines
-
-
 def write_tokenizer_json(path, seed):
     """A byte-level BPE tokenizer.json (as HunyuanOCR's) with SPECIALS as added special tokens at BPE_VOCAB.."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=BPE_VOCAB, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-    tok.train_from_iterator(corpus(seed), trainer)
-    if tok.get_vocab_size() != BPE_VOCAB:
-        raise RuntimeError(f"BPE vocabulary has {tok.get_vocab_size()} entries, expected {BPE_VOCAB}")
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
-    tok.save(path)
+    write_bpe_tokenizer(path, BPE_VOCAB, SPECIALS, seed)
 
 
 def _write_json(path, obj):

@@ -1,0 +1,97 @@
+"""DeepSeek-OCR-2 through the processor and the CLI: inputs bit-identical to transformers' processor, greedy
+tokens equal to transformers' generate, for the save_pretrained layout and a hand-written deepseek-ai config."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.cli_util import assert_one_line_error, run_module
+from tests.helpers.tiny_deepseek import (ENCODER, SAM, TEXT, make_tiny_checkpoint, reference_greedy,
+                                         reference_inputs, reference_processor)
+
+NEW_TOKENS = 10
+# (width, height): no tiles (small), 2..6 tile grids of different aspect ratios, a square just over the tile
+SIZES = [(300, 200), (1000, 800), (2000, 500), (700, 1400), (780, 780), (1200, 1700), (64, 900)]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return make_tiny_checkpoint(str(tmp_path_factory.mktemp("ds2")))
+
+
+def _image(size, seed=0):
+    w, h = size
+    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8))
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_processor_matches_reference(size, folder):
+    from ms_ocr.models import deepseek_ocr2 as D
+    ours = D.DeepseekOCR2Processor.from_pretrained(folder, D.config_from_dir(folder))
+    img = _image(size)
+    got = ours([img], D.TASK_PROMPTS["markdown"])
+    want = reference_inputs(reference_processor(folder), [img], D.TASK_PROMPTS["markdown"])
+    np.testing.assert_array_equal(got["input_ids"], want["input_ids"][0].numpy())
+    tiles, glob = got["views"][0]
+    np.testing.assert_array_equal(glob, want["pixel_values"].numpy())
+    n_local = int(want["num_local_patches"][0])
+    assert (0 if tiles is None else len(tiles)) == n_local
+    if n_local:
+        np.testing.assert_array_equal(tiles, want["pixel_values_local"].numpy())
+
+
+def deepseek_ai_config():
+    """The remote-code layout deepseek-ai/DeepSeek-OCR-2 ships (language_config / vision_config.width /
+    projector_config), written by hand for the tiny model."""
+    text = {k: v for k, v in TEXT.items() if k not in ("mlp_layer_types", "rope_parameters")}
+    return {"architectures": ["DeepseekOCR2ForCausalLM"], "model_type": "deepseek_vl_v2",
+            "language_config": {**text, "first_k_dense_replace": 1, "topk_method": "greedy", "use_mla": False,
+                                "rope_theta": 10000.0, "kv_lora_rank": None, "q_lora_rank": None},
+            "projector_config": {"input_dim": ENCODER["hidden_size"], "n_embed": TEXT["hidden_size"],
+                                 "projector_type": "linear"},
+            "vision_config": {"image_size": 1024, "width": {
+                "sam_vit_b": {"width": SAM["hidden_size"], "layers": SAM["num_hidden_layers"],
+                              "heads": SAM["num_attention_heads"], "global_attn_indexes": SAM["global_attn_indexes"],
+                              "downsample_channels": SAM["downsample_channels"]},
+                "qwen2-0-5b": {"dim": ENCODER["hidden_size"]}}},
+            "image_token_id": 362}
+
+
+def test_cli_greedy_tokens_equal_reference(folder, tmp_path):
+    img_path = tmp_path / "page.png"
+    _image((900, 1200), 3).save(img_path)
+    want = reference_greedy(folder, [Image.open(img_path).convert("RGB")], "Free OCR.", NEW_TOKENS)
+    proc = run_module("ms_ocr.infer", "--model", "deepseek-ocr2", "--model-path", folder, "--image", str(img_path),
+                      "--task", "ocr", "--max-new-tokens", str(NEW_TOKENS), "--json")
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["token_ids"] == want
+
+
+def test_deepseek_ai_layout_reads_the_same_model(folder, tmp_path):
+    from ms_ocr.models.deepseek_ocr2 import config_from_dir
+    ours = config_from_dir(folder)
+    alt = tmp_path / "deepseek-ai"
+    shutil.copytree(folder, alt)
+    (alt / "config.json").write_text(json.dumps(deepseek_ai_config()))
+    # The remote-code config names only some sizes (the rest are fixed in its code: neck 256 channels, MLP
+    # ratio 4, a Qwen2-0.5B encoder), so the tiny model is compared on what the file carries.
+    cfg = config_from_dir(str(alt))
+    assert cfg.layout == "deepseek-ai"
+    assert vars(cfg.text) == vars(ours.text)
+    for key in ("dim", "depth", "heads", "global_layers", "downsample"):
+        assert cfg.sam[key] == ours.sam[key], key
+    assert cfg.sam["out_channels"] == 256 and cfg.sam["mlp_dim"] == 4 * cfg.sam["dim"]
+    assert cfg.encoder.hidden_size == ENCODER["hidden_size"] and cfg.encoder.num_hidden_layers == 24
+    assert cfg.image_token_id == ours.image_token_id
+
+
+def test_wrong_checkpoint_for_model(folder, hunyuan_checkpoint, tmp_path):
+    img_path = tmp_path / "x.png"
+    _image((64, 64)).save(img_path)
+    proc = run_module("ms_ocr.infer", "--model", "deepseek-ocr2", "--model-path", hunyuan_checkpoint(),
+                      "--image", str(img_path))
+    assert_one_line_error(proc, "hunyuan_vl", "deepseek-ocr2")
