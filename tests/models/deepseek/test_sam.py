@@ -57,28 +57,13 @@ def test_sam_matches_reference(size, pair):
     assert rel_err(got, want) < 1e-4
 
 
-GOLDEN = "tests/data/deepseek_ocr_v1"
-
-
 @pytest.mark.parametrize("case", ["tiny_global", "tiles2", "base_global", "large_global"])
 def test_sam_matches_official_v1_golden(case, graph_mode):
     """Numbers from a run of deepseek-ai/DeepSeek-OCR's own deepencoder (tiny config, see tests/data/README.md):
     inputs 128/160/256/320 px against a 256-px table, i.e. the Tiny / Gundam-tile / Base / Large cases."""
-    import json
-    import os
-
-    root = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "data",
-                        "deepseek_ocr_v1")
-    cfg = json.load(open(os.path.join(root, "config_tiny.json")))["sam"]
-    data = np.load(os.path.join(root, "sam_tiny.npz"))
-    ours = SamEncoder(dim=cfg["embed_dim"], depth=cfg["depth"], heads=cfg["num_heads"],
-                      mlp_dim=cfg["embed_dim"] * cfg["mlp_ratio"], patch=cfg["patch_size"], image_size=cfg["img_size"],
-                      window=cfg["window_size"], global_layers=tuple(cfg["global_attn_indexes"]),
-                      out_channels=cfg["out_chans"], downsample=(32, 64))
-    load_weights(ours, [(k[2:], data[k], "F32") for k in data.files if k.startswith("w.")], lambda n: n,
-                 source="golden")
-    u8 = data["in." + case]
-    pixels = ((u8.astype(np.float32) / 255.0 - 0.5) / 0.5).astype(np.float32)
-    got = ours(Tensor(pixels), *[Tensor(a) for a in ours.tables(u8.shape[-1] // 16).arrays()]).asnumpy()
-    want = data["out." + case]
-    assert rel_err(got.transpose(0, 3, 1, 2), want) < 1e-4
+    from tests.helpers.golden_v1 import golden, golden_sam, pixels
+    data = golden()
+    sam = golden_sam()
+    got = sam(Tensor(pixels(data["in." + case])),
+              *[Tensor(a) for a in sam.tables(data["in." + case].shape[-1] // 16).arrays()]).asnumpy()
+    assert rel_err(got.transpose(0, 3, 1, 2), data["sam." + case]) < 1e-4
