@@ -20,12 +20,16 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser():
     p = _Parser(prog="python -m ms_ocr.infer", description="OCR images with a MindSpore VLM.")
-    p.add_argument("--model", required=True, help="model name: paddleocr-vl, hunyuan-ocr")
+    p.add_argument("--model", required=True, help="model name: paddleocr-vl, hunyuan-ocr, deepseek-ocr, deepseek-ocr2")
     p.add_argument("--model-path", help="checkpoint folder (hub download or ms_ocr.convert output)")
     p.add_argument("--image", nargs="+", required=True, help="image file(s): png, jpg, webp, bmp, tiff")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--task", help="task prompt (paddleocr-vl: ocr, table, formula, chart; hunyuan-ocr: ocr, "
-                                  "spotting, parse, formula, table, chart, subtitles, translate)")
+                                  "spotting, parse, formula, table, chart, subtitles, translate; deepseek-ocr: ocr, "
+                                  "markdown, grounding, figure, describe; deepseek-ocr2: ocr, markdown, figure, "
+                                  "describe)")
+    p.add_argument("--mode", choices=["tiny", "small", "base", "large", "gundam"],
+                   help="deepseek-ocr resolution mode (default gundam: 1024 global view + 640 tiles)")
     g.add_argument("--prompt", help="free-form prompt instead of a task")
     p.add_argument("--one-prompt", action="store_true", help="put all images into one prompt")
     p.add_argument("--max-new-tokens", type=int, default=1024)
@@ -36,10 +40,13 @@ def build_parser():
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--repetition-penalty", type=float, default=1.0)
-    p.add_argument("--no-repeat-ngram", type=int, default=0, help="ban repeating n-grams of this size")
+    p.add_argument("--no-repeat-ngram", type=int, default=None,
+                   help="ban repeating n-grams of this size (0 = off; default: the model's, e.g. deepseek-ocr 30 "
+                        "within 90 tokens)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stream", action="store_true", help="print text as tokens arrive")
     p.add_argument("--json", action="store_true", help="one JSON object per image on stdout")
+    p.add_argument("--figures", metavar="DIR", help="deepseek-ocr: save the crops of `image` blocks (markdown links)")
     p.add_argument("--visualize", metavar="OUT.png",
                    help="draw the parsed boxes on the image (tasks with boxes, e.g. hunyuan-ocr spotting); "
                         "several images write OUT-1.png, OUT-2.png, ...")
@@ -127,11 +134,23 @@ def run(argv):
 
     from ms_ocr.device import setup
     from ms_ocr.generate import SamplingConfig
+    modes = getattr(package, "MODES", None)
+    if args.mode and not modes:
+        raise CliError(f"--mode applies to deepseek-ocr, not {args.model}")
     target = setup(args.device, args.threads)
     pipe = package.load(model_dir, target, args.dtype)
+    if args.mode:
+        pipe.processor.set_mode(args.mode)
+    ngram, window, exempt = args.no_repeat_ngram or 0, 0, ()
+    default = getattr(package, "NO_REPEAT", None)
+    if args.no_repeat_ngram is None and default:
+        tok = pipe.processor.tokenizer
+        ngram, window = default["size"], default["window"]
+        exempt = tuple(i for i in (tok.token_to_id(t) for t in default["exempt_tokens"]) if i is not None)
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                               top_p=args.top_p, top_k=args.top_k, repetition_penalty=args.repetition_penalty,
-                              no_repeat_ngram_size=args.no_repeat_ngram, seed=args.seed)
+                              no_repeat_ngram_size=ngram, no_repeat_window=window, no_repeat_exempt=exempt,
+                              seed=args.seed)
     try:
         sampling.validate()
     except ValueError as e:
@@ -147,11 +166,15 @@ def run(argv):
         if drawing:
             from ms_ocr.processing.boxes import draw_boxes
             draw_boxes(group[0][1], result.get("boxes", [])).save(drawing)
+        if args.figures and "grounding" in result:
+            from ms_ocr.models.deepseek_ocr.grounding import save_figures
+            save_figures(group[0][1], result["grounding"], args.figures)
         if args.json:
             record = {"image": name, "text": result["text"], "token_ids": result["token_ids"],
                       "finish_reason": result["finish_reason"], "timings": result["timings"]}
-            if "boxes" in result:
-                record["boxes"] = result["boxes"]
+            for key in ("boxes", "grounding"):
+                if key in result:
+                    record[key] = result[key]
             print(json.dumps(record, ensure_ascii=False), flush=True)
         elif printer:
             printer.finish(result["text"])

@@ -9,6 +9,8 @@ ALIASES = {
     "hunyuan-ocr": "hunyuan_vl",
     "hunyuanocr": "hunyuan_vl",
     "hunyuan_vl": "hunyuan_vl",
+    "deepseek-ocr": "deepseek_ocr",
+    "deepseek_ocr": "deepseek_ocr",
     "deepseek-ocr2": "deepseek_ocr2",
     "deepseek-ocr-2": "deepseek_ocr2",
     "deepseek_ocr2": "deepseek_ocr2",
@@ -18,6 +20,7 @@ ALIASES = {
 HUB_IDS = {
     "paddleocr_vl": "PaddlePaddle/PaddleOCR-VL",
     "hunyuan_vl": "tencent/HunyuanOCR",
+    "deepseek_ocr": "deepseek-ai/DeepSeek-OCR",
     "deepseek_ocr2": "deepseek-ai/DeepSeek-OCR-2",
 }
 # The checkpoint ms_ocr targets lives in a subfolder of the hub repository (HunyuanOCR: the root holds 1.5).

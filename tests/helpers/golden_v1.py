@@ -51,3 +51,75 @@ def golden_sam():
     sam = SamEncoder(**sam_kwargs())
     load_weights(sam, weights("sam_model."), lambda n: n, source="golden")
     return sam
+
+
+V1_TEXT = dict(vocab_size=400, hidden_size=48, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+               num_key_value_heads=4, moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=3,
+               n_shared_experts=2, max_position_embeddings=2048, bos_token_id=360, eos_token_id=361)
+V1_SPECIALS = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<image>", "<|grounding|>", "<|ref|>", "<|/ref|>",
+               "<|det|>", "<|/det|>", "<｜▁pad▁｜>", "<td>", "</td>"]
+
+
+def v1_config_json():
+    """A deepseek-ai style config.json for the golden tiny DeepEncoder + a tiny MoE decoder (sizes the released
+    file omits are given explicitly: SAM window/neck/table size)."""
+    sam, clip = tiny_config()["sam"], tiny_config()["clip"]
+    return {"architectures": ["DeepseekOCRForCausalLM"], "model_type": "deepseek_vl_v2",
+            "language_config": {**V1_TEXT, "first_k_dense_replace": 1, "topk_method": "greedy", "use_mla": False,
+                                "n_group": 1, "topk_group": 1, "kv_lora_rank": None, "q_lora_rank": None},
+            "projector_config": {"input_dim": 128, "n_embed": 48, "projector_type": "linear"},
+            "vision_config": {"image_size": sam["img_size"], "width": {
+                "sam_vit_b": {"width": sam["embed_dim"], "layers": sam["depth"], "heads": sam["num_heads"],
+                              "global_attn_indexes": sam["global_attn_indexes"], "downsample_channels": [32, 64],
+                              "window_size": sam["window_size"], "out_chans": sam["out_chans"],
+                              "image_size": sam["img_size"]},
+                "clip-l-14-224": {"width": clip["hidden_size"], "heads": clip["num_heads"], "layers": clip["num_layers"],
+                                  "image_size": clip["image_size"], "patch_size": clip["patch_size"]}}},
+            "image_token_id": 362}
+
+
+def v1_text_model(seed=7):
+    """The reference MoE decoder (transformers DeepseekOcr2TextModel = v1's text config) and a random lm_head."""
+    import torch
+    from transformers import DeepseekOcr2TextConfig, DeepseekOcr2TextModel
+    from tests.helpers.parity import randomize_
+    cfg = DeepseekOcr2TextConfig(**V1_TEXT, mlp_layer_types=["dense", "sparse", "sparse"],
+                                 rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    model = randomize_(DeepseekOcr2TextModel(cfg).eval(), seed)
+    head = torch.randn(V1_TEXT["vocab_size"], V1_TEXT["hidden_size"], generator=torch.Generator().manual_seed(seed)) * 0.2
+    return model, head
+
+
+def make_v1_checkpoint(out_dir, seed=7):
+    """Golden DeepEncoder weights + a random tiny MoE decoder, under the hub's names (per-expert tensors)."""
+    import os
+
+    import torch
+    from safetensors.torch import save_file
+    from tests.helpers.tiny_bpe import write_bpe_tokenizer
+
+    os.makedirs(out_dir, exist_ok=True)
+    text, head = v1_text_model(seed)
+    state = {f"model.{k[2:]}": torch.tensor(v) for k, v in golden().items() if k.startswith("w.")}
+    for name, p in text.state_dict().items():
+        if name.endswith("experts.gate_up_proj"):
+            inter = p.shape[1] // 2
+            for e in range(p.shape[0]):
+                base = f"model.{name[:-len('gate_up_proj')]}{e}"
+                state[f"{base}.gate_proj.weight"] = p[e, :inter].clone()
+                state[f"{base}.up_proj.weight"] = p[e, inter:].clone()
+        elif name.endswith("experts.down_proj"):
+            for e in range(p.shape[0]):
+                state[f"model.{name[:-len('down_proj')]}{e}.down_proj.weight"] = p[e].clone()
+        else:
+            state[f"model.{name}"] = p.detach().clone()
+    state["lm_head.weight"] = head
+    save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(out_dir, "model.safetensors"),
+              metadata={"format": "pt"})
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(v1_config_json(), f, indent=1)
+    write_bpe_tokenizer(os.path.join(out_dir, "tokenizer.json"), 360, V1_SPECIALS, seed, bos=V1_SPECIALS[0])
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"bos_token": V1_SPECIALS[0], "eos_token": V1_SPECIALS[1], "pad_token": V1_SPECIALS[8],
+                   "tokenizer_class": "PreTrainedTokenizerFast"}, f, ensure_ascii=False)
+    return out_dir, text, head

@@ -122,4 +122,6 @@ class DeepseekOCRProcessor:
                 "rope_delta": 0, "text": text}
 
     def decode(self, ids, skip_special_tokens=True):
-        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+        """Text with the grounding markup kept (`<|ref|>`, `<|det|>` are special tokens): only BOS is dropped,
+        as the official scripts decode without skipping special tokens (EOS is cut by the caller)."""
+        return self.tokenizer.decode([i for i in ids if i != self.bos_id], skip_special_tokens=False)

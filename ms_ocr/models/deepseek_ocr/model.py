@@ -1,0 +1,43 @@
+"""DeepSeek-OCR (v1) as one Cell: `vision` (hub `model.sam_model`, `model.vision_model`, `model.projector`,
+`model.image_newline`, `model.view_seperator`), `model` (the MoE decoder) and `lm_head`."""
+
+from mindspore import Tensor, nn, ops
+
+from ms_ocr.models.base import VLMCell
+from ms_ocr.models.deepseek_ocr.vision import DeepEncoderV1
+from ms_ocr.models.deepseek_ocr2.model import moe_decoder
+
+
+class _ViewStep(nn.Cell):
+    def __init__(self, vision):
+        super().__init__(auto_prefix=False)
+        self.vision = vision
+
+    def construct(self, pixels, pos_m, win_resize, win_index, glob_resize, glob_index, clip_pos_m):
+        return self.vision(pixels, pos_m, win_resize, win_index, glob_resize, glob_index, clip_pos_m)
+
+
+class DeepseekOCRModel(VLMCell):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.vision = DeepEncoderV1(cfg.sam, cfg.clip, cfg.text.hidden_size)
+        self.model = moe_decoder(cfg.text)
+
+    def vision_layers(self):
+        return []
+
+    def encode_views(self, runtime, vision_inputs):
+        """Per image: each view size (tiles as one batch, then the global view) through one compiled graph,
+        then the rows in assembly order (item.head = the assembly index) from [tiles, global, newline, sep]."""
+        step = runtime.__dict__.setdefault("deepseek_v1_view_step", _ViewStep(self.vision))
+        out = []
+        for item in vision_inputs:
+            parts = []
+            for view in item.embed:
+                y = runtime.compiler.call("vision", step, *[runtime.tensor(a) for a in view])
+                parts.append(y.reshape(-1, y.shape[-1]))
+            dtype = parts[0].dtype
+            parts += [self.vision.image_newline.value()[None].astype(dtype),
+                      self.vision.view_seperator.value()[None].astype(dtype)]
+            out.append(ops.gather(ops.concat(parts, 0), Tensor(item.head[0]), 0))
+        return out[0] if len(out) == 1 else ops.concat(out, 0)
