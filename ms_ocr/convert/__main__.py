@@ -11,6 +11,8 @@ import os
 import shutil
 import sys
 
+import numpy as np
+
 os.environ.setdefault("GLOG_v", "3")
 
 from ms_ocr.config_utils import CheckpointError  # noqa: E402
@@ -35,10 +37,17 @@ def convert(model, src, dst):
     cfg = package.config_from_dir(src)
     table = package.name_table(cfg)
     expected = expected_shapes(package, cfg)
-    out, unexpected = {}, []
+    out, unexpected, stacked = {}, [], {}
     for name, arr, tag in iter_checkpoint(src):
         local = table(name)
         if local is None:
+            continue
+        if isinstance(local, tuple):  # one expert of a stacked [E, ...] parameter
+            local, index = local
+            if local not in expected or tuple(arr.shape) != expected[local][1:]:
+                unexpected.append(name)
+                continue
+            stacked.setdefault(local, ({}, tag))[0][index] = arr
             continue
         if local not in expected:
             unexpected.append(name)
@@ -46,6 +55,9 @@ def convert(model, src, dst):
         if tuple(arr.shape) != expected[local]:
             raise CheckpointError(f"{name} has shape {tuple(arr.shape)}, expected {expected[local]}")
         out[local] = (arr, tag)
+    for local, (slices, tag) in stacked.items():
+        if sorted(slices) == list(range(expected[local][0])):
+            out[local] = (np.stack([slices[i] for i in range(len(slices))]), tag)
     missing = sorted(set(expected) - set(out))
     if missing or unexpected:
         raise CheckpointError(f"{src} does not match {model}: missing {missing[:8]}, unexpected {unexpected[:8]}")

@@ -3,7 +3,7 @@ golden numbers from the official code (tiny config): Gundam (a 1x2 tile grid + g
 
 import numpy as np
 import pytest
-from mindspore import Tensor, ops
+from mindspore import Tensor
 
 from ms_ocr.convert.loader import load_weights
 from ms_ocr.models.deepseek_ocr.vision import DeepEncoderV1, assembly_index

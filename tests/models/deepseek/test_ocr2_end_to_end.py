@@ -95,3 +95,22 @@ def test_wrong_checkpoint_for_model(folder, hunyuan_checkpoint, tmp_path):
     proc = run_module("ms_ocr.infer", "--model", "deepseek-ocr2", "--model-path", hunyuan_checkpoint(),
                       "--image", str(img_path))
     assert_one_line_error(proc, "hunyuan_vl", "deepseek-ocr2")
+
+
+def test_converted_checkpoint_stacks_experts_and_gives_the_same_tokens(folder, tmp_path):
+    from ms_ocr.convert.safetensors_io import iter_checkpoint
+    img_path = tmp_path / "page.png"
+    _image((500, 400), 4).save(img_path)
+    out = tmp_path / "converted"
+    proc = run_module("ms_ocr.convert", "--model", "deepseek-ocr2", "--src", folder, "--dst", str(out))
+    assert proc.returncode == 0, proc.stderr
+    names = {n: a.shape for n, a, _ in iter_checkpoint(str(out))}
+    assert names["model.layers.1.mlp.experts.gate_proj"] == (8, 32, 64)  # [E, I, H] stacked
+    assert not any(".experts.0." in n for n in names)
+    runs = []
+    for path in (folder, str(out)):
+        proc = run_module("ms_ocr.infer", "--model", "deepseek-ocr2", "--model-path", path, "--image", str(img_path),
+                          "--max-new-tokens", "6", "--json")
+        assert proc.returncode == 0, proc.stderr
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1])["token_ids"])
+    assert runs[0] == runs[1] and len(runs[0]) >= 1

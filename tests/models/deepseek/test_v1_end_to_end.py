@@ -4,7 +4,6 @@ to transformers' DeepseekOcr2TextModel (the v1 decoder); grounding parser; bad i
 
 import json
 
-import numpy as np
 import pytest
 import torch
 from PIL import Image
