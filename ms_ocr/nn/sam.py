@@ -13,6 +13,7 @@ import numpy as np
 from mindspore import nn, ops
 
 from ms_ocr.nn import functional as F
+from ms_ocr.nn.blocks import WeightOrder
 from ms_ocr.nn.layers import LayerNorm, Linear, zeros_param
 from ms_ocr.ops import gelu_erf
 from ms_ocr.processing.resample import bicubic_aa_matrix, linear_matrix, relative_index
@@ -41,7 +42,88 @@ def sam_tables(grid, table_grid, window):
                      glob_index=relative_index(grid, grid))
 
 
+def sam_qkv_rel(x, qkv_w, qkv_b, rel_pos_h, rel_pos_w, resize, index, heads):
+    """x [B, h, w, C] (a window or the whole map) -> q, k, v [B, H, N, D] and the decomposed relative position
+    terms rel_h [B, H, N, kh], rel_w [B, H, N, kw] (from the unscaled q, as mvitv2 / SAM)."""
+    b, h, w, c = x.shape
+    d = c // heads
+    qkv = F.linear(x, qkv_w, qkv_b).reshape(b, h * w, 3, heads, d)
+    q, k, v = ops.split(qkv, 1, 2)
+    q = q.reshape(b, h * w, heads, d).transpose(0, 2, 1, 3)
+    k = k.reshape(b, h * w, heads, d).transpose(0, 2, 1, 3)
+    v = v.reshape(b, h * w, heads, d).transpose(0, 2, 1, 3)
+    rh = ops.gather(ops.matmul(resize, rel_pos_h), index, 0)  # [h, kh, D] (h == w here)
+    rw = ops.gather(ops.matmul(resize, rel_pos_w), index, 0)
+    qs = q.reshape(b * heads, h, w, d)
+    rel_h = _bmm_t(qs.transpose(1, 0, 2, 3).reshape(h, -1, d), rh)  # [h, BH*w, kh]
+    rel_h = rel_h.reshape(h, b * heads, w, h).transpose(1, 0, 2, 3).reshape(b, heads, h * w, h)
+    rel_w = _bmm_t(qs.transpose(2, 0, 1, 3).reshape(w, -1, d), rw)  # [w, BH*h, kw]
+    rel_w = rel_w.reshape(w, b * heads, h, w).transpose(1, 2, 0, 3).reshape(b, heads, h * w, w)
+    return q, k, v, rel_h, rel_w
+
+
+def sam_attend(q, k, v, rel_h, rel_w):
+    """softmax(q k^T / sqrt(D) + rel_h (+) rel_w) v for a block of query rows: q, rel_* [B, H, r, .]."""
+    b, heads, r, d = q.shape
+    bias = (rel_h[..., :, None] + rel_w[..., None, :]).reshape(b, heads, r, -1)
+    scores = _bmm_t(q * (d ** -0.5), k) + bias
+    return _bmm(ops.softmax(scores, -1), v)
+
+
+def window_partition(x, s):
+    """Zero-pad [B, h, w, C] to multiples of s (after the norm, attended to like the reference: no mask) and
+    cut s x s windows [B * nW, s, s, C]."""
+    b, h, w, c = x.shape
+    ph, pw = (s - h % s) % s, (s - w % s) % s
+    if ph or pw:
+        x = ops.pad(x, (0, 0, 0, pw, 0, ph))
+    hp, wp = h + ph, w + pw
+    return x.reshape(b, hp // s, s, wp // s, s, c).transpose(0, 1, 3, 2, 4, 5).reshape(-1, s, s, c)
+
+
+def window_unpartition(y, s, b, h, w):
+    hp, wp = h + (s - h % s) % s, w + (s - w % s) % s
+    c = y.shape[-1]
+    y = y.reshape(b, hp // s, wp // s, s, s, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, hp, wp, c)
+    return y[:, :h, :w, :]
+
+
+def merge_rows(out, b, h, w):
+    # [B, H, N, D] -> [B, h, w, H*D]
+    heads, d = out.shape[1], out.shape[3]
+    return out.transpose(0, 2, 1, 3).reshape(b, h, w, heads * d)
+
+
+# One SAM block's weights, in the order the layerwise steps take them.
+SAM_ATTN_IN = ("norm1.weight", "norm1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.rel_pos_h", "attn.rel_pos_w")
+SAM_OUT = ("attn.proj.weight", "attn.proj.bias", "norm2.weight", "norm2.bias", "mlp.lin1.weight", "mlp.lin1.bias",
+           "mlp.lin2.weight", "mlp.lin2.bias")
+
+
+def sam_block_out(x, attn_rows, weights, eps):
+    """x + proj(attention) then + lin2(gelu(lin1(norm2(.)))): attn_rows [B, h, w, C] already un-windowed."""
+    pw, pb, n2w, n2b, l1w, l1b, l2w, l2b = weights
+    x = x + F.linear(attn_rows, pw, pb)
+    return x + F.linear(gelu_erf(F.linear(F.layer_norm(x, n2w, n2b, eps), l1w, l1b)), l2w, l2b)
+
+
+def sam_block(x, resize, index, weights, heads, window, eps):
+    """A whole SAM block (windowed when `window`, else global); weights SAM_ATTN_IN + SAM_OUT."""
+    n1w, n1b, qw, qb, rph, rpw = weights[:6]
+    b, h, w, _ = x.shape
+    y = F.layer_norm(x, n1w, n1b, eps)
+    if window:
+        y = window_partition(y, window)
+    q, k, v, rel_h, rel_w = sam_qkv_rel(y, qw, qb, rph, rpw, resize, index, heads)
+    out = merge_rows(sam_attend(q, k, v, rel_h, rel_w), y.shape[0], y.shape[1], y.shape[2])
+    if window:
+        out = window_unpartition(out, window, b, h, w)
+    return sam_block_out(x, out, weights[6:], eps)
+
+
 class SamAttention(nn.Cell):
+    """Parameter holder (qkv, proj, rel_pos_h/w); the math is sam_qkv_rel / sam_attend."""
+
     def __init__(self, dim, heads, table_rows):
         super().__init__()
         self.heads = heads
@@ -49,29 +131,6 @@ class SamAttention(nn.Cell):
         self.proj = Linear(dim, dim)
         self.rel_pos_h = zeros_param((table_rows, dim // heads))
         self.rel_pos_w = zeros_param((table_rows, dim // heads))
-
-    def construct(self, x, resize, index):
-        """x [B, h, w, C] (a window or the whole map) -> [B, h, w, C]."""
-        b, h, w, c = x.shape
-        d = c // self.heads
-        qkv = F.linear(x, self.qkv.weight, self.qkv.bias).reshape(b, h * w, 3, self.heads, d)
-        q, k, v = ops.split(qkv, 1, 2)
-        q = q.reshape(b, h * w, self.heads, d).transpose(0, 2, 1, 3)  # [B, H, N, D]
-        k = k.reshape(b, h * w, self.heads, d).transpose(0, 2, 1, 3)
-        v = v.reshape(b, h * w, self.heads, d).transpose(0, 2, 1, 3)
-        # decomposed relative position bias from the unscaled q (mvitv2 / SAM)
-        rh = ops.gather(ops.matmul(resize, self.rel_pos_h), index, 0)  # [h, kh, D] (h == w here)
-        rw = ops.gather(ops.matmul(resize, self.rel_pos_w), index, 0)
-        qs = q.reshape(b * self.heads, h, w, d)
-        rel_h = _bmm_t(qs.transpose(1, 0, 2, 3).reshape(h, -1, d), rh)  # [h, BH*w, kh]
-        rel_h = rel_h.reshape(h, b * self.heads, w, h).transpose(1, 0, 2, 3)  # [BH, h, w, kh]
-        rel_w = _bmm_t(qs.transpose(2, 0, 1, 3).reshape(w, -1, d), rw)  # [w, BH*h, kw]
-        rel_w = rel_w.reshape(w, b * self.heads, h, w).transpose(1, 2, 0, 3)  # [BH, h, w, kw]
-        bias = (rel_h[..., :, None] + rel_w[..., None, :]).reshape(b, self.heads, h * w, h * w)
-        scores = _bmm_t(q * (d ** -0.5), k) + bias
-        out = _bmm(ops.softmax(scores, -1), v)  # [B, H, N, D]
-        out = out.transpose(0, 2, 1, 3).reshape(b, h, w, c)
-        return F.linear(out, self.proj.weight, self.proj.bias)
 
 
 class SamMLP(nn.Cell):
@@ -84,32 +143,22 @@ class SamMLP(nn.Cell):
         return self.lin2(gelu_erf(self.lin1(x)))
 
 
-class SamBlock(nn.Cell):
+class SamBlock(nn.Cell, WeightOrder):
     def __init__(self, dim, heads, mlp_dim, window, table_grid, eps):
         super().__init__()
-        self.window = window
+        self.window, self.heads, self.eps = window, heads, eps
         self.norm1 = LayerNorm(dim, eps)
         self.attn = SamAttention(dim, heads, 2 * (window if window else table_grid) - 1)
         self.norm2 = LayerNorm(dim, eps)
         self.mlp = SamMLP(dim, mlp_dim)
 
     def construct(self, x, win_resize, win_index, glob_resize, glob_index):
-        b, h, w, c = x.shape
-        y = self.norm1(x)
-        if self.window:
-            s = self.window
-            ph, pw = (s - h % s) % s, (s - w % s) % s
-            if ph or pw:  # zero tokens after the norm, attended to like the reference (no mask)
-                y = ops.pad(y, (0, 0, 0, pw, 0, ph))
-            hp, wp = h + ph, w + pw
-            y = y.reshape(b, hp // s, s, wp // s, s, c).transpose(0, 1, 3, 2, 4, 5).reshape(-1, s, s, c)
-            y = self.attn(y, win_resize, win_index)
-            y = y.reshape(b, hp // s, wp // s, s, s, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, hp, wp, c)
-            y = y[:, :h, :w, :]
-        else:
-            y = self.attn(y, glob_resize, glob_index)
-        x = x + y
-        return x + self.mlp(self.norm2(x))
+        resize, index = (win_resize, win_index) if self.window else (glob_resize, glob_index)
+        weights = (self.norm1.weight, self.norm1.bias, self.attn.qkv.weight, self.attn.qkv.bias,
+                   self.attn.rel_pos_h, self.attn.rel_pos_w, self.attn.proj.weight, self.attn.proj.bias,
+                   self.norm2.weight, self.norm2.bias, self.mlp.lin1.weight, self.mlp.lin1.bias,
+                   self.mlp.lin2.weight, self.mlp.lin2.bias)
+        return sam_block(x, resize, index, weights, self.heads, self.window, self.eps)
 
 
 class LayerNorm2d(nn.Cell):
@@ -180,16 +229,104 @@ class SamEncoder(nn.Cell):
     def tables(self, grid):
         return sam_tables(grid, self.table_grid, self.window)
 
-    def construct(self, pixels, pos_m, win_resize, win_index, glob_resize, glob_index):
-        """pixels [B, 3, S, S] -> [B, S/64, S/64, downsample[1]] (NHWC)."""
+    def embed(self, pixels, pos_m):
         x = self.patch_embed.proj(pixels)
         b, g, _, c = x.shape
         table = self.pos_embed.reshape(self.table_grid, -1)  # [T, T*C]
         pos = ops.matmul(pos_m, table).reshape(g, self.table_grid, c)  # rows resampled
         pos = _bmm(ops.broadcast_to(pos_m[None], (g, g, self.table_grid)), pos)  # columns: [g, g, C]
-        x = x + pos[None]
-        for blk in self.blocks:
-            x = blk(x, win_resize, win_index, glob_resize, glob_index)
+        return x + pos[None]
+
+    def head(self, x):
         for layer in self.neck:
             x = layer(x)
         return self.net_3(self.net_2(x))
+
+    def construct(self, pixels, pos_m, win_resize, win_index, glob_resize, glob_index):
+        """pixels [B, 3, S, S] -> [B, S/64, S/64, downsample[1]] (NHWC), in one graph (small inputs; at the
+        real size use SamLayerwise)."""
+        x = self.embed(pixels, pos_m)
+        for blk in self.blocks:
+            x = blk(x, win_resize, win_index, glob_resize, glob_index)
+        return self.head(x)
+
+
+class _SamEmbedStep(nn.Cell):
+    def __init__(self, sam):
+        super().__init__(auto_prefix=False)
+        self.sam = sam
+
+    def construct(self, pixels, pos_m):
+        return self.sam.embed(pixels, pos_m)
+
+
+class _SamHeadStep(_SamEmbedStep):
+    def construct(self, x):
+        return self.sam.head(x)
+
+
+class SamWindowBlockStep(nn.Cell):
+    """Any windowed SAM block, weights as inputs (SAM_ATTN_IN + SAM_OUT)."""
+
+    def __init__(self, heads, window, eps):
+        super().__init__()
+        self.heads, self.window, self.eps = heads, window, eps
+
+    def construct(self, x, resize, index, n1w, n1b, qw, qb, rph, rpw, pw, pb, n2w, n2b, l1w, l1b, l2w, l2b):
+        return sam_block(x, resize, index, (n1w, n1b, qw, qb, rph, rpw, pw, pb, n2w, n2b, l1w, l1b, l2w, l2b),
+                         self.heads, self.window, self.eps)
+
+
+class SamGlobalInStep(nn.Cell):
+    """norm1 + q/k/v + relative terms of a global block."""
+
+    def __init__(self, heads, eps):
+        super().__init__()
+        self.heads, self.eps = heads, eps
+
+    def construct(self, x, resize, index, n1w, n1b, qw, qb, rph, rpw):
+        return sam_qkv_rel(F.layer_norm(x, n1w, n1b, self.eps), qw, qb, rph, rpw, resize, index, self.heads)
+
+
+class SamAttendStep(nn.Cell):
+    def construct(self, q, k, v, rel_h, rel_w):
+        return sam_attend(q, k, v, rel_h, rel_w)
+
+
+class SamGlobalOutStep(nn.Cell):
+    def __init__(self, eps):
+        super().__init__()
+        self.eps = eps
+
+    def construct(self, x, attn, pw, pb, n2w, n2b, l1w, l1b, l2w, l2b):
+        b, h, w, _ = x.shape
+        return sam_block_out(x, merge_rows(attn, b, h, w), (pw, pb, n2w, n2b, l1w, l1b, l2w, l2b), self.eps)
+
+
+class SamLayerwise:
+    """Runs a SamEncoder block by block through shared graphs (weights as inputs), global attention in
+    query-row chunks, so activation memory is one block's (the CPU backend gives each graph a static pool
+    with no reuse across ops: the 12-block graph at 1024 px needs more than 24 GB)."""
+
+    def __init__(self, sam, chunk=1024):
+        self.sam, self.chunk = sam, chunk
+        blk = sam.blocks[0]
+        self.embed_step, self.head_step = _SamEmbedStep(sam), _SamHeadStep(sam)
+        self.window_step = SamWindowBlockStep(blk.heads, sam.window, blk.eps)
+        self.global_in, self.attend, self.global_out = SamGlobalInStep(blk.heads, blk.eps), SamAttendStep(), \
+            SamGlobalOutStep(blk.eps)
+
+    def __call__(self, call, pixels, pos_m, win_resize, win_index, glob_resize, glob_index):
+        """call(step, *args) runs a step (e.g. a CompileTimer's call); returns the SamEncoder output."""
+        x = call(self.embed_step, pixels, pos_m)
+        for blk in self.sam.blocks:
+            if blk.window:
+                x = call(self.window_step, x, win_resize, win_index, *blk.weights(SAM_ATTN_IN + SAM_OUT))
+                continue
+            q, k, v, rel_h, rel_w = call(self.global_in, x, glob_resize, glob_index, *blk.weights(SAM_ATTN_IN))
+            n = q.shape[2]
+            parts = [call(self.attend, q[:, :, s:s + self.chunk], k, v, rel_h[:, :, s:s + self.chunk],
+                          rel_w[:, :, s:s + self.chunk]) for s in range(0, n, self.chunk)]
+            attn = parts[0] if len(parts) == 1 else ops.concat(parts, 2)
+            x = call(self.global_out, x, attn, *blk.weights(SAM_OUT))
+        return call(self.head_step, x)

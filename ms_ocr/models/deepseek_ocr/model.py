@@ -5,16 +5,18 @@ from mindspore import Tensor, nn, ops
 
 from ms_ocr.models.base import VLMCell
 from ms_ocr.models.deepseek_ocr.vision import DeepEncoderV1
-from ms_ocr.models.deepseek_ocr2.model import moe_decoder
+from ms_ocr.models.deepseek_ocr2.model import moe_decoder, run_views
 
 
-class _ViewStep(nn.Cell):
+class _PostStep(nn.Cell):
+    """CLIP + concat + projector for one view size, one graph."""
+
     def __init__(self, vision):
         super().__init__(auto_prefix=False)
         self.vision = vision
 
-    def construct(self, pixels, pos_m, win_resize, win_index, glob_resize, glob_index, clip_pos_m):
-        return self.vision(pixels, pos_m, win_resize, win_index, glob_resize, glob_index, clip_pos_m)
+    def construct(self, sam_out, clip_pos_m):
+        return self.vision.post(sam_out, clip_pos_m)
 
 
 class DeepseekOCRModel(VLMCell):
@@ -29,13 +31,10 @@ class DeepseekOCRModel(VLMCell):
     def encode_views(self, runtime, vision_inputs):
         """Per image: each view size (tiles as one batch, then the global view) through one compiled graph,
         then the rows in assembly order (item.head = the assembly index) from [tiles, global, newline, sep]."""
-        step = runtime.__dict__.setdefault("deepseek_v1_view_step", _ViewStep(self.vision))
         out = []
         for item in vision_inputs:
-            parts = []
-            for view in item.embed:
-                y = runtime.compiler.call("vision", step, *[runtime.tensor(a) for a in view])
-                parts.append(y.reshape(-1, y.shape[-1]))
+            parts = [y.reshape(-1, y.shape[-1])
+                     for y in run_views(runtime, self.vision, _PostStep, "deepseek_ocr_steps", item.embed)]
             dtype = parts[0].dtype
             parts += [self.vision.image_newline.value()[None].astype(dtype),
                       self.vision.view_seperator.value()[None].astype(dtype)]

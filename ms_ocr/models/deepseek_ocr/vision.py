@@ -122,8 +122,11 @@ class DeepEncoderV1(nn.Cell):
         self.view_seperator = zeros_param((text_hidden,))
 
     def construct(self, pixels, pos_m, win_resize, win_index, glob_resize, glob_index, clip_pos_m):
-        """One view size: pixels [n, 3, S, S] -> projected tokens [n, g, g, text_hidden] (no newlines yet)."""
-        sam = self.sam_model(pixels, pos_m, win_resize, win_index, glob_resize, glob_index)  # [n, g, g, 1024]
+        """One view size in one graph: pixels [n, 3, S, S] -> projected tokens [n, g, g, text_hidden]."""
+        return self.post(self.sam_model(pixels, pos_m, win_resize, win_index, glob_resize, glob_index), clip_pos_m)
+
+    def post(self, sam, clip_pos_m):
+        """SAM output [n, g, g, 1024] -> CLIP -> concat -> projector: [n, g, g, text_hidden] (no newlines yet)."""
         n, g, _, c = sam.shape
         tokens = sam.reshape(n, g * g, c)
         clip = self.vision_model(tokens, clip_pos_m)

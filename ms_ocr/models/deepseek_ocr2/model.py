@@ -7,6 +7,7 @@ from ms_ocr.models.base import VLMCell
 from ms_ocr.models.deepseek_ocr2.vision import DeepseekOCR2Vision
 from ms_ocr.nn import CausalDecoder, MultiAxisRotary
 from ms_ocr.nn.moe import MoE
+from ms_ocr.nn.sam import SamLayerwise
 
 
 def moe_decoder(t):
@@ -19,13 +20,27 @@ def moe_decoder(t):
     return CausalDecoder(t, MultiAxisRotary(t.head_dim, t.rope_theta), ffn=ffn)
 
 
-class _ViewStep(nn.Cell):
+class _PostStep(nn.Cell):
+    """Everything after SAM for one view size (query encoder + projector), one graph."""
+
     def __init__(self, vision):
         super().__init__(auto_prefix=False)
         self.vision = vision
 
-    def construct(self, pixels, pos_m, win_resize, win_index, glob_resize, glob_index, pos, visible):
-        return self.vision(pixels, pos_m, win_resize, win_index, glob_resize, glob_index, pos, visible)
+    def construct(self, sam_out, pos, visible):
+        return self.vision.post(sam_out, pos, visible)
+
+
+def run_views(runtime, vision, post_step_cls, name, views):
+    """Each view: SAM block by block (SamLayerwise), then the model's post-SAM graph; returns their outputs."""
+    steps = runtime.__dict__.setdefault(name, (SamLayerwise(vision.sam_model), post_step_cls(vision)))
+    call = lambda step, *args: runtime.compiler.call("vision", step, *args)  # noqa: E731
+    outs = []
+    for view in views:
+        args = [runtime.tensor(a) for a in view]
+        sam_out = steps[0](call, *args[:6])
+        outs.append(call(steps[1], sam_out, *args[6:]))
+    return outs
 
 
 class DeepseekOCR2Model(VLMCell):
@@ -40,10 +55,8 @@ class DeepseekOCR2Model(VLMCell):
     def encode_views(self, runtime, vision_inputs):
         """Per image: its views (local tiles, then the global view), each size through one compiled graph,
         concatenated with view_seperator -> [M, H]."""
-        step = runtime.__dict__.setdefault("deepseek_view_step", _ViewStep(self.vision))  # one graph per view size
         feats = []
         for item in vision_inputs:
-            for view in item.embed:
-                feats.append(runtime.compiler.call("vision", step, *[runtime.tensor(a) for a in view]))
+            feats += run_views(runtime, self.vision, _PostStep, "deepseek_ocr2_steps", item.embed)
             feats.append(self.vision.view_seperator.value()[None].astype(feats[-1].dtype))
         return ops.concat(feats, 0)

@@ -105,10 +105,13 @@ class DeepseekOCR2Vision(nn.Cell):
         self.projector = Projector(enc_cfg.hidden_size, text_hidden)
         self.view_seperator = zeros_param((text_hidden,))
 
-    def construct(self, pixels, pos_m, win_resize, win_index, glob_resize, glob_index, pos, visible):
-        """One view size: pixels [n, 3, S, S] -> projected query features [n * Q, text_hidden]."""
-        x = self.sam_model(pixels, pos_m, win_resize, win_index, glob_resize, glob_index)
+    def post(self, x, pos, visible):
+        """SAM output [n, g, g, C] -> projected query features [n * Q, text_hidden]."""
         n, g, _, c = x.shape
         q = self.qwen2_model(x.reshape(n, g * g, c), pos, visible)
         y = self.projector.layers(q)
         return y.reshape(-1, y.shape[-1])
+
+    def construct(self, pixels, pos_m, win_resize, win_index, glob_resize, glob_index, pos, visible):
+        """One view size in one graph: pixels [n, 3, S, S] -> [n * Q, text_hidden]."""
+        return self.post(self.sam_model(pixels, pos_m, win_resize, win_index, glob_resize, glob_index), pos, visible)

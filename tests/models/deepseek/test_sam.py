@@ -67,3 +67,18 @@ def test_sam_matches_official_v1_golden(case, graph_mode):
     got = sam(Tensor(pixels(data["in." + case])),
               *[Tensor(a) for a in sam.tables(data["in." + case].shape[-1] // 16).arrays()]).asnumpy()
     assert rel_err(got.transpose(0, 3, 1, 2), data["sam." + case]) < 1e-4
+
+
+@pytest.mark.parametrize("chunk", [1024, 5])  # 5: several global-attention row chunks, the last one short
+def test_layerwise_sam_equals_one_graph_and_reference(chunk, pair):
+    from ms_ocr.nn.sam import SamLayerwise
+    ref, ours = pair
+    pixels = np.random.default_rng(11).standard_normal((2, 3, 112, 112)).astype(np.float32)  # batch of 2, grid 7
+    tables = [Tensor(a) for a in ours.tables(7).arrays()]
+    runner = SamLayerwise(ours, chunk=chunk)
+    got = runner(lambda step, *args: step(*args), Tensor(pixels), *tables).asnumpy()
+    whole = ours(Tensor(pixels), *tables).asnumpy()
+    with torch.no_grad():
+        want = ref(torch.tensor(pixels)).last_hidden_state.numpy().transpose(0, 2, 3, 1)
+    assert rel_err(got, whole) < 1e-5
+    assert rel_err(got, want) < 1e-4
