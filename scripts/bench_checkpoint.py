@@ -4,6 +4,7 @@ Saved as bf16 like the hub release, with the small test tokenizer: token ids onl
 architecture and shapes are what the timings depend on.
 """
 
+import json
 import os
 import sys
 
@@ -62,4 +63,39 @@ def make_hunyuan_ocr(out_dir, seed=0):
     return out_dir
 
 
-BUILDERS = {"paddleocr-vl": make_paddleocr_vl, "hunyuan-ocr": make_hunyuan_ocr}
+def make_deepseek_ocr2(out_dir, seed=0):
+    """DeepSeek-OCR-2 at its real size (SAM ViT-B, Qwen2-0.5B query encoder, 3B MoE decoder: the transformers
+    config defaults but for the text model, set to DeepSeek-OCR's) with random weights, built in bf16."""
+    import torch
+    from transformers import DeepseekOcr2Config, DeepseekOcr2ForConditionalGeneration, DeepseekOcr2ImageProcessorPil
+    from tests.helpers import tiny_deepseek as T
+    from tests.helpers.tiny_bpe import write_bpe_tokenizer
+
+    torch.manual_seed(seed)
+    text = dict(vocab_size=129280, hidden_size=1280, intermediate_size=6848, num_hidden_layers=12,
+                num_attention_heads=10, num_key_value_heads=10, moe_intermediate_size=896, n_routed_experts=64,
+                num_experts_per_tok=6, n_shared_experts=2, max_position_embeddings=8192,
+                mlp_layer_types=["dense"] + ["sparse"] * 11, bos_token_id=T.BOS, eos_token_id=T.EOS,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    encoder = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                   num_key_value_heads=2, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+    cfg = DeepseekOcr2Config(vision_config=dict(sam_config={}, encoder_config=encoder), text_config=text,
+                             image_token_id=T.IMAGE_TOKEN_ID)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # 7.8 GB instead of 15.6 GB while building
+    try:
+        model = DeepseekOcr2ForConditionalGeneration(cfg).eval()
+    finally:
+        torch.set_default_dtype(default)
+    model.generation_config.update(bos_token_id=T.BOS, eos_token_id=T.EOS)
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir)
+    DeepseekOcr2ImageProcessorPil().save_pretrained(out_dir)
+    write_bpe_tokenizer(os.path.join(out_dir, "tokenizer.json"), T.BPE_VOCAB, T.SPECIALS, seed, bos=T.SPECIALS[0])
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"bos_token": T.SPECIALS[0], "eos_token": T.SPECIALS[1], "pad_token": T.SPECIALS[8],
+                   "tokenizer_class": "PreTrainedTokenizerFast"}, f, ensure_ascii=False)
+    return out_dir
+
+
+BUILDERS = {"paddleocr-vl": make_paddleocr_vl, "hunyuan-ocr": make_hunyuan_ocr, "deepseek-ocr2": make_deepseek_ocr2}

@@ -29,9 +29,10 @@ def peak_rss_gb():
 
 
 def build_checkpoint(model, out_dir):
-    """Random weights at the real config, saved as the hub ships them (bf16), with a small tokenizer."""
-    from scripts.bench_checkpoint import BUILDERS
-    BUILDERS[model](out_dir)
+    """Random weights at the real config, saved as the hub ships them (bf16), with a small tokenizer; built in
+    a subprocess so this process does not keep the builder's memory while the workers run."""
+    code = f"from scripts.bench_checkpoint import BUILDERS; BUILDERS[{model!r}]({out_dir!r})"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
 
 
 def worker_ms_ocr(args):
@@ -64,7 +65,8 @@ def worker_ms_ocr(args):
         tokens.append(tok)
     decode_s = time.perf_counter() - t0
     n = args.new_tokens - 1
-    return {"framework": "ms_ocr", "load_s": load_s, "patches": sum(int(v.embed[0].shape[0]) for v in prep.vision_inputs),
+    return {"framework": "ms_ocr", "load_s": load_s, "patches": sum(int(np.asarray(v.embed[0]).shape[0]) if not isinstance(v.embed[0], tuple)
+                       else int(sum(np.asarray(view[0]).shape[0] for view in v.embed)) for v in prep.vision_inputs),
             "prompt_tokens": int(s), "vision_ms": 1000 * vision_s, "prefill_ms": 1000 * prefill_s,
             "decode_ms_per_token": 1000 * decode_s / n, "decode_tokens_per_s": n / decode_s,
             "compile_s": dict(rt.compiler.seconds), "peak_rss_gb": peak_rss_gb(), "tokens": tokens}
@@ -82,9 +84,24 @@ def reference_model_and_inputs(model_name, ckpt, img, prompt):
         from transformers import HunYuanVLForConditionalGeneration as Model
         from tests.helpers.tiny_hunyuan import reference_inputs, reference_processor
         inputs = reference_inputs(reference_processor(ckpt), [img], prompt)
+    elif model_name == "deepseek-ocr2":
+        from transformers import DeepseekOcr2ForConditionalGeneration as Model
+        from tests.helpers.tiny_deepseek import reference_inputs, reference_processor
+        inputs = reference_inputs(reference_processor(ckpt), [img], prompt)
     else:
         raise SystemExit(f"no transformers reference for {model_name}")
     return Model.from_pretrained(ckpt, dtype=torch.float32).eval(), inputs
+
+
+VISION_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_local", "num_local_patches")
+
+
+def reference_vision(model, inputs):
+    """The reference's image features for the benchmark's inputs (its get_image_features signature)."""
+    if "pixel_values_local" in inputs or "num_local_patches" in inputs:
+        return model.model.get_image_features(inputs["pixel_values"], inputs.get("pixel_values_local"),
+                                              inputs.get("num_local_patches"), return_dict=True)
+    return model.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"], return_dict=True)
 
 
 def worker_transformers(args):
@@ -97,10 +114,10 @@ def worker_transformers(args):
     load_s = time.perf_counter() - t0
     with torch.inference_mode():
         t0 = time.perf_counter()
-        vision = model.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"], return_dict=True)
+        vision = reference_vision(model, inputs)
         vision_s = time.perf_counter() - t0
         # prefill alone: the same forward with the image features passed in (no second vision pass)
-        text_inputs = {k: v for k, v in inputs.items() if k != "pixel_values"}
+        text_inputs = {k: v for k, v in inputs.items() if k not in VISION_KEYS or k == "image_grid_thw"}
         t0 = time.perf_counter()
         out = model(**text_inputs, mm_encoder_outputs={"image": vision}, use_cache=True)
         prefill_s = time.perf_counter() - t0
@@ -129,11 +146,20 @@ def fp32_weight_bytes(ckpt):
     for path in weight_files(ckpt):
         header, _ = read_header(path)
         for k, v in header.items():
-            if k != "__metadata__" and not k.startswith(("visual", "mlp_AR", "model.visual", "model.projector", "vit")):
+            if k != "__metadata__" and not k.startswith(("visual", "mlp_AR", "model.visual", "model.projector", "vit",
+                                                          "model.sam_model", "model.qwen2_model", "model.vision_model",
+                                                          "model.image_newline", "model.view_seperator")):
                 n = 1
                 for d in v["shape"]:
                     n *= d
                 sizes[k] = 4 * n
+    config = json.load(open(os.path.join(ckpt, "config.json")))
+    text = config.get("text_config") or config.get("language_config") or {}
+    if text.get("n_routed_experts"):  # MoE: a token reads only its top-k routed experts
+        share = text["num_experts_per_tok"] / text["n_routed_experts"]
+        for k in sizes:
+            if ".mlp.experts." in k:
+                sizes[k] *= share
     head = [k for k in sizes if k.endswith("lm_head.weight")]
     if head:  # untied or duplicated head: count the table once
         sizes.pop(next(k for k in sizes if k.endswith("embed_tokens.weight")), None)

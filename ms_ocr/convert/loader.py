@@ -56,12 +56,19 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=
             if tuple(arr.shape) != tuple(param.shape[1:]):
                 raise CheckpointError(f"{source}: {hf_name} has shape {tuple(arr.shape)}, the model expects "
                                       f"{tuple(param.shape[1:])} (checkpoint and config.json disagree)")
-            buf, filled = stacked.setdefault(local, (np.zeros(param.shape, np.float32), set()))
-            if index in filled:
+            if local not in stacked:
+                stacked[local] = (np.zeros(param.shape, np.float32), set())
+            buf, filled = stacked[local]
+            if buf is None or index in filled:
                 raise CheckpointError(f"{source}: two checkpoint tensors map to {local}[{index}]")
             buf[index] = round_weights(arr, round_to)
             filled.add(index)
             tags.add(tag)
+            if len(filled) == buf.shape[0]:  # complete: hand it over now so only one buffer is alive at a time
+                param.init_data()
+                param.set_data(Tensor(buf).astype(compute_dtype) if compute_dtype != ms.float32 else Tensor(buf))
+                loaded.add(local)
+                stacked[local] = (None, filled)
             continue
         param = params.get(local)
         if param is None:
@@ -83,12 +90,7 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=
             param.set_data(Tensor(np.asarray(arr)))
         loaded.add(local)
     for local, (buf, filled) in stacked.items():
-        if len(filled) == buf.shape[0]:
-            param = params[local]
-            param.init_data()
-            param.set_data(Tensor(buf).astype(compute_dtype) if compute_dtype != ms.float32 else Tensor(buf))
-            loaded.add(local)
-        else:
+        if buf is not None:  # incomplete
             absent = sorted(set(range(buf.shape[0])) - filled)
             unexpected_missing = f"{local}[{', '.join(map(str, absent[:8]))}{', ...' if len(absent) > 8 else ''}]"
             loaded.add(local)

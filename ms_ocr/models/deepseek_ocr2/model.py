@@ -1,13 +1,15 @@
 """DeepSeek-OCR-2 as one Cell: `vision` (hub `model.sam_model`, `model.qwen2_model`, `model.projector`,
 `model.view_seperator`), `model` (the MoE decoder, hub `model.embed_tokens/layers/norm`) and `lm_head`."""
 
-from mindspore import nn, ops
+import numpy as np
+from mindspore import Tensor, nn, ops
 
 from ms_ocr.models.base import VLMCell
-from ms_ocr.models.deepseek_ocr2.vision import DeepseekOCR2Vision
+from ms_ocr.models.deepseek_ocr2.vision import ENCODER_LAYER_WEIGHTS, DeepseekOCR2Vision, EncoderLayerStep
 from ms_ocr.nn import CausalDecoder, MultiAxisRotary
 from ms_ocr.nn.moe import MoE
 from ms_ocr.nn.sam import SamLayerwise
+from ms_ocr.ops import get_activation
 
 
 def moe_decoder(t):
@@ -20,26 +22,63 @@ def moe_decoder(t):
     return CausalDecoder(t, MultiAxisRotary(t.head_dim, t.rope_theta), ffn=ffn)
 
 
-class _PostStep(nn.Cell):
-    """Everything after SAM for one view size (query encoder + projector), one graph."""
-
+class _EncoderPrepStep(nn.Cell):
     def __init__(self, vision):
         super().__init__(auto_prefix=False)
         self.vision = vision
 
     def construct(self, sam_out, pos, visible):
-        return self.vision.post(sam_out, pos, visible)
+        n, g, _, c = sam_out.shape
+        return self.vision.qwen2_model.prepare(sam_out.reshape(n, g * g, c), pos, visible)
 
 
-def run_views(runtime, vision, post_step_cls, name, views):
-    """Each view: SAM block by block (SamLayerwise), then the model's post-SAM graph; returns their outputs."""
-    steps = runtime.__dict__.setdefault(name, (SamLayerwise(vision.sam_model), post_step_cls(vision)))
+class _EncoderHeadStep(_EncoderPrepStep):
+    def construct(self, x, query_rows):
+        q = ops.gather(self.vision.qwen2_model.model.model.norm(x), query_rows, 1)
+        y = self.vision.projector.layers(q)
+        return y.reshape(-1, y.shape[-1])
+
+
+class QueryEncoderLayerwise:
+    """The query encoder through one shared layer graph (weights as inputs), then norm + projector."""
+
+    def __init__(self, vision):
+        enc = vision.qwen2_model.model.model
+        cfg = vision.encoder_cfg
+        self.vision, self.layers = vision, list(enc.layers)
+        self.prep, self.head = _EncoderPrepStep(vision), _EncoderHeadStep(vision)
+        self.layer_step = EncoderLayerStep(cfg.num_attention_heads, cfg.num_key_value_heads, cfg.rms_norm_eps,
+                                           get_activation(cfg.hidden_act))
+
+    def __call__(self, call, sam_out, pos, visible):
+        x, cos, sin, mask = call(self.prep, sam_out, pos, visible)
+        for layer in self.layers:
+            x = call(self.layer_step, x, cos, sin, mask, *layer.weights(ENCODER_LAYER_WEIGHTS))
+        patches = sam_out.shape[1] * sam_out.shape[2]
+        rows = Tensor(np.arange(patches, x.shape[1], dtype=np.int32))
+        return call(self.head, x, rows)
+
+
+# Tiles per vision call: on CPU each compiled graph keeps a static activation pool sized for its batch, so
+# tiles go one at a time (the 6-tile batch of a 768x1024 page did not fit in 24 GB beside the 3B model).
+VISION_BATCH = 1
+
+
+def run_views(runtime, vision, post, name, views):
+    """Each view: SAM block by block (SamLayerwise), then `post(vision)` (a step Cell or a runner taking
+    `call` first), VISION_BATCH images per call; returns one output per view (tiles concatenated in order)."""
+    steps = runtime.__dict__.setdefault(name, (SamLayerwise(vision.sam_model), post(vision)))
     call = lambda step, *args: runtime.compiler.call("vision", step, *args)  # noqa: E731
+    post_run = (lambda *args: call(steps[1], *args)) if isinstance(steps[1], nn.Cell) else \
+        (lambda *args: steps[1](call, *args))
     outs = []
     for view in views:
-        args = [runtime.tensor(a) for a in view]
-        sam_out = steps[0](call, *args[:6])
-        outs.append(call(steps[1], sam_out, *args[6:]))
+        pixels, rest = view[0], [runtime.tensor(a) for a in view[1:]]
+        parts = []
+        for start in range(0, pixels.shape[0], VISION_BATCH):
+            sam_out = steps[0](call, runtime.tensor(pixels[start:start + VISION_BATCH]), *rest[:5])
+            parts.append(post_run(sam_out, *rest[5:]))
+        outs.append(parts[0] if len(parts) == 1 else ops.concat(parts, 0))
     return outs
 
 
@@ -57,6 +96,6 @@ class DeepseekOCR2Model(VLMCell):
         concatenated with view_seperator -> [M, H]."""
         feats = []
         for item in vision_inputs:
-            feats += run_views(runtime, self.vision, _PostStep, "deepseek_ocr2_steps", item.embed)
+            feats += run_views(runtime, self.vision, QueryEncoderLayerwise, "deepseek_ocr2_steps", item.embed)
             feats.append(self.vision.view_seperator.value()[None].astype(feats[-1].dtype))
         return ops.concat(feats, 0)

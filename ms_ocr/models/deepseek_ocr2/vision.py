@@ -10,8 +10,29 @@ from ms_ocr import ops as K
 from ms_ocr.nn import Embedding, Linear, MultiAxisRotary, RMSNorm
 from ms_ocr.nn import functional as F
 from ms_ocr.nn.mlp import GatedMLP
+from ms_ocr.nn.blocks import WeightOrder
 from ms_ocr.nn.layers import zeros_param
 from ms_ocr.nn.sam import SamEncoder
+
+
+ENCODER_LAYER_WEIGHTS = ("input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.q_proj.bias",
+                         "self_attn.k_proj.weight", "self_attn.k_proj.bias", "self_attn.v_proj.weight",
+                         "self_attn.v_proj.bias", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+                         "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
+
+
+def encoder_layer(x, cos, sin, mask, weights, heads, kv_heads, eps, act):
+    """One Qwen2 encoder layer as a function of its weights (ENCODER_LAYER_WEIGHTS order)."""
+    inw, qw, qb, kw, kb, vw, vb, ow, postw, gw, uw, dw = weights
+    b, s, c = x.shape
+    d = c // heads
+    h = K.rms_norm(x, inw, eps)
+    q = F.linear(h, qw, qb).reshape(b, s, heads, d).transpose(0, 2, 1, 3)
+    k = F.linear(h, kw, kb).reshape(b, s, kv_heads, d).transpose(0, 2, 1, 3)
+    v = F.linear(h, vw, vb).reshape(b, s, kv_heads, d).transpose(0, 2, 1, 3)
+    q, k = K.apply_rope(q, cos, sin), K.apply_rope(k, cos, sin)
+    x = x + F.linear(F.merge_heads(K.attention(q, k, v, mask, d ** -0.5)), ow)
+    return x + F.gated_mlp(K.rms_norm(x, postw, eps), gw, uw, dw, act)
 
 
 class EncoderAttention(nn.Cell):
@@ -32,7 +53,7 @@ class EncoderAttention(nn.Cell):
         return self.o_proj(F.merge_heads(K.attention(q, k, v, mask, self.dim ** -0.5)))
 
 
-class EncoderLayer(nn.Cell):
+class EncoderLayer(nn.Cell, WeightOrder):
     def __init__(self, cfg):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -59,7 +80,10 @@ class _Holder(nn.Cell):
 
 
 class QueryEncoder(nn.Cell):
-    """`qwen2_model.*`: the Qwen2 decoder stack (model.model.layers / norm) and the two query tables."""
+    """`qwen2_model.*`: the Qwen2 decoder stack (model.model.layers / norm) and the two query tables.
+
+    construct runs all layers in one graph (small inputs, tests); the runtime uses prepare / layer weights /
+    finish with one shared layer graph (EncoderLayerStep) to bound activation memory to one layer."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -68,17 +92,22 @@ class QueryEncoder(nn.Cell):
         self.query_1024 = Embedding(256, cfg.hidden_size)
         self.rotary = MultiAxisRotary(cfg.hidden_size // cfg.num_attention_heads, cfg.rope_theta)
 
-    def construct(self, feats, pos, visible):
-        """feats [n, P, C] SAM tokens -> query states [n, Q, C]; pos [1, 1, P+Q]; visible [P+Q, P+Q] bool."""
+    def prepare(self, feats, pos, visible):
         n, p, c = feats.shape
         queries = self.query_768.weight if p <= 144 else self.query_1024.weight
         x = ops.concat((feats, ops.broadcast_to(queries[None], (n,) + queries.shape).astype(feats.dtype)), 1)
         cos, sin = self.rotary(pos)
-        mask = K.attention_mask(visible[None, None])
-        stack = self.model.model
-        for layer in stack.layers:
+        return x, cos, sin, K.attention_mask(visible[None, None])
+
+    def finish(self, x, num_patches):
+        return self.model.model.norm(x)[:, num_patches:]
+
+    def construct(self, feats, pos, visible):
+        """feats [n, P, C] SAM tokens -> query states [n, Q, C]; pos [1, 1, P+Q]; visible [P+Q, P+Q] bool."""
+        x, cos, sin, mask = self.prepare(feats, pos, visible)
+        for layer in self.model.model.layers:
             x = layer(x, cos, sin, mask)
-        return stack.norm(x)[:, p:]
+        return self.finish(x, feats.shape[1])
 
 
 def hybrid_visible(num_patches, num_queries):
@@ -87,6 +116,16 @@ def hybrid_visible(num_patches, num_queries):
     visible = np.tril(np.ones((t, t), bool))
     visible[:num_patches, :num_patches] = True
     return visible
+
+
+class EncoderLayerStep(nn.Cell):
+    def __init__(self, heads, kv_heads, eps, act):
+        super().__init__()
+        self.heads, self.kv_heads, self.eps, self.act = heads, kv_heads, eps, act
+
+    def construct(self, x, cos, sin, mask, inw, qw, qb, kw, kb, vw, vb, ow, postw, gw, uw, dw):
+        return encoder_layer(x, cos, sin, mask, (inw, qw, qb, kw, kb, vw, vb, ow, postw, gw, uw, dw), self.heads,
+                             self.kv_heads, self.eps, self.act)
 
 
 class Projector(nn.Cell):
@@ -102,6 +141,7 @@ class DeepseekOCR2Vision(nn.Cell):
         super().__init__()
         self.sam_model = SamEncoder(**sam_cfg)
         self.qwen2_model = QueryEncoder(enc_cfg)
+        self.encoder_cfg = enc_cfg
         self.projector = Projector(enc_cfg.hidden_size, text_hidden)
         self.view_seperator = zeros_param((text_hidden,))
 
