@@ -194,14 +194,16 @@ class VLMRuntime:
         h2 = h.reshape(b * s, d)
         weights, ids = self.compiler.call("prefill", self.router_step(moe), h2, moe.gate.weight.value())
         weights, ids = weights.asnumpy(), ids.asnumpy()
-        experts = (moe.experts.gate_proj.value(), moe.experts.up_proj.value(), moe.experts.down_proj.value())
+        # One expert's slices of the stacked weights per call (a few MB each): `Parameter.value()` of the whole
+        # [E, I, H] stack would copy it (293 MB per tensor at DeepSeek-OCR's size).
+        experts = (moe.experts.gate_proj, moe.experts.up_proj, moe.experts.down_proj)
         out = np.zeros((b * s, d), np.float32)
         for e in np.unique(ids):
             tok, slot = np.nonzero(ids == e)
             rows = np.zeros(bucket(len(tok), EXPERT_ROWS), np.int32)
             rows[:len(tok)] = tok
-            y = self.compiler.call("prefill", self.expert_step, h2, Tensor(rows), Tensor(np.array([e], np.int32)),
-                                   *experts).asnumpy()
+            y = self.compiler.call("prefill", self.expert_step, h2, Tensor(rows),
+                                   *[w[int(e)] for w in experts]).asnumpy()
             np.add.at(out, tok, y[:len(tok)] * weights[tok, slot, None])
         shared = moe.shared_experts
         y = self.compiler.call("prefill", self.shared_mlp_step, h2, shared.gate_proj.weight.value(),

@@ -142,18 +142,14 @@ class RouterStep(nn.Cell):
 
 
 class ExpertStep(nn.Cell):
-    """One routed expert (index `expert` into the stacked weights) over rows `rows` of h [T, H]."""
+    """One routed expert (its gate/up/down weights) over rows `rows` of h [T, H]."""
 
     def __init__(self, act):
         super().__init__()
         self.act = act
 
-    def construct(self, h, rows, expert, gw_all, uw_all, dw_all):
-        x = ops.gather(h, rows, 0)
-        gw = ops.gather(gw_all, expert, 0).reshape(gw_all.shape[1:])
-        uw = ops.gather(uw_all, expert, 0).reshape(uw_all.shape[1:])
-        dw = ops.gather(dw_all, expert, 0).reshape(dw_all.shape[1:])
-        return F.gated_mlp(x, gw, uw, dw, self.act)
+    def construct(self, h, rows, gw, uw, dw):
+        return F.gated_mlp(ops.gather(h, rows, 0), gw, uw, dw, self.act)
 
 
 class GatedMLPStep(nn.Cell):
