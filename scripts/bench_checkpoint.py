@@ -108,4 +108,72 @@ def make_deepseek_ocr2(out_dir, seed=0):
     return out_dir
 
 
-BUILDERS = {"paddleocr-vl": make_paddleocr_vl, "hunyuan-ocr": make_hunyuan_ocr, "deepseek-ocr2": make_deepseek_ocr2}
+def deepseek_ocr_config(image_token_id):
+    """deepseek-ai/DeepSeek-OCR's config.json layout and sizes (v1)."""
+    language = dict(vocab_size=129280, hidden_size=1280, intermediate_size=6848, num_hidden_layers=12,
+                    num_attention_heads=10, num_key_value_heads=10, moe_intermediate_size=896, n_routed_experts=64,
+                    num_experts_per_tok=6, n_shared_experts=2, first_k_dense_replace=1, max_position_embeddings=8192,
+                    topk_method="greedy", use_mla=False, bos_token_id=360, eos_token_id=361)
+    return {"architectures": ["DeepseekOCRForCausalLM"], "model_type": "deepseek_vl_v2", "language_config": language,
+            "projector_config": {"input_dim": 2048, "n_embed": 1280, "projector_type": "linear"},
+            "vision_config": {"image_size": 1024, "width": {
+                "clip-l-14-224": {"heads": 16, "image_size": 224, "layers": 24, "patch_size": 14, "width": 1024},
+                "sam_vit_b": {"downsample_channels": [512, 1024], "global_attn_indexes": [2, 5, 8, 11], "heads": 12,
+                              "layers": 12, "width": 768}}},
+            "image_token_id": image_token_id}
+
+
+def make_deepseek_ocr(out_dir, seed=0, shard_params=400_000_000):
+    """DeepSeek-OCR v1 at its real size with random weights (no transformers class: weights are drawn for
+    ms_ocr's own parameter list and written under the hub's names, per-expert, bf16, sharded with an index)."""
+    import numpy as np
+    from ms_ocr.convert.safetensors_io import save_file
+    from ms_ocr.models.deepseek_ocr import build
+    from ms_ocr.models.deepseek_ocr.config import DeepseekOCRConfig
+    from tests.helpers import tiny_deepseek as T
+    from tests.helpers.tiny_bpe import write_bpe_tokenizer
+
+    os.makedirs(out_dir, exist_ok=True)
+    config = deepseek_ocr_config(T.IMAGE_TOKEN_ID)
+    net = build(DeepseekOCRConfig.from_dict(config))
+    rng = np.random.default_rng(seed)
+
+    def draw(name, shape):
+        if len(shape) == 1:
+            return (np.ones(shape) if name.endswith(("norm.weight", "layernorm.weight", "norm1.weight", "norm2.weight",
+                                                     "pre_layrnorm.weight")) else rng.standard_normal(shape) * 0.02)
+        return rng.standard_normal(shape, dtype=np.float32) * (0.5 if name.endswith("mlp.gate.weight") else 0.02)
+
+    shards, current, size, index = [], {}, 0, {}
+    for p in net.get_parameters():
+        if p.name.endswith("_cache"):
+            continue
+        hub = "model." + p.name[len("vision."):] if p.name.startswith("vision.") else p.name
+        if ".mlp.experts." in hub:  # stacked -> one tensor per expert, as the hub stores them
+            stacked = draw(hub, tuple(p.shape)).astype(np.float32)
+            for e in range(p.shape[0]):
+                current[f"{hub.rsplit('.', 1)[0]}.{e}.{hub.rsplit('.', 1)[1]}.weight"] = (stacked[e], "BF16")
+        else:
+            current[hub] = (np.asarray(draw(hub, tuple(p.shape)), np.float32), "BF16")
+        size += int(np.prod(p.shape))
+        if size >= shard_params:
+            shards.append(current)
+            current, size = {}, 0
+    shards.append(current)
+    for i, tensors in enumerate(shards):
+        name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(tensors, os.path.join(out_dir, name), metadata={"format": "pt"})
+        index.update({k: name for k in tensors})
+    with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": index}, f)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    write_bpe_tokenizer(os.path.join(out_dir, "tokenizer.json"), T.BPE_VOCAB, T.SPECIALS, seed, bos=T.SPECIALS[0])
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"bos_token": T.SPECIALS[0], "eos_token": T.SPECIALS[1], "pad_token": T.SPECIALS[8],
+                   "tokenizer_class": "PreTrainedTokenizerFast"}, f, ensure_ascii=False)
+    return out_dir
+
+
+BUILDERS = {"paddleocr-vl": make_paddleocr_vl, "hunyuan-ocr": make_hunyuan_ocr, "deepseek-ocr2": make_deepseek_ocr2,
+            "deepseek-ocr": make_deepseek_ocr}

@@ -187,7 +187,8 @@ def report(results, bound_ms):
         a = ms.get(key) if ms else None
         b = tf.get(key) if tf else None
         ratio = f"{a / b:9.2f}" if a and b else ""
-        print(f"{label:<18}{a if a is None else f'{a:.1f}':>12}{b if b is None else f'{b:.1f}':>14}{ratio}")
+        cell = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+        print(f"{label:<18}{cell(a):>12}{cell(b):>14}{ratio}")
     if ms and tf:
         vp_ms = ms["vision_ms"] + ms["prefill_ms"]
         vp_tf = tf["vision_ms"] + tf["prefill_ms"]
