@@ -67,13 +67,19 @@ class ImageSettings:
         return cls(min_pixels=int(size["shortest_edge"]), max_pixels=int(size["longest_edge"]), **values)
 
 
-def read_image_settings(model_dir, defaults):
-    """From processor_config.json["image_processor"] if present (transformers' priority), else
-    preprocessor_config.json."""
+def read_image_processor_dict(model_dir, required=True):
+    """The image processor's settings: processor_config.json["image_processor"] if present (transformers'
+    priority), else preprocessor_config.json; None (or an error when `required`) when neither exists."""
     nested = os.path.join(model_dir, "processor_config.json")
     if os.path.isfile(nested) and isinstance(read_json(nested).get("image_processor"), dict):
-        return ImageSettings.from_dict(read_json(nested)["image_processor"], defaults)
+        return read_json(nested)["image_processor"]
     flat = os.path.join(model_dir, "preprocessor_config.json")
-    if not os.path.isfile(flat):
+    if os.path.isfile(flat):
+        return read_json(flat)
+    if required:
         raise CheckpointError(f"no preprocessor_config.json (or processor_config.json) in {model_dir}")
-    return ImageSettings.from_dict(read_json(flat), defaults)
+    return None
+
+
+def read_image_settings(model_dir, defaults):
+    return ImageSettings.from_dict(read_image_processor_dict(model_dir), defaults)

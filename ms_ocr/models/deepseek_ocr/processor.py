@@ -21,6 +21,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from ms_ocr.config_utils import CheckpointError
+from ms_ocr.models.deepseek_ocr2.processor import closest_grid as _closest_grid
 from ms_ocr.processing.image import ImageError, to_rgb
 from ms_ocr.processing.tokenizer import Tokenizer
 
@@ -39,15 +40,7 @@ def candidate_grids(lo=MIN_CROPS, hi=MAX_CROPS):
 
 
 def closest_grid(width, height, tile, grids=None):
-    aspect, area = width / height, width * height
-    best, best_diff = (1, 1), float("inf")
-    for grid in grids or candidate_grids():
-        diff = abs(aspect - grid[0] / grid[1])
-        if diff < best_diff:
-            best, best_diff = grid, diff
-        elif diff == best_diff and area > 0.5 * tile * tile * grid[0] * grid[1]:
-            best = grid
-    return best
+    return _closest_grid(width, height, tile, grids or candidate_grids())
 
 
 def to_pixels(img):

@@ -10,13 +10,13 @@ by the tokenizer. Positions are plain 1D.
 """
 
 import math
-import os
 
 import numpy as np
 from PIL import Image
 
-from ms_ocr.config_utils import CheckpointError, read_json
+from ms_ocr.config_utils import CheckpointError
 from ms_ocr.processing.image import ImageError, normalize, rescale, to_chw_uint8, to_rgb
+from ms_ocr.processing.settings import read_image_processor_dict
 from ms_ocr.processing.tokenizer import Tokenizer
 
 IMAGE_DEFAULTS = dict(size={"height": 1024, "width": 1024}, tile_size=768, min_patches=2, max_patches=6,
@@ -27,15 +27,7 @@ IMAGE_TOKEN = "<image>"
 
 
 def read_settings(model_dir):
-    raw = {}
-    for name, key in (("processor_config.json", "image_processor"), ("preprocessor_config.json", None)):
-        path = os.path.join(model_dir, name)
-        if os.path.isfile(path):
-            data = read_json(path)
-            data = data.get(key) if key else data
-            if isinstance(data, dict):
-                raw = data
-                break
+    raw = read_image_processor_dict(model_dir, required=False) or {}
     return {k: raw.get(k, v) for k, v in IMAGE_DEFAULTS.items()}
 
 
@@ -44,17 +36,23 @@ def aspect_grids(lo, hi):
     return sorted(grids, key=lambda g: g[0] * g[1])
 
 
-def optimal_grid(height, width, tile, lo, hi):
-    """(columns, rows) as transformers' get_optimal_tiled_canvas."""
+def closest_grid(width, height, tile, grids):
+    """The (columns, rows) of `grids` whose aspect ratio is closest to the image's; on an exact tie a later
+    candidate wins while the image area exceeds half of its tiled area (DeepSeek-OCR v1 and v2 alike)."""
     aspect, area = width / height, width * height
     best, best_diff = (1, 1), float("inf")
-    for grid in aspect_grids(lo, hi):
+    for grid in grids:
         diff = abs(aspect - grid[0] / grid[1])
         if diff < best_diff:
             best, best_diff = grid, diff
         elif diff == best_diff and area > 0.5 * tile * tile * grid[0] * grid[1]:
             best = grid
     return best
+
+
+def optimal_grid(height, width, tile, lo, hi):
+    """(columns, rows) as transformers' get_optimal_tiled_canvas."""
+    return closest_grid(width, height, tile, aspect_grids(lo, hi))
 
 
 def pad_square(chw, color):
