@@ -67,7 +67,9 @@ VISION_BATCH = 1
 def run_views(runtime, vision, post, name, views):
     """Each view: SAM block by block (SamLayerwise), then `post(vision)` (a step Cell or a runner taking
     `call` first), VISION_BATCH images per call; returns one output per view (tiles concatenated in order)."""
-    steps = runtime.__dict__.setdefault(name, (SamLayerwise(vision.sam_model), post(vision)))
+    if name not in runtime.__dict__:  # built once per runtime (setdefault would rebuild the Cells every call)
+        runtime.__dict__[name] = (SamLayerwise(vision.sam_model), post(vision))
+    steps = runtime.__dict__[name]
     call = lambda step, *args: runtime.compiler.call("vision", step, *args)  # noqa: E731
     post_run = (lambda *args: call(steps[1], *args)) if isinstance(steps[1], nn.Cell) else \
         (lambda *args: steps[1](call, *args))
