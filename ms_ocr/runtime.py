@@ -12,7 +12,7 @@ import mindspore as ms
 from mindspore import Tensor, ops
 
 from ms_ocr.processing.grid import bucket
-from ms_ocr.steps import (AllLogitsStep, AttentionChunkStep, DecodeStep, DecoderAttentionPrefillStep,
+from ms_ocr.steps import (AllLogitsStep, AttentionChunkStep, CacheWriteStep, DecodeStep, DecoderAttentionPrefillStep,
                           DecoderPrefillLayerStep, DecoderQKNormPrefillLayerStep, ExpertStep, GatedMLPStep,
                           LastLogitsStep, PrefillPrepStep, RouterStep, VisionEmbedStep, VisionHeadStep,
                           ViTAttentionInNoRopeStep, ViTAttentionInStep, ViTOutStep)
@@ -20,6 +20,8 @@ from ms_ocr.steps import (AllLogitsStep, AttentionChunkStep, DecodeStep, Decoder
 # Query rows per vision attention call: scores [H, 512, N] instead of [H, N, N] (measured at 4k patches:
 # 0.8 GB instead of 2.5 GB of activations, and no slower).
 VISION_ATTENTION_CHUNK = 512
+# Packed vision rows per image are padded to a multiple of this (layer graphs compile once per bucket).
+VISION_PACK_ROWS = 128
 # Rows of one routed expert's prefill call are padded to a multiple of this (one compile per bucket).
 EXPERT_ROWS = 32
 # Prompt rows per prefill attention call; block i attends keys [0, (i+1)*chunk) only, skipping the masked
@@ -29,6 +31,15 @@ PREFILL_ATTENTION_CHUNK = 256
 
 class RequestTooLong(ValueError):
     pass
+
+
+def _pad_rows(t, pad, axis):
+    """t with `pad` zero rows appended along `axis`."""
+    if not pad:
+        return t
+    shape = list(t.shape)
+    shape[axis] = pad
+    return ops.concat((t, ops.zeros(tuple(shape), t.dtype)), axis)
 
 
 @dataclass
@@ -95,6 +106,7 @@ class VLMRuntime:
         self.last_logits_step = LastLogitsStep(model)
         self.all_logits_step = AllLogitsStep(model)
         self.decode_step = DecodeStep(model)
+        self.cache_write_step = CacheWriteStep()
         self.expert_step = ExpertStep(tspec["act"])
         self.shared_mlp_step = GatedMLPStep(tspec["act"])
         self._router_steps = {}
@@ -111,31 +123,71 @@ class VLMRuntime:
         return Tensor(array.astype(np.int32))
 
     def encode_images(self, vision_inputs):
-        """Per-image VisionInputs -> image tokens Tensor [M, H] (kept on device for prefill).
+        """One request's per-image VisionInputs -> its image tokens Tensor [M, H] (kept on device)."""
+        return self.encode_batch([vision_inputs])[0]
 
-        Each image runs at its exact patch count (one compile per size, no padding or mask), layer by layer
-        through one shared layer graph.
+    def encode_batch(self, requests):
+        """Several requests' VisionInputs lists -> image tokens per request (None where a request has none).
+
+        Every image of every request goes through the ViT layers packed into one row block: the layer graphs
+        (norms, projections, MLP) run once over all images, each image padded to a multiple of
+        VISION_PACK_ROWS rows so the graphs compile once per bucket; attention runs per image on its exact
+        rows (no mask, no cross-image scores). Towers that are not a ViTLayer stack (DeepSeek-OCR) encode
+        each request through the model's encode_views.
         """
-        if hasattr(self.model, "encode_views"):  # vision towers that are not a ViTLayer stack (DeepSeek-OCR)
-            return self.model.encode_views(self, vision_inputs)
-        feats = [self.compiler.call("vision", self.vision_head_step, self.vision_tower(item),
-                                    *[self.tensor(a) for a in item.head]) for item in vision_inputs]
-        return feats[0] if len(feats) == 1 else ops.concat(feats, 0)
+        if hasattr(self.model, "encode_views"):
+            return [self.model.encode_views(self, v) if v else None for v in requests]
+        feats = iter(self.vision_packed([item for v in requests for item in v]))
+        out = []
+        for v in requests:
+            mine = [next(feats) for _ in v]
+            out.append(None if not mine else mine[0] if len(mine) == 1 else ops.concat(mine, 0))
+        return out
+
+    def vision_packed(self, items):
+        """Images through embed, the packed ViT layers and the per-image vision head: one Tensor per image."""
+        if not items:
+            return []
+        xs, ropes, spans, offset = [], [], [], 0
+        for item in items:
+            out = self.compiler.call("vision", self.vision_embed_step, *[self.tensor(a) for a in item.embed])
+            x, rope = (out[0], tuple(out[1:])) if isinstance(out, tuple) else (out, ())
+            n = x.shape[0]
+            pad = bucket(n, VISION_PACK_ROWS) - n
+            xs.append(_pad_rows(x, pad, 0))
+            ropes.append([_pad_rows(r, pad, r.ndim - 2) for r in rope])  # tables are [.., N, D]
+            spans.append((offset, n))
+            offset += n + pad
+        x = xs[0] if len(xs) == 1 else ops.concat(xs, 0)
+        rope = tuple(r[0] if len(r) == 1 else ops.concat(r, r[0].ndim - 2) for r in zip(*ropes))
+        for layer in self.model.vision_layers():
+            x = self.vision_layer(layer, x, rope, spans)
+        return [self.compiler.call("vision", self.vision_head_step, x[s:s + n], *[self.tensor(a) for a in item.head])
+                for item, (s, n) in zip(items, spans)]
 
     def vision_tower(self, item):
         """One image's patch embeddings through every ViT layer: [N, C] (before the model's vision head)."""
         out = self.compiler.call("vision", self.vision_embed_step, *[self.tensor(a) for a in item.embed])
         x, rope = (out[0], tuple(out[1:])) if isinstance(out, tuple) else (out, ())
         for layer in self.model.vision_layers():
-            x = self.vision_layer(layer, x, rope)
+            x = self.vision_layer(layer, x, rope, [(0, x.shape[0])])
         return x
 
-    def vision_layer(self, layer, x, rope):
+    def vision_layer(self, layer, x, rope, spans):
+        """One ViT layer over packed rows; spans [(start, n)] are the images (rows between them are padding,
+        whose attention output is zero)."""
         q, k, v = self.compiler.call("vision", self.vit_in_step, x, *rope, *layer.weights(layer.attn_in_names))
-        n, step = q.shape[2], self.vision_attention_chunk
-        chunks = [self.compiler.call("vision", self.vision_attention_step, q[:, :, s:s + step], k, v)
-                  for s in range(0, n, step)]
-        attn = chunks[0] if len(chunks) == 1 else ops.concat(chunks, 2)
+        step, parts, end = self.vision_attention_chunk, [], 0
+        for start, n in spans:
+            if start > end:
+                parts.append(ops.zeros((1, q.shape[1], start - end, q.shape[3]), q.dtype))
+            kk, vv = k[:, :, start:start + n], v[:, :, start:start + n]
+            parts += [self.compiler.call("vision", self.vision_attention_step, q[:, :, s:min(s + step, start + n)],
+                                         kk, vv) for s in range(start, start + n, step)]
+            end = start + n
+        if q.shape[2] > end:
+            parts.append(ops.zeros((1, q.shape[1], q.shape[2] - end, q.shape[3]), q.dtype))
+        attn = parts[0] if len(parts) == 1 else ops.concat(parts, 2)
         return self.compiler.call("vision", self.vit_out_step, x, attn, *layer.weights(layer.out_names))
 
     # ---- cache --------------------------------------------------------------------------------
@@ -152,30 +204,40 @@ class VLMRuntime:
         self.model.allocate_cache(batch, slots, self.compute_dtype)
 
     # ---- prefill / decode ---------------------------------------------------------------------
-    def _prefill_args(self, prep, image_feats, padded_len):
-        s = prep.input_ids.shape[0]
-        ids = np.full((1, padded_len), self.pad_id, np.int32)
-        ids[0, :s] = prep.input_ids
-        image_index = np.full((1, padded_len), -1, np.int32)
-        mask = prep.image_token_mask.astype(bool)
-        image_index[0, :s][mask] = np.arange(int(mask.sum()), dtype=np.int32)
-        axes = prep.position_ids.shape[0]
-        pos = np.zeros((axes, 1, padded_len), np.int32)
-        pos[:, 0, :s] = prep.position_ids
-        # Padding tokens take positions after the prompt; they write cache slots that decode overwrites
-        # before any query can see them.
-        pos[:, 0, s:] = np.arange(s, padded_len) + prep.rope_delta
-        if image_feats is None:  # text-only prompt: one dummy row that no token selects
+    def _prefill_args(self, preps, feats, padded_len):
+        """Right-padded batch inputs: ids [B, S], image row index [B, S] into the concatenated image tokens
+        (-1 = text), positions [A, B, S]."""
+        batch, axes = len(preps), preps[0].position_ids.shape[0]
+        ids = np.full((batch, padded_len), self.pad_id, np.int32)
+        image_index = np.full((batch, padded_len), -1, np.int32)
+        pos = np.zeros((axes, batch, padded_len), np.int32)
+        rows, offset = [], 0
+        for b, (prep, f) in enumerate(zip(preps, feats)):
+            s = prep.input_ids.shape[0]
+            ids[b, :s] = prep.input_ids
+            mask = prep.image_token_mask.astype(bool)
+            image_index[b, :s][mask] = offset + np.arange(int(mask.sum()), dtype=np.int32)
+            pos[:, b, :s] = prep.position_ids
+            # Padding tokens take positions after the prompt; they write cache slots that decode overwrites
+            # before any query can see them.
+            pos[:, b, s:] = np.arange(s, padded_len) + prep.rope_delta
+            if f is not None:
+                rows.append(f)
+                offset += f.shape[0]
+        if not rows:  # text-only prompts: one dummy row that no token selects
             image_feats = Tensor(np.zeros((1, self.model.cfg.text.hidden_size), np.float32), self.compute_dtype)
+        else:
+            image_feats = rows[0] if len(rows) == 1 else ops.concat(rows, 0)
         return Tensor(ids), image_feats, Tensor(image_index), Tensor(pos)
 
-    def _prefill_hidden(self, prep, image_feats, padded_len, slots):
-        """Run the prompt through every layer (shared layer graphs), writing each layer's k/v to its cache."""
-        ids, feats, image_index, pos = self._prefill_args(prep, image_feats, padded_len)
-        x, cos, sin = self.compiler.call("prefill", self.prefill_prep_step, ids, feats, image_index, pos)
+    def _prefill_hidden(self, preps, feats, padded_len, slots, cache_rows):
+        """Run the prompts [B, padded_len] through every layer (shared layer graphs), writing each layer's k/v
+        to the cache rows of sequence slots `cache_rows` (one per prompt) of a cache of `slots` positions."""
+        ids, image_feats, image_index, pos = self._prefill_args(preps, feats, padded_len)
+        x, cos, sin = self.compiler.call("prefill", self.prefill_prep_step, ids, image_feats, image_index, pos)
         kv_heads = self.model.num_kv_heads
-        write_idx = Tensor((np.arange(kv_heads, dtype=np.int32)[:, None] * slots
-                            + np.arange(padded_len, dtype=np.int32)[None]).reshape(-1))
+        heads = np.asarray(cache_rows, np.int32)[:, None] * kv_heads + np.arange(kv_heads, dtype=np.int32)[None]
+        write_idx = Tensor((heads[:, :, None] * slots + np.arange(padded_len, dtype=np.int32)).reshape(-1))
         for layer in self.model.text_layers():
             if layer.moe:
                 x, h, k, v = self.compiler.call("prefill", self.attention_prefill_step, x, cos, sin,
@@ -184,7 +246,8 @@ class VLMRuntime:
             else:
                 x, k, v = self.compiler.call("prefill", self.prefill_layer_step, x, cos, sin,
                                              *layer.weights(layer.weight_names))
-            layer.self_attn.write_cache(write_idx, k, v)
+            attn = layer.self_attn
+            self.compiler.call("prefill", self.cache_write_step, attn.k_cache, attn.v_cache, write_idx, k, v)
         return x
 
     def moe_prefill(self, moe, h):
@@ -224,12 +287,20 @@ class VLMRuntime:
                                                                   t["paired"])
 
     def prefill(self, prep, image_feats, max_new_tokens):
-        """Fill the cache with the prompt; logits of its last token [1, V]."""
-        s = prep.input_ids.shape[0]
-        slots = self.plan_slots(s, max_new_tokens)
+        """Fill a fresh one-sequence cache with the prompt; logits of its last token [1, V]."""
+        slots = self.plan_slots(prep.input_ids.shape[0], max_new_tokens)
         self.reset_cache(1, slots)
-        h = self._prefill_hidden(prep, image_feats, bucket(s, self.buckets.prefill), slots)
-        return self.compiler.call("prefill", self.last_logits_step, h, Tensor(np.array([s - 1], np.int32)))
+        return self.prefill_batch([prep], [image_feats], [0], slots)
+
+    def prefill_batch(self, preps, feats, cache_rows, slots):
+        """Prefill several prompts at once into sequence slots `cache_rows` of the current cache (sized by
+        reset_cache(batch, slots)); logits of each prompt's last token [len(preps), V]."""
+        lengths = [p.input_ids.shape[0] for p in preps]
+        padded = bucket(max(lengths), self.buckets.prefill)
+        if padded > slots:
+            raise RequestTooLong(f"prompt of {max(lengths)} tokens does not fit a cache of {slots} positions")
+        h = self._prefill_hidden(preps, feats, padded, slots, cache_rows)
+        return self.compiler.call("prefill", self.last_logits_step, h, Tensor(np.array(lengths, np.int32) - 1))
 
     def full_logits(self, prep, image_feats):
         """Logits at every prompt position [S, V] from a fresh cache (tests and dumps)."""
@@ -237,11 +308,20 @@ class VLMRuntime:
         padded = bucket(s, self.buckets.prefill)
         slots = bucket(padded, self.buckets.slots)
         self.reset_cache(1, slots)
-        h = self._prefill_hidden(prep, image_feats, padded, slots)
+        h = self._prefill_hidden([prep], [image_feats], padded, slots, [0])
         return self.compiler.call("full_logits", self.all_logits_step, h).asnumpy()[0, :s]
 
     def decode(self, token, cache_pos, rope_delta, num_axes):
-        ids = Tensor(np.array([[token]], np.int32))
-        pos = Tensor(np.full((num_axes, 1, 1), cache_pos + rope_delta, np.int32))
-        cpos = Tensor(np.array([[cache_pos]], np.int32))
-        return self.compiler.call("decode", self.decode_step, ids, pos, cpos)
+        """One token of a one-sequence cache: logits [1, V]."""
+        return self.decode_batch([token], [cache_pos], [rope_delta], num_axes)
+
+    def decode_batch(self, tokens, cache_pos, rope_delta, num_axes):
+        """One token for every sequence slot of the cache (idle slots pass any token at any position of their
+        own rows): tokens, cache_pos, rope_delta [B] -> logits [B, V]."""
+        cache_pos = np.asarray(cache_pos, np.int32)
+        pos = np.broadcast_to((cache_pos + np.asarray(rope_delta, np.int32))[None, :, None],
+                              (num_axes, len(tokens), 1))
+        slots = self.model.text_layers()[0].self_attn.k_cache.shape[0] // (len(tokens) * self.model.num_kv_heads)
+        return self.compiler.call("decode", self.decode_step, Tensor(np.asarray(tokens, np.int32)[:, None]),
+                                  Tensor(np.ascontiguousarray(pos)), Tensor(cache_pos[:, None]),
+                                  Tensor(np.arange(slots, dtype=np.int32)))

@@ -163,6 +163,20 @@ class GatedMLPStep(nn.Cell):
         return F.gated_mlp(h, gw, uw, dw, self.act)
 
 
+class CacheWriteStep(nn.Cell):
+    """Store a layer's k, v [B, Hkv, S, D] at rows write_idx of its [B*Hkv*T, D] caches, in place.
+
+    A graph, not an eager scatter_update: MindSpore 2.10's eager kernel keeps the cache's first size and fails
+    ("kernel mod output size not equal to device_address size") once the cache is resized for a new request.
+    """
+
+    def construct(self, k_cache, v_cache, write_idx, k, v):
+        d = k_cache.shape[1]
+        ops.scatter_update(k_cache, write_idx, k.reshape(-1, d).astype(k_cache.dtype))
+        ops.scatter_update(v_cache, write_idx, v.reshape(-1, d).astype(v_cache.dtype))
+        return write_idx
+
+
 class LastLogitsStep(_Wrap):
     """Final norm + head for each sequence's last real token: [B, S, C], last_idx [B] -> [B, V]."""
 
@@ -181,8 +195,9 @@ class AllLogitsStep(_Wrap):
 
 
 class DecodeStep(_Wrap):
-    """One new token per sequence over the cache: input_ids [B, 1], pos [A, B, 1], cache_pos [B, 1]."""
+    """One new token per sequence over the cache: input_ids [B, 1], pos [A, B, 1], cache_pos [B, 1],
+    slot_ids = arange(T) (T positions per sequence in the cache)."""
 
-    def construct(self, input_ids, pos, cache_pos):
-        h = self.model.text(self.model.embed(input_ids), pos, cache_pos)
+    def construct(self, input_ids, pos, cache_pos, slot_ids):
+        h = self.model.text(self.model.embed(input_ids), pos, cache_pos, slot_ids)
         return self.model.logits(self.model.final_norm(h[:, 0]))

@@ -25,8 +25,8 @@ class VLMCell(nn.Cell):
     def text_rotary(self, pos):
         return self.model.rotary(pos)
 
-    def text(self, x, pos, cache_pos):
-        return self.model(x, pos, cache_pos)
+    def text(self, x, pos, cache_pos, slot_ids):
+        return self.model(x, pos, cache_pos, slot_ids)
 
     def final_norm(self, h):
         return self.model.norm(h)

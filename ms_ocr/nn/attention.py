@@ -40,12 +40,6 @@ class KVCacheAttention(nn.Cell):
         self.k_cache.set_data(ops.zeros(shape, dtype))
         self.v_cache.set_data(ops.zeros(shape, dtype))
 
-    def write_cache(self, write_idx, k, v):
-        """Store k, v [B, Hkv, S, D] at cache rows `write_idx` (in place; used after a shared prefill step)."""
-        rows = k.shape[0] * k.shape[1] * k.shape[2]
-        ops.scatter_update(self.k_cache, write_idx, k.reshape(rows, self.head_dim).astype(self.k_cache.dtype))
-        ops.scatter_update(self.v_cache, write_idx, v.reshape(rows, self.head_dim).astype(self.v_cache.dtype))
-
     def construct(self, x, cos, sin, write_idx, mask):
         b, s, _ = x.shape
         norms = None
@@ -71,10 +65,9 @@ def cache_write_index(cache_pos, num_kv_heads, slots):
     return (base + cache_pos.astype(ms.int32)[:, None, :]).reshape(-1)
 
 
-def causal_cache_mask(cache_pos, slots):
-    """Visible [B, 1, S, T]: slot t is visible to the token at cache position p iff t <= p."""
-    t = ops.arange(slots, dtype=ms.int32)
-    visible = t[None, None, :] <= cache_pos.astype(ms.int32)[:, :, None]
+def causal_cache_mask(cache_pos, slot_ids):
+    """Visible [B, 1, S, T]: slot t (slot_ids = arange(T)) is visible to the token at cache position p iff t <= p."""
+    visible = slot_ids.astype(ms.int32)[None, None, :] <= cache_pos.astype(ms.int32)[:, :, None]
     return K.attention_mask(visible[:, None])
 
 

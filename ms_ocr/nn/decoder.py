@@ -28,14 +28,15 @@ class CausalDecoder(nn.Cell):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.num_kv_heads = cfg.num_key_value_heads
 
-    def construct(self, x, pos, cache_pos):
+    def construct(self, x, pos, cache_pos, slot_ids):
         """Cached forward (decode): x [B, S, H]; pos [A, B, S] rope positions per axis; cache_pos [B, S]
-        slots. Returns the last layer's output before the final norm."""
-        b = x.shape[0]
-        slots = self.layers[0].self_attn.k_cache.shape[0] // (b * self.num_kv_heads)
+        slots; slot_ids = arange(T) for a cache of T positions per sequence. T comes in as an input's shape,
+        not from the cache Parameter's: a graph is keyed by its inputs, so each cache size gets its own graph
+        (MindSpore reuses a compiled graph after a Parameter is resized, with stale shapes)."""
+        slots = slot_ids.shape[0]
         cos, sin = self.rotary(pos)
         write_idx = cache_write_index(cache_pos, self.num_kv_heads, slots)
-        mask = causal_cache_mask(cache_pos, slots)
+        mask = causal_cache_mask(cache_pos, slot_ids)
         for layer in self.layers:
             x = layer(x, cos, sin, write_idx, mask)
         return x

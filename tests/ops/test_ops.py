@@ -19,10 +19,12 @@ att_mod = importlib.import_module("ms_ocr.ops.attention")  # the package re-expo
 
 @pytest.fixture(autouse=True)
 def pynative():
+    mode = ms.get_context("mode")
     ms.set_context(mode=ms.PYNATIVE_MODE, device_target="CPU")
     backend.configure("CPU")
     yield
     backend.configure("CPU")
+    ms.set_context(mode=mode)  # later modules run the compiled steps in graph mode
 
 
 def np_softmax(x):
