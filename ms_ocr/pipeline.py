@@ -58,10 +58,6 @@ class VLMPipeline:
         decode_compile = compiled.get("decode", 0.0)
         n_dec = result.timings["decode_tokens"]
         decode_s = result.timings["decode_s"] - decode_compile
-        text = self.processor.decode([t for t in result.token_ids if t not in self.eos_ids])
-        extras = {}
-        if self.postprocess is not None:
-            text, extras = self.postprocess(text, task, images)
         timings = {
             "load_ms": 1000 * self.load_seconds,
             "preprocess_ms": 1000 * (t1 - t0),
@@ -73,5 +69,14 @@ class VLMPipeline:
                            "decode": 1000 * decode_compile},
             "prompt_tokens": int(prep.input_ids.shape[0]),
         }
-        return {"text": text, "token_ids": result.token_ids, "finish_reason": result.finish_reason,
-                "timings": timings, **extras}
+        out = self.finish(result.token_ids, result.finish_reason, task, images)
+        out["timings"] = timings
+        return out
+
+    def finish(self, token_ids, finish_reason, task, images):
+        """Generated ids -> dict(text, token_ids, finish_reason) plus the model's extras for the task."""
+        text = self.processor.decode([t for t in token_ids if t not in self.eos_ids])
+        extras = {}
+        if self.postprocess is not None:
+            text, extras = self.postprocess(text, task, images)
+        return {"text": text, "token_ids": list(token_ids), "finish_reason": finish_reason, **extras}

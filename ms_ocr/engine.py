@@ -1,0 +1,180 @@
+"""Continuous batching over a loaded VLMPipeline (the offline batch runner's engine).
+
+The KV cache holds `max_batch_size` sequence slots of one fixed length. Waiting requests fill free slots as
+a group: their images go through the vision encoder together (packed rows), their prompts through prefill
+together (right-padded, each written into its own slot's cache rows); then one compiled decode step advances
+every slot per token. A sequence that stops frees its slot at once and the next request is admitted, so short
+outputs never wait for long ones. Sampling, stopping and output handling are the same as single-request
+generation (ms_ocr/generate.py, VLMPipeline.finish).
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ms_ocr.generate import next_token
+from ms_ocr.processing.grid import bucket
+
+
+@dataclass
+class Request:
+    """One unit of work: images (PIL) + prompt; `key` names it in results; `dump` keeps per-step logits."""
+    key: str
+    images: list
+    prompt: str
+    task: str = None
+    sampling: object = None
+    dump: bool = False
+
+
+@dataclass
+class _Sequence:
+    request: Request
+    prep: object
+    slot: int
+    max_new: int
+    rng: object
+    t_admit: float
+    generated: list = field(default_factory=list)
+    logits: list = field(default_factory=list)
+    t_first: float = None
+    vision_ms: float = 0.0
+    prefill_ms: float = 0.0
+    decode_s: float = 0.0
+
+
+class BatchEngine:
+    def __init__(self, pipe, sampling, max_batch_size=4, max_input_length=4096, max_output_length=1024,
+                 ignore_eos=False):
+        """`sampling` is the default SamplingConfig (a request may carry its own); the cache is sized for
+        prompts up to max_input_length tokens plus max_output_length new tokens. ignore_eos (benchmarks) runs
+        every sequence to its token budget."""
+        if max_batch_size < 1:
+            raise ValueError("max batch size must be at least 1")
+        if max_input_length < 1 or max_output_length < 1:
+            raise ValueError("max input/output length must be at least 1")
+        rt = pipe.runtime
+        self.pipe, self.rt, self.sampling = pipe, rt, sampling
+        self.batch = max_batch_size
+        self.max_input = max_input_length
+        self.max_output = max_output_length
+        rt.plan_slots(max_input_length, max_output_length)  # raises past max_position_embeddings
+        self.slots = bucket(max(max_input_length + max_output_length, bucket(max_input_length, rt.buckets.prefill)),
+                            rt.buckets.slots)
+        self.eos = set() if ignore_eos else set(int(e) for e in pipe.eos_ids)
+        self.compile_before = dict(rt.compiler.seconds)
+        # decode steps run, their time (compile excluded) and the tokens they produced, over the engine's life
+        self.decode_stats = {"steps": 0, "seconds": 0.0, "tokens": 0}
+
+    def compile_seconds(self):
+        """Compile time spent since the engine was created, per graph family."""
+        return {k: v - self.compile_before.get(k, 0.0) for k, v in self.rt.compiler.seconds.items()}
+
+    def run(self, requests, on_result):
+        """Process an iterable of Requests; on_result(request, result_or_None, error_or_None) is called as each
+        finishes (in completion order). A request that fails to preprocess, or whose group fails in vision or
+        prefill, is reported with its error and the run goes on."""
+        self.rt.reset_cache(self.batch, self.slots)
+        pending, exhausted, active = iter(requests), False, {}
+        while True:
+            free = [s for s in range(self.batch) if s not in active]
+            if free and not exhausted:
+                group = []
+                while len(group) < len(free):
+                    req = next(pending, None)
+                    if req is None:
+                        exhausted = True
+                        break
+                    try:
+                        group.append((req, self._prepare(req)))
+                    except Exception as e:  # noqa: BLE001 - recorded per input, the run goes on
+                        on_result(req, None, e)
+                if group:
+                    self._admit(group, free, active, on_result)
+            if not active:
+                if exhausted:
+                    return
+                continue
+            self._step(active, on_result)
+
+    def _prepare(self, req):
+        prep, _ = self.pipe.prepare(req.images, req.prompt)
+        n = prep.input_ids.shape[0]
+        if n > self.max_input:
+            raise ValueError(f"prompt of {n} tokens exceeds --max-input-length {self.max_input}")
+        return prep
+
+    def _admit(self, group, free, active, on_result):
+        t0 = time.perf_counter()
+        c0 = dict(self.rt.compiler.seconds)
+        try:
+            feats = self.rt.encode_batch([prep.vision_inputs for _, prep in group])
+            t1 = time.perf_counter()
+            c1 = dict(self.rt.compiler.seconds)
+            slots = free[:len(group)]
+            logits = self.rt.prefill_batch([prep for _, prep in group], feats, slots, self.slots).asnumpy()
+        except Exception as e:  # noqa: BLE001 - e.g. out of memory on a huge page: report the group, go on
+            for req, _ in group:
+                on_result(req, None, e)
+            return
+        t2 = time.perf_counter()
+        c2 = self.rt.compiler.seconds
+        vision_ms = 1000 * (t1 - t0 - (c1.get("vision", 0) - c0.get("vision", 0)))
+        prefill_ms = 1000 * (t2 - t1 - (c2.get("prefill", 0) - c1.get("prefill", 0)))
+        for (req, prep), slot, row in zip(group, slots, logits):
+            cfg = req.sampling or self.sampling
+            seq = _Sequence(req, prep, slot, min(cfg.max_new_tokens, self.max_output), np.random.default_rng(cfg.seed),
+                            t0, vision_ms=vision_ms, prefill_ms=prefill_ms)
+            active[slot] = seq
+            self._take(seq, row, on_result, active)
+
+    def _take(self, seq, logits, on_result, active):
+        """Choose seq's next token from its logits row; finish it if it stops."""
+        cfg = seq.request.sampling or self.sampling
+        if seq.request.dump:
+            seq.logits.append(np.array(logits, np.float32))
+        prompt = [int(t) for t in seq.prep.input_ids]
+        tok = next_token(logits, prompt + seq.generated, seq.generated, cfg, seq.rng)
+        seq.generated.append(tok)
+        if seq.t_first is None:
+            seq.t_first = time.perf_counter()
+        if tok in self.eos or len(seq.generated) >= seq.max_new:
+            del active[seq.slot]
+            self._finish(seq, "stop" if tok in self.eos else "length", on_result)
+
+    def _step(self, active, on_result):
+        tokens = np.full(self.batch, self.rt.pad_id, np.int32)
+        cache_pos = np.zeros(self.batch, np.int32)
+        delta = np.zeros(self.batch, np.int32)
+        for slot, seq in active.items():
+            tokens[slot] = seq.generated[-1]
+            cache_pos[slot] = seq.prep.input_ids.shape[0] + len(seq.generated) - 1
+            delta[slot] = seq.prep.rope_delta
+        t0 = time.perf_counter()
+        c0 = self.rt.compiler.seconds.get("decode", 0.0)
+        logits = self.rt.decode_batch(tokens, cache_pos, delta, self.pipe.num_pos_axes).asnumpy()
+        dt = time.perf_counter() - t0 - (self.rt.compiler.seconds.get("decode", 0.0) - c0)
+        self.decode_stats["steps"] += 1
+        self.decode_stats["seconds"] += dt
+        self.decode_stats["tokens"] += len(active)
+        for slot, seq in list(active.items()):
+            seq.decode_s += dt
+            self._take(seq, logits[slot], on_result, active)
+
+    def _finish(self, seq, reason, on_result):
+        now = time.perf_counter()
+        n_dec = len(seq.generated) - 1
+        result = self.pipe.finish(seq.generated, reason, seq.request.task, seq.request.images)
+        result["timings"] = {
+            "latency_ms": 1000 * (now - seq.t_admit),
+            "first_token_ms": 1000 * (seq.t_first - seq.t_admit),
+            "vision_ms": seq.vision_ms,
+            "prefill_ms": seq.prefill_ms,
+            "decode_tokens": n_dec,
+            "decode_tokens_per_s": n_dec / seq.decode_s if n_dec and seq.decode_s > 0 else 0.0,
+            "prompt_tokens": int(seq.prep.input_ids.shape[0]),
+        }
+        if seq.request.dump:
+            result["dump"] = {"logits": np.stack(seq.logits), "token_ids": np.asarray(seq.generated, np.int64)}
+        on_result(seq.request, result, None)
