@@ -18,5 +18,5 @@ setup(
     python_requires=">=3.9",
     install_requires=reqs("requirements.txt"),
     extras_require={"test": reqs("requirements-test.txt"), "download": ["huggingface_hub"]},
-    entry_points={"console_scripts": ["ms-ocr=ms_ocr.infer:main"]},
+    entry_points={"console_scripts": ["ms-ocr=ms_ocr.infer:main", "ms-ocr-batch=ms_ocr.batch.cli:main"]},
 )

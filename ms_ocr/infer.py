@@ -20,7 +20,10 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser():
     p = _Parser(prog="python -m ms_ocr.infer", description="OCR images with a MindSpore VLM.")
-    p.add_argument("--model", required=True, help="model name: paddleocr-vl, hunyuan-ocr, deepseek-ocr, deepseek-ocr2")
+    p.add_argument("--model", help="model name: paddleocr-vl, hunyuan-ocr, deepseek-ocr, deepseek-ocr2 (optional with "
+                                   "--mindir)")
+    p.add_argument("--mindir", metavar="DIR", help="serve a MindIR export (scripts/export_mindir.py) instead of a "
+                                                   "checkpoint")
     p.add_argument("--model-path", help="checkpoint folder (hub download or ms_ocr.convert output)")
     p.add_argument("--image", nargs="+", required=True, help="image file(s): png, jpg, webp, bmp, tiff")
     g = p.add_mutually_exclusive_group()
@@ -36,6 +39,17 @@ def build_parser():
     p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "ascend"])
     p.add_argument("--threads", type=int, default=None, help="CPU runtime threads")
+    add_sampling_args(p)
+    p.add_argument("--stream", action="store_true", help="print text as tokens arrive")
+    p.add_argument("--json", action="store_true", help="one JSON object per image on stdout")
+    p.add_argument("--figures", metavar="DIR", help="deepseek-ocr: save the crops of `image` blocks (markdown links)")
+    p.add_argument("--visualize", metavar="OUT.png",
+                   help="draw the parsed boxes on the image (tasks with boxes, e.g. hunyuan-ocr spotting); "
+                        "several images write OUT-1.png, OUT-2.png, ...")
+    return p
+
+
+def add_sampling_args(p):
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
@@ -44,13 +58,26 @@ def build_parser():
                    help="ban repeating n-grams of this size (0 = off; default: the model's, e.g. deepseek-ocr 30 "
                         "within 90 tokens)")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--stream", action="store_true", help="print text as tokens arrive")
-    p.add_argument("--json", action="store_true", help="one JSON object per image on stdout")
-    p.add_argument("--figures", metavar="DIR", help="deepseek-ocr: save the crops of `image` blocks (markdown links)")
-    p.add_argument("--visualize", metavar="OUT.png",
-                   help="draw the parsed boxes on the image (tasks with boxes, e.g. hunyuan-ocr spotting); "
-                        "several images write OUT-1.png, OUT-2.png, ...")
-    return p
+
+
+def sampling_config(args, package, pipe):
+    """SamplingConfig from the shared sampling options and the model's no-repeat default; CliError if invalid."""
+    from ms_ocr.generate import SamplingConfig
+    ngram, window, exempt = args.no_repeat_ngram or 0, 0, ()
+    default = getattr(package, "NO_REPEAT", None)
+    if args.no_repeat_ngram is None and default:
+        tok = pipe.processor.tokenizer
+        ngram, window = default["size"], default["window"]
+        exempt = tuple(i for i in (tok.token_to_id(t) for t in default["exempt_tokens"]) if i is not None)
+    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                              top_p=args.top_p, top_k=args.top_k, repetition_penalty=args.repetition_penalty,
+                              no_repeat_ngram_size=ngram, no_repeat_window=window, no_repeat_exempt=exempt,
+                              seed=args.seed)
+    try:
+        sampling.validate()
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    return sampling
 
 
 class StreamPrinter:
@@ -99,6 +126,16 @@ def resolve_prompt(args, task_prompts, model):
     return task_prompts[task], task
 
 
+def _export_model(folder):
+    import json
+    try:
+        with open(os.path.join(folder, "meta.json")) as f:
+            return json.load(f)["model"]
+    except (OSError, ValueError, KeyError):
+        raise CliError(f"{folder} is not a MindIR export (no readable meta.json); create one with "
+                       "python scripts/export_mindir.py") from None
+
+
 def visualize_paths(out, count):
     if count == 1:
         return [out]
@@ -110,6 +147,12 @@ def run(argv):
     args = build_parser().parse_args(argv)
     if args.max_new_tokens < 1:
         raise CliError("--max-new-tokens must be at least 1")
+    if args.mindir and args.model_path:
+        raise CliError("give --mindir or --model-path, not both")
+    if args.mindir and not args.model:
+        args.model = _export_model(args.mindir)
+    if not args.model:
+        raise CliError("the following arguments are required: --model")
     from ms_ocr.models import canonical, model_package
     try:
         canonical(args.model)
@@ -117,9 +160,10 @@ def run(argv):
         raise CliError(str(e)) from None
     from ms_ocr.processing.image import load_image
     images = [(path, load_image(path)) for path in args.image]  # fail on bad images before loading weights
-    from ms_ocr.weights import locate
-    model_dir = locate(args.model, args.model_path)
     package = model_package(args.model)
+    if not args.mindir:
+        from ms_ocr.weights import locate
+        model_dir = locate(args.model, args.model_path)
     prompt, task = resolve_prompt(args, package.TASK_PROMPTS, args.model)
     if args.visualize:
         box_tasks = getattr(package, "BOX_TASKS", ())
@@ -133,28 +177,18 @@ def run(argv):
             raise CliError(f"--visualize folder {out_dir} does not exist")
 
     from ms_ocr.device import setup
-    from ms_ocr.generate import SamplingConfig
     modes = getattr(package, "MODES", None)
     if args.mode and not modes:
         raise CliError(f"--mode applies to deepseek-ocr, not {args.model}")
     target = setup(args.device, args.threads)
-    pipe = package.load(model_dir, target, args.dtype)
+    if args.mindir:
+        from ms_ocr.export import load_mindir
+        pipe = load_mindir(args.mindir, args.model)
+    else:
+        pipe = package.load(model_dir, target, args.dtype)
     if args.mode:
         pipe.processor.set_mode(args.mode)
-    ngram, window, exempt = args.no_repeat_ngram or 0, 0, ()
-    default = getattr(package, "NO_REPEAT", None)
-    if args.no_repeat_ngram is None and default:
-        tok = pipe.processor.tokenizer
-        ngram, window = default["size"], default["window"]
-        exempt = tuple(i for i in (tok.token_to_id(t) for t in default["exempt_tokens"]) if i is not None)
-    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                              top_p=args.top_p, top_k=args.top_k, repetition_penalty=args.repetition_penalty,
-                              no_repeat_ngram_size=ngram, no_repeat_window=window, no_repeat_exempt=exempt,
-                              seed=args.seed)
-    try:
-        sampling.validate()
-    except ValueError as e:
-        raise CliError(str(e)) from None
+    sampling = sampling_config(args, package, pipe)
     groups = [images] if args.one_prompt else [[item] for item in images]
     drawings = visualize_paths(args.visualize, len(groups)) if args.visualize else [None] * len(groups)
     for group, drawing in zip(groups, drawings):

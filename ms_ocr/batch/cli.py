@@ -1,0 +1,227 @@
+"""Offline batch OCR (MindIE run_pa style): python -m ms_ocr.batch --model paddleocr-vl --input DIR --out OUT.
+
+Folders (recursive), PDFs (pages rasterised with pypdfium2) and JSONL manifests in; continuous batching through
+ms_ocr.engine; one durable JSONL record per page, resumable; Markdown per document; a performance report. Under
+msrun each rank takes its share of the inputs and the last rank to finish merges the shard files.
+"""
+
+import os
+import resource
+import sys
+import time
+
+os.environ.setdefault("GLOG_v", "3")
+
+from ms_ocr.infer import CliError, _Parser, add_sampling_args, resolve_prompt, sampling_config  # noqa: E402
+
+
+def build_parser():
+    p = _Parser(prog="python -m ms_ocr.batch", description="Offline batch OCR over folders, PDFs and manifests.")
+    p.add_argument("--model", required=True, help="paddleocr-vl, hunyuan-ocr, deepseek-ocr, deepseek-ocr2")
+    p.add_argument("--model-path", help="checkpoint folder (hub download or ms_ocr.convert output)")
+    p.add_argument("--input", nargs="+", required=True,
+                   help="image files, folders (recursive), PDF files, or .jsonl manifests "
+                        '({"image": path, "task"|"prompt": ...} per line)')
+    p.add_argument("--out", required=True, help="output folder (results.jsonl, markdown/, report.csv, ...)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--task", help="task of every input without its own (see python -m ms_ocr.infer --help)")
+    g.add_argument("--prompt", help="free-form prompt instead of a task")
+    p.add_argument("--mode", choices=["tiny", "small", "base", "large", "gundam"], help="deepseek-ocr resolution mode")
+    p.add_argument("--max-batch-size", type=int, default=4, help="sequences decoded together (cache slots)")
+    p.add_argument("--max-input-length", type=int, default=None,
+                   help="longest prompt in tokens, image tokens included (default 4096, less if the model's "
+                        "max_position_embeddings asks); longer inputs are recorded as errors")
+    p.add_argument("--max-output-length", type=int, default=1024, help="new tokens per input at most")
+    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "ascend"])
+    p.add_argument("--threads", type=int, default=None, help="CPU runtime threads")
+    p.add_argument("--dpi", type=int, default=200, help="PDF rasterisation resolution")
+    add_sampling_args(p)
+    p.add_argument("--visualize", action="store_true", help="draw parsed boxes into OUT/vis/ (tasks with boxes)")
+    p.add_argument("--dump", nargs="*", metavar="KEY_GLOB",
+                   help="precision dump: per-step logits and token ids of the inputs whose key matches a glob "
+                        "(no glob: every input) into OUT/dumps/<key>/")
+    p.add_argument("--rank", type=int, default=None, help="this process's shard (default: msrun/RANK_ID, else 0)")
+    p.add_argument("--world-size", type=int, default=None, help="number of shards (default: msrun/RANK_SIZE, else 1)")
+    p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    p.add_argument("--compile-cache", default="~/.cache/ms_ocr/compile_cache",
+                   help="persistent graph compile cache folder (reused by later runs)")
+    p.add_argument("--no-compile-cache", action="store_true", help="compile every graph afresh")
+    return p
+
+
+def rank_and_world(args):
+    """(rank, world): explicit flags, else MindSpore's launcher (msrun exports RANK_ID and MS_WORKER_NUM to each
+    worker), else RANK_ID/RANK_SIZE, else (0, 1). None in msrun's scheduler process, which has no share.
+
+    Sharding needs no collective communication, so workers do not join msrun's cluster (communication.init):
+    each reads its rank from the environment, and the files on disk do the merging."""
+    if args.rank is not None or args.world_size is not None:
+        return args.rank or 0, args.world_size or 1
+    role = os.environ.get("MS_ROLE")
+    if role == "MS_SCHED":
+        return None
+    if role == "MS_WORKER" and os.environ.get("MS_WORKER_NUM"):
+        return int(os.environ.get("RANK_ID", os.environ.get("MS_NODE_ID", 0))), int(os.environ["MS_WORKER_NUM"])
+    return int(os.environ.get("RANK_ID", 0)), int(os.environ.get("RANK_SIZE", 1))
+
+
+class Progress:
+    """One self-overwriting line on stderr: pages done, pages/s, tokens/s, ETA."""
+
+    def __init__(self, total, enabled):
+        self.total, self.enabled, self.done, self.tokens, self.t0 = total, enabled, 0, 0, time.perf_counter()
+
+    def update(self, tokens):
+        self.done += 1
+        self.tokens += tokens
+        if not self.enabled:
+            return
+        dt = max(time.perf_counter() - self.t0, 1e-9)
+        rate = self.done / dt
+        eta = (self.total - self.done) / rate if rate > 0 else 0
+        width = len(str(self.total))
+        sys.stderr.write(f"\r[{self.done:>{width}}/{self.total}] {rate:.3f} pages/s  {self.tokens / dt:.2f} tok/s  "
+                         f"ETA {int(eta) // 60}m{int(eta) % 60:02d}s ")
+        sys.stderr.flush()
+
+    def close(self):
+        if self.enabled and self.done:
+            sys.stderr.write("\n")
+
+
+def run(argv):
+    args = build_parser().parse_args(argv)
+    for flag in ("max_batch_size", "max_input_length", "max_output_length"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise CliError(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.dpi < 10:
+        raise CliError("--dpi must be at least 10")
+    from ms_ocr.models import canonical, model_package
+    try:
+        canonical(args.model)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    package = model_package(args.model)
+    args.max_new_tokens = args.max_output_length  # the sampling default for inputs
+    job_prompt, job_task = resolve_prompt(args, package.TASK_PROMPTS, args.model)
+    if args.mode and not getattr(package, "MODES", None):
+        raise CliError(f"--mode applies to deepseek-ocr, not {args.model}")
+    from ms_ocr.batch import inputs as I
+    from ms_ocr.batch import results as R
+    shard = rank_and_world(args)
+    if shard is None:
+        return 0
+    rank, world = shard
+    items = I.shard(I.collect(args.input), rank, world)
+    for item in items:
+        if item.task is not None and item.task not in package.TASK_PROMPTS:
+            raise CliError(f"{item.key}: unknown task {item.task!r} for {args.model}; choose one of: "
+                           f"{', '.join(package.TASK_PROMPTS)}")
+    os.makedirs(args.out, exist_ok=True)
+    store = R.ResultStore(os.path.join(args.out, R.shard_name(rank, world)))
+    if os.path.exists(store.path + ".done"):  # this rank runs again: no merge until it has finished
+        os.remove(store.path + ".done")
+    todo = [item for item in items if item.key not in store.done]
+    skipped = len(items) - len(todo)
+
+    from ms_ocr.weights import locate
+    model_dir = locate(args.model, args.model_path)
+    from ms_ocr.device import compile_cache_dir, setup
+    cache = None if args.no_compile_cache else compile_cache_dir(args.compile_cache, canonical(args.model))
+    target = setup(args.device, args.threads, cache)
+    pipe = package.load(model_dir, target, args.dtype)
+    if args.mode:
+        pipe.processor.set_mode(args.mode)
+    sampling = sampling_config(args, package, pipe)
+    from ms_ocr.engine import BatchEngine, Request
+    max_input = args.max_input_length or max(1, min(4096, pipe.runtime.max_positions - args.max_output_length))
+    try:
+        engine = BatchEngine(pipe, sampling, args.max_batch_size, max_input, args.max_output_length)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+
+    import fnmatch
+    dump_all = args.dump is not None and not args.dump
+    progress = Progress(len(todo), not args.no_progress)
+    finished, pages = [], {}
+
+    def requests():
+        for item in todo:
+            try:
+                image = I.load(item, args.dpi)
+            except Exception as e:  # noqa: BLE001 - a bad page is recorded, the run goes on
+                on_result(Request(item.key, [], ""), None, e)
+                continue
+            pages[item.key] = (item, image)
+            if item.prompt is not None:
+                prompt, task = item.prompt, None
+            elif item.task is not None:
+                prompt, task = package.TASK_PROMPTS[item.task], item.task
+            else:
+                prompt, task = job_prompt, job_task
+            dump = dump_all or any(fnmatch.fnmatchcase(item.key, g) for g in (args.dump or ()))
+            yield Request(item.key, [image], prompt, task, dump=dump)
+
+    by_key = {item.key: item for item in todo}
+
+    def on_result(req, result, error):
+        from ms_ocr.errors import user_error_message
+        item = by_key[req.key]
+        record = {"key": item.key, "source": item.source, "page": item.page, "ok": error is None}
+        if error is not None:
+            record["error"] = user_error_message(error)
+        else:
+            record.update(text=result["text"], num_tokens=len(result["token_ids"]), token_ids=result["token_ids"],
+                          finish_reason=result["finish_reason"], task=req.task, timings=result["timings"])
+            for key in ("boxes", "grounding"):
+                if key in result:
+                    record[key] = result[key]
+            if "dump" in result:
+                record["dump"] = R.save_dump(args.out, item.key, result["dump"])
+            if args.visualize and result.get("boxes"):
+                from ms_ocr.processing.boxes import draw_boxes
+                vis = os.path.join(args.out, "vis", os.path.basename(R.dump_dir(args.out, item.key)) + ".png")
+                os.makedirs(os.path.dirname(vis), exist_ok=True)
+                draw_boxes(pages[item.key][1], result["boxes"]).save(vis)
+                record["visualization"] = vis
+        store.append(record)
+        pages.pop(item.key, None)
+        finished.append(record)
+        progress.update(record.get("num_tokens", 0))
+
+    t0 = time.perf_counter()
+    try:
+        engine.run(requests(), on_result)
+    finally:
+        progress.close()
+        store.close()
+    wall = time.perf_counter() - t0
+    open(store.path + ".done", "w").close()
+    merged = R.merge_shards(args.out, world)
+    if merged:
+        R.write_markdown(args.out, R.latest(R.read_records(merged)).values())
+    rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+    figures = R.report(finished, wall, sum(engine.compile_seconds().values()), skipped, rss_gb, args.max_batch_size)
+    R.write_report(os.path.join(args.out, "report.csv" if world == 1 else f"report.rank{rank}.csv"), figures)
+    print(R.format_report(figures), file=sys.stderr)
+    return 0 if all(r["ok"] for r in finished) else 3
+
+
+def main(argv=None):
+    from ms_ocr.errors import user_error_message
+    from ms_ocr.batch.inputs import InputError
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
+    except (CliError, InputError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nerror: interrupted (finished results are saved; run the same command again to resume)",
+              file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001
+        if os.environ.get("MS_OCR_DEBUG"):
+            raise
+        print(f"error: {user_error_message(e)}", file=sys.stderr)
+        return 1

@@ -1,0 +1,155 @@
+"""Work items of an offline batch job: image files, PDF pages and JSONL manifest lines, in a fixed order."""
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+
+from ms_ocr.processing.image import ImageError, load_image, to_rgb
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
+
+
+class InputError(ValueError):
+    """A batch input that cannot be listed at all (missing path, unreadable manifest)."""
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One page to recognise. `key` is unique and stable across runs (resume matches on it)."""
+    key: str
+    source: str          # image or PDF path
+    page: int = 0        # 1-based PDF page, 0 for image files
+    task: str = None     # per-item task / prompt from a manifest (None: the job's)
+    prompt: str = None
+
+    @property
+    def document(self):
+        return self.source
+
+
+def _suffix(task, prompt):
+    if prompt is not None:
+        return "@prompt-" + hashlib.sha1(prompt.encode("utf-8")).hexdigest()[:10]
+    return f"@{task}" if task else ""
+
+
+def _open_pdf(path):
+    pdfium = _pdfium()
+    try:
+        return pdfium.PdfDocument(path)
+    except Exception as e:  # noqa: BLE001 - pdfium raises its own error types
+        raise ImageError(f"{path} is not a readable PDF ({_detail(e)})") from None
+
+
+def _detail(e):
+    return " ".join(str(e).split()).rstrip(".") or type(e).__name__
+
+
+def pdf_page_count(path):
+    doc = _open_pdf(path)
+    try:
+        return len(doc)
+    finally:
+        doc.close()
+
+
+def render_pdf_page(path, page, dpi):
+    """Page `page` (1-based) of a PDF rasterised at `dpi` as an RGB PIL image."""
+    doc = _open_pdf(path)
+    try:
+        if not 1 <= page <= len(doc):
+            raise ImageError(f"{path} has no page {page} (it has {len(doc)})")
+        img = doc[page - 1].render(scale=dpi / 72.0).to_pil()
+    except ImageError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise ImageError(f"{path} page {page} cannot be rendered ({_detail(e)})") from None
+    finally:
+        doc.close()
+    if img.width == 0 or img.height == 0:
+        raise ImageError(f"{path} page {page} is empty")
+    return to_rgb(img)
+
+
+def _pdfium():
+    try:
+        import pypdfium2
+    except ImportError:
+        raise InputError("PDF input needs pypdfium2: pip install pypdfium2 (or pip install -e .[pdf])") from None
+    return pypdfium2
+
+
+def _expand_file(path, task=None, prompt=None):
+    """Items of one file: an image, or every page of a PDF (one item recording the error if it is unreadable)."""
+    suffix = _suffix(task, prompt)
+    if path.lower().endswith(".pdf"):
+        try:
+            pages = pdf_page_count(path)
+        except ImageError:
+            return [WorkItem(f"{path}#1{suffix}", path, 1, task, prompt)]  # fails again when loaded: recorded
+        return [WorkItem(f"{path}#{p}{suffix}", path, p, task, prompt) for p in range(1, pages + 1)]
+    return [WorkItem(f"{path}{suffix}", path, 0, task, prompt)]
+
+
+def read_manifest(path):
+    """JSONL lines {"image": path, "task" | "prompt": ...}; relative paths are relative to the manifest."""
+    base = os.path.dirname(os.path.abspath(path))
+    items = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    except OSError as e:
+        raise InputError(f"cannot read manifest {path}: {e.strerror or e}") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path} line {n}: not JSON ({e.msg})") from None
+        if not isinstance(entry, dict) or not isinstance(entry.get("image"), str):
+            raise InputError(f'{path} line {n}: expected {{"image": path, ...}}')
+        if "task" in entry and "prompt" in entry:
+            raise InputError(f"{path} line {n}: give either task or prompt, not both")
+        image = entry["image"]
+        image = image if os.path.isabs(image) else os.path.normpath(os.path.join(base, image))
+        items += _expand_file(image, entry.get("task"), entry.get("prompt"))
+    return items
+
+
+def collect(paths):
+    """All work items of the given folders (recursive: images and PDFs), PDFs, images and .jsonl manifests,
+    in a deterministic order (sorted within folders; duplicates keep their first occurrence)."""
+    items = []
+    for path in paths:
+        if os.path.isdir(path):
+            found = []
+            for root, _, files in os.walk(path):
+                found += [os.path.join(root, f) for f in files if f.lower().endswith(IMAGE_EXTENSIONS + (".pdf",))]
+            for f in sorted(found):
+                items += _expand_file(f)
+        elif path.lower().endswith(".jsonl"):
+            items += read_manifest(path)
+        elif os.path.exists(path):
+            items += _expand_file(path)
+        else:
+            raise InputError(f"input not found: {path}")
+    seen, unique = set(), []
+    for item in items:
+        if item.key not in seen:
+            seen.add(item.key)
+            unique.append(item)
+    return unique
+
+
+def shard(items, rank, world):
+    """This rank's share of the items (round robin, so ranks get similar mixes of documents)."""
+    if world < 1 or not 0 <= rank < world:
+        raise InputError(f"rank {rank} is outside a world of {world}")
+    return items[rank::world]
+
+
+def load(item, dpi):
+    """The RGB page image of an item."""
+    return render_pdf_page(item.source, item.page, dpi) if item.page else load_image(item.source)
