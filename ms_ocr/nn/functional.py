@@ -30,7 +30,7 @@ def layer_norm(x, w, b, eps):
     mean = ops.mean(x, -1, keep_dims=True)
     xc = x - mean
     var = ops.mean(xc * xc, -1, keep_dims=True)
-    return xc * ops.rsqrt(var + eps) * w + b
+    return xc / ops.sqrt(var + eps) * w + b  # not rsqrt / reciprocal: they have no ONNX converter
 
 
 def heads_first(x, n, heads, dim):

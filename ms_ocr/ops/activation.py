@@ -4,6 +4,8 @@ import math
 
 from mindspore import ops
 
+from ms_ocr.ops import backend
+
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
@@ -26,7 +28,9 @@ def gelu_erf(x):
     (ops.erf: 4e-7).
     """
     a = ops.abs(x) * (1.0 / math.sqrt(2.0))
-    t = ops.reciprocal(1.0 + _ERFC_P * a)
+    d = 1.0 + _ERFC_P * a
+    # ONNX has no converter for MindSpore's Reciprocal: the export formulation divides instead
+    t = ops.div(ops.ones_like(d), d) if backend.PORTABLE else ops.reciprocal(d)
     c0, c1, c2, c3, c4 = _ERFC_C
     q = t * (c0 + t * (c1 + t * (c2 + t * (c3 + t * c4)))) * ops.exp(-a * a)
     return 0.5 * (x + ops.abs(x) * (1.0 - q))

@@ -4,7 +4,22 @@ import mindspore as ms
 
 # Read by the ops at graph-compile time; set by `configure` before any model graph is built.
 FUSED = False
+# ONNX export: formulations built only from operators MindSpore's ONNX exporter converts.
+PORTABLE = False
 _configured = None
+
+
+class portable:
+    """Context for building graphs to export to ONNX (the fallback kernels in exportable operators)."""
+
+    def __enter__(self):
+        global PORTABLE
+        self._saved, PORTABLE = PORTABLE, True
+        return self
+
+    def __exit__(self, *exc):
+        global PORTABLE
+        PORTABLE = self._saved
 
 
 def configure(device_target=None):

@@ -13,5 +13,6 @@ def rms_norm(x, weight, eps):
     dtype = x.dtype
     xf = x.astype(ms.float32)
     var = ops.mean(xf * xf, -1, keep_dims=True)
-    return weight * (xf * ops.rsqrt(var + eps)).astype(dtype)
+    # a division rather than rsqrt or a reciprocal: those have no ONNX converter in MindSpore
+    return weight * (xf / ops.sqrt(var + eps)).astype(dtype)
 

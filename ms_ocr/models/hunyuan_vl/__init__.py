@@ -70,14 +70,22 @@ def build(cfg):
     return HunyuanOCRModel(cfg)
 
 
+def host_side(model_dir):
+    """What runs outside the graphs: config, processor, per-image vision inputs, output handling (also for
+    MindIR serving)."""
+    cfg = config_from_dir(model_dir)
+    return {"cfg": cfg, "processor": HunyuanOCRProcessor.from_pretrained(model_dir, cfg),
+            "vision_inputs": lambda out: vision_inputs(cfg, out), "postprocess": postprocess}
+
+
 def load(model_dir, target="CPU", dtype="auto", buckets=None):
     """Build the pipeline for a hub or converted checkpoint folder."""
     t0 = time.perf_counter()
-    cfg = config_from_dir(model_dir)
-    processor = HunyuanOCRProcessor.from_pretrained(model_dir, cfg)
-    return load_pipeline("hunyuan-ocr", model_dir, cfg, processor, build(cfg), name_table(cfg),
-                         lambda out: vision_inputs(cfg, out), len(cfg.text.xdrope_section), t0, target, dtype,
+    host = host_side(model_dir)
+    cfg = host["cfg"]
+    return load_pipeline("hunyuan-ocr", model_dir, cfg, host["processor"], build(cfg), name_table(cfg),
+                         host["vision_inputs"], len(cfg.text.xdrope_section), t0, target, dtype,
                          buckets, postprocess=postprocess)
 
 
-__all__ = ["load", "build", "config_from_dir", "name_table", "vision_inputs", "TASK_PROMPTS", "BOX_TASKS"]
+__all__ = ["load", "host_side", "build", "config_from_dir", "name_table", "vision_inputs", "TASK_PROMPTS", "BOX_TASKS"]

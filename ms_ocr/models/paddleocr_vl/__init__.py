@@ -39,13 +39,20 @@ def build(cfg):
     return PaddleOCRVLModel(cfg)
 
 
+def host_side(model_dir):
+    """What runs outside the graphs: config, processor, per-image vision inputs (also for MindIR serving)."""
+    cfg = config_from_dir(model_dir)
+    return {"cfg": cfg, "processor": PaddleOCRVLProcessor.from_pretrained(model_dir, cfg),
+            "vision_inputs": lambda out: vision_inputs(cfg, out)}
+
+
 def load(model_dir, target="CPU", dtype="auto", buckets=None):
     """Build the pipeline for a hub or converted checkpoint folder."""
     t0 = time.perf_counter()
-    cfg = config_from_dir(model_dir)
-    processor = PaddleOCRVLProcessor.from_pretrained(model_dir, cfg)
-    return load_pipeline("paddleocr-vl", model_dir, cfg, processor, build(cfg), name_table(cfg),
-                         lambda out: vision_inputs(cfg, out), NUM_POS_AXES, t0, target, dtype, buckets)
+    host = host_side(model_dir)
+    cfg = host["cfg"]
+    return load_pipeline("paddleocr-vl", model_dir, cfg, host["processor"], build(cfg), name_table(cfg),
+                         host["vision_inputs"], NUM_POS_AXES, t0, target, dtype, buckets)
 
 
-__all__ = ["load", "build", "config_from_dir", "name_table", "vision_inputs", "TASK_PROMPTS"]
+__all__ = ["load", "host_side", "build", "config_from_dir", "name_table", "vision_inputs", "TASK_PROMPTS"]

@@ -1,0 +1,229 @@
+"""MindIR export of a loaded VLM and a runner that generates from the exported files alone.
+
+Two graphs per model, weights baked in:
+  vision.mindir  one image's vision inputs (embed + head arrays) -> image tokens; the patch count is a dynamic
+                 dimension (one file serves every image size);
+  text.mindir    input_ids [B, S], image tokens [M, H], image row index [B, S], rope positions [A, B, S],
+                 cache positions [B, S], slot_ids [T], last index [B] -> logits [B, V]. S and M are dynamic, so
+                 the same graph runs the prefill (S = prompt length) and every decode step (S = 1).
+The KV cache is a Parameter of text.mindir updated in place (scatter_update): measured here, a GraphCell loaded
+from MindIR keeps in-place Parameter updates across calls, so no cache copy per step; since prefill and decode
+must share that cache they are one graph (two MindIR files cannot share a Parameter). The cache size (B
+sequences x T positions) is fixed at export (--batch, --slots).
+"""
+
+import json
+import os
+import shutil
+import time
+
+import numpy as np
+import mindspore as ms
+from mindspore import ParameterTuple, Tensor, nn, ops
+
+from ms_ocr import ops as K
+from ms_ocr.nn import functional as F
+from ms_ocr.runtime import RequestTooLong
+from ms_ocr.steps import merge_image_features
+
+FORMAT_VERSION = 1
+# Files a serving folder needs besides the graphs: the processor's and tokenizer's.
+HOST_FILES = ("config.json", "generation_config.json", "preprocessor_config.json", "processor_config.json",
+              "tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
+              "chat_template.jinja", "chat_template.json", "added_tokens.json")
+
+
+class ExportError(ValueError):
+    pass
+
+
+def _resolve(cell, name):
+    obj = cell
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+class VisionGraph(nn.Cell):
+    """The whole vision tower of a ViT-stack model (embed, every layer, head) for one image.
+
+    Weights are held as ParameterTuples per layer (a graph cannot walk attribute names); attention is the
+    full bidirectional softmax over the image (the layer-by-layer runtime chunks queries to bound CPU memory)."""
+
+    def __init__(self, model, n_embed):
+        super().__init__(auto_prefix=False)
+        layers = model.vision_layers()
+        if not layers or not hasattr(model, "vision_embed"):
+            raise ExportError("this model's vision tower is not a ViT layer stack; its export is not supported yet")
+        self.model = model
+        spec = layers[0].spec
+        self.heads, self.eps, self.act, self.rope = spec["heads"], spec["eps"], spec["act"], spec["rope"]
+        self.scale = spec["dim"] ** -0.5
+        self.w_in = tuple(ParameterTuple([_resolve(l, n) for n in l.attn_in_names]) for l in layers)
+        self.w_out = tuple(ParameterTuple([_resolve(l, n) for n in l.out_names]) for l in layers)
+        self.count = len(layers)
+        self.n_embed = n_embed
+
+    def construct(self, *inputs):
+        # inputs: the model's n_embed vision_embed arrays, then its vision_head arrays
+        out = self.model.vision_embed(*inputs[:self.n_embed])
+        if self.rope:
+            x, cos, sin = out
+        else:
+            x, cos, sin = out, None, None
+        for i in range(self.count):
+            q, k, v = F.vit_attention_in(x, cos, sin, self.w_in[i], self.heads, self.eps)
+            x = F.vit_out_mlp(x, K.attention(q, k, v, None, self.scale), self.w_out[i], self.eps, self.act)
+        return self.model.vision_head(x, *inputs[self.n_embed:])
+
+
+class TextGraph(nn.Cell):
+    """Embeddings with image tokens merged, the cached decoder over S new tokens, logits at last_idx."""
+
+    def __init__(self, model):
+        super().__init__(auto_prefix=False)
+        if any(layer.moe for layer in model.text_layers()):
+            raise ExportError("MoE decoders are not exportable yet (their prefill dispatch runs on the host)")
+        self.model = model
+
+    def construct(self, input_ids, image_feats, image_index, pos, cache_pos, slot_ids, last_idx):
+        x = merge_image_features(self.model.embed(input_ids), image_feats, image_index)
+        h = self.model.text(x, pos, cache_pos, slot_ids)
+        b, s, d = h.shape
+        rows = ops.arange(b, dtype=ms.int32) * s + last_idx.astype(ms.int32)
+        return self.model.logits(self.model.final_norm(ops.gather(h.reshape(b * s, d), rows, 0)))
+
+
+def _spec(shape, dtype):
+    return Tensor(shape=list(shape), dtype=dtype)
+
+
+def export_pipeline(pipe, out_dir, slots, batch=1):
+    """Write vision.mindir, text.mindir, the host-side files and meta.json for a loaded VLMPipeline."""
+    rt, model = pipe.runtime, pipe.runtime.model
+    if slots > rt.max_positions:
+        raise ExportError(f"--slots {slots} exceeds the model's max_position_embeddings ({rt.max_positions})")
+    os.makedirs(out_dir, exist_ok=True)
+    timings = {}
+    text = TextGraph(model)
+    # vision: dynamic first dimension of every input (patch count, merged-token count)
+    from PIL import Image
+    probe, _ = pipe.prepare([Image.new("RGB", (64, 64), (255, 255, 255))], "x")
+    item = probe.vision_inputs[0]
+    vision = VisionGraph(model, len(item.embed))
+    arrays = list(item.embed) + list(item.head)
+    specs = [_spec([None] + list(np.shape(a))[1:], rt.tensor(a).dtype) for a in arrays]
+    t0 = time.perf_counter()
+    ms.export(vision, *specs, file_name=os.path.join(out_dir, "vision"), file_format="MINDIR")
+    timings["vision_s"] = time.perf_counter() - t0
+    # text: cache sized (batch, slots), dynamic S and image-token count
+    rt.reset_cache(batch, slots)
+    hidden, axes = model.cfg.text.hidden_size, pipe.num_pos_axes
+    specs = [_spec([batch, None], ms.int32), _spec([None, hidden], rt.compute_dtype), _spec([batch, None], ms.int32),
+             _spec([axes, batch, None], ms.int32), _spec([batch, None], ms.int32), _spec([slots], ms.int32),
+             _spec([batch], ms.int32)]
+    t0 = time.perf_counter()
+    ms.export(text, *specs, file_name=os.path.join(out_dir, "text"), file_format="MINDIR")
+    timings["text_s"] = time.perf_counter() - t0
+    for name in HOST_FILES:
+        src = os.path.join(pipe.model_dir, name)
+        if os.path.isfile(src):
+            shutil.copy(src, os.path.join(out_dir, name))
+    meta = {"format": FORMAT_VERSION, "model": pipe.name, "batch": batch, "slots": slots, "num_pos_axes": axes,
+            "hidden_size": hidden, "eos_ids": pipe.eos_ids, "pad_id": rt.pad_id,
+            "dtype": str(rt.compute_dtype).lower(), "vision_inputs": [len(item.embed), len(item.head)]}
+    with open(os.path.join(out_dir, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    return timings
+
+
+class _NoCompile:
+    """The pipeline reads compile seconds per family; GraphCells compile inside their first call."""
+    seconds = {}
+
+
+class MindIRRuntime:
+    """The VLMRuntime calls generate() and the pipeline make (encode_images, prefill, decode), served by the
+    exported graphs through nn.GraphCell."""
+
+    def __init__(self, folder, meta):
+        self.meta = meta
+        self.slots = meta["slots"]
+        self.max_positions = meta["slots"]
+        self.pad_id = meta["pad_id"]
+        self.compiler = _NoCompile()
+        self.vision = nn.GraphCell(ms.load(os.path.join(folder, "vision.mindir")))
+        self.text = nn.GraphCell(ms.load(os.path.join(folder, "text.mindir")))
+        self.slot_ids = Tensor(np.arange(self.slots, dtype=np.int32))
+        self._dummy = Tensor(np.zeros((1, meta["hidden_size"]), np.float32))
+
+    @staticmethod
+    def tensor(array):
+        array = np.asarray(array)
+        if np.issubdtype(array.dtype, np.floating):
+            return Tensor(array.astype(np.float32))
+        return Tensor(array.astype(np.int32))
+
+    def encode_images(self, vision_inputs):
+        feats = [self.vision(*[self.tensor(a) for a in list(item.embed) + list(item.head)]) for item in vision_inputs]
+        return feats[0] if len(feats) == 1 else ops.concat(feats, 0)
+
+    def prefill(self, prep, image_feats, max_new_tokens):
+        s = prep.input_ids.shape[0]
+        if s + max_new_tokens > self.slots:
+            raise RequestTooLong(f"prompt ({s} tokens) + max_new_tokens ({max_new_tokens}) exceeds the exported "
+                                 f"cache of {self.slots} positions (export again with a larger --slots)")
+        image_index = np.full((1, s), -1, np.int32)
+        mask = prep.image_token_mask.astype(bool)
+        image_index[0][mask] = np.arange(int(mask.sum()), dtype=np.int32)
+        return self.text(Tensor(prep.input_ids[None].astype(np.int32)),
+                         self._dummy if image_feats is None else image_feats, Tensor(image_index),
+                         Tensor(prep.position_ids[:, None].astype(np.int32)),
+                         Tensor(np.arange(s, dtype=np.int32)[None]), self.slot_ids,
+                         Tensor(np.array([s - 1], np.int32)))
+
+    def decode(self, token, cache_pos, rope_delta, num_axes):
+        return self.text(Tensor(np.array([[token]], np.int32)), self._dummy, Tensor(np.array([[-1]], np.int32)),
+                         Tensor(np.full((num_axes, 1, 1), cache_pos + rope_delta, np.int32)),
+                         Tensor(np.array([[cache_pos]], np.int32)), self.slot_ids, Tensor(np.array([0], np.int32)))
+
+
+def load_mindir(folder, model=None):
+    """A VLMPipeline over an exported folder: the model package's processor and output handling, the graphs."""
+    from ms_ocr.config_utils import CheckpointError
+    from ms_ocr.models import canonical, model_package
+    from ms_ocr.pipeline import VLMPipeline
+    path = os.path.join(folder, "meta.json")
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{folder} is not a MindIR export (no meta.json); create one with "
+                              "python scripts/export_mindir.py")
+    with open(path) as f:
+        meta = json.load(f)
+    if model is not None and canonical(model) != canonical(meta["model"]):
+        raise CheckpointError(f"{folder} holds an export of {meta['model']}, not {model}")
+    t0 = time.perf_counter()
+    host = model_package(meta["model"]).host_side(folder)
+    runtime = MindIRRuntime(folder, meta)
+    return VLMPipeline(meta["model"], folder, host["cfg"], host["processor"], runtime, host["vision_inputs"],
+                       meta["eos_ids"], meta["num_pos_axes"], host["cfg"].image_token_id,
+                       load_seconds=time.perf_counter() - t0, postprocess=host.get("postprocess"))
+
+
+def export_vision_onnx(pipe, image, path):
+    """The vision encoder at one image size (ONNX needs static shapes) -> ONNX (opset of MindSpore's exporter).
+
+    Built with the portable kernel formulations (no Rsqrt/Reciprocal, which MindSpore cannot convert). Returns
+    the input arrays, in the graph's input order, and the MindSpore output for them, to check a runtime against.
+    """
+    from ms_ocr.ops import backend
+    prep, _ = pipe.prepare([image], "x")
+    if len(prep.vision_inputs) != 1:
+        raise ExportError("expected one image")
+    item = prep.vision_inputs[0]
+    arrays = [np.asarray(a) for a in list(item.embed) + list(item.head)]
+    args = [pipe.runtime.tensor(a) for a in arrays]
+    with backend.portable():
+        graph = VisionGraph(pipe.runtime.model, len(item.embed))
+        want = graph(*args).asnumpy()
+        ms.export(graph, *args, file_name=os.path.splitext(path)[0], file_format="ONNX")
+    return [a.asnumpy() for a in args], want
