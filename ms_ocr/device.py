@@ -15,26 +15,12 @@ def ascend_available():
         return False
 
 
-def compile_cache_dir(root, model):
-    """A persistent compile-cache folder for `model` under `root`, keyed by a hash of ms_ocr's sources and the
-    MindSpore version, so graphs cached by other code are never reused."""
-    import hashlib
-    import os
-    pkg = os.path.dirname(os.path.abspath(__file__))
-    h = hashlib.sha1(ms.__version__.encode())
-    for base, dirs, files in sorted(os.walk(pkg)):
-        dirs.sort()
-        for name in sorted(f for f in files if f.endswith(".py")):
-            with open(os.path.join(base, name), "rb") as f:
-                h.update(name.encode() + f.read())
-    return os.path.join(os.path.expanduser(root), f"{model}-{h.hexdigest()[:12]}")
-
-
-def setup(device="auto", threads=None, compile_cache=None):
+def setup(device="auto", threads=None):
     """Set graph mode on the chosen device and pick the kernel family once. Returns "Ascend" or "CPU".
 
-    compile_cache: a folder for MindSpore's persistent compile cache (graphs compiled by an earlier run with
-    the same inputs load from it: measured on the tiny PaddleOCR-VL, 5.9 s of compiling became 1.0 s)."""
+    MindSpore's persistent compile cache (enable_compile_cache) is deliberately not used: measured here it cut
+    the tiny PaddleOCR-VL's compile time from 5.9 to 1.0 s, but on reload it mixed up the graphs one step had
+    compiled for different input shapes (a batch run then failed with out-of-range gather indices)."""
     if device not in ("auto", "cpu", "ascend"):
         raise ValueError(f"unknown device {device!r} (auto, cpu or ascend)")
     if device == "auto":
@@ -44,8 +30,6 @@ def setup(device="auto", threads=None, compile_cache=None):
         if target == "Ascend" and not ascend_available():
             raise RuntimeError("--device ascend was requested but no Ascend NPU/CANN runtime is available")
     ms.set_context(mode=ms.GRAPH_MODE, device_target=target)
-    if compile_cache:
-        ms.set_context(enable_compile_cache=True, compile_cache_path=compile_cache)
     if threads:
         ms.set_context(runtime_num_threads=threads)
     ops.configure(target)

@@ -44,9 +44,7 @@ def build_parser():
     p.add_argument("--rank", type=int, default=None, help="this process's shard (default: msrun/RANK_ID, else 0)")
     p.add_argument("--world-size", type=int, default=None, help="number of shards (default: msrun/RANK_SIZE, else 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
-    p.add_argument("--compile-cache", default="~/.cache/ms_ocr/compile_cache",
-                   help="persistent graph compile cache folder (reused by later runs)")
-    p.add_argument("--no-compile-cache", action="store_true", help="compile every graph afresh")
+
     return p
 
 
@@ -127,9 +125,8 @@ def run(argv):
 
     from ms_ocr.weights import locate
     model_dir = locate(args.model, args.model_path)
-    from ms_ocr.device import compile_cache_dir, setup
-    cache = None if args.no_compile_cache else compile_cache_dir(args.compile_cache, canonical(args.model))
-    target = setup(args.device, args.threads, cache)
+    from ms_ocr.device import setup
+    target = setup(args.device, args.threads)
     pipe = package.load(model_dir, target, args.dtype)
     if args.mode:
         pipe.processor.set_mode(args.mode)
