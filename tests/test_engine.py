@@ -125,10 +125,9 @@ def test_deepseek_ocr2_moe_batched_equals_single(tmp_path_factory, graph_mode):
 
 
 def test_engine_reports_bad_requests_and_goes_on(paddle):
-    pages = [_page(96, 128, 0), _page(96, 128, 1)]
     engine = BatchEngine(paddle, SamplingConfig(max_new_tokens=4), 2, max_input_length=40, max_output_length=4)
     got = {}
-    reqs = [Request("ok", [_page(20, 20, 3)], "OCR:"), Request("long", [pages[0]], "OCR:")]
+    reqs = [Request("ok", [_page(20, 20, 3)], "OCR:"), Request("long", [_page(300, 300, 1)], "OCR:")]
     engine.run(reqs, lambda r, res, err: got.__setitem__(r.key, (res, err)))
     assert got["ok"][1] is None and len(got["ok"][0]["token_ids"]) == 4
     assert got["long"][0] is None and "exceeds --max-input-length 40" in str(got["long"][1])
