@@ -137,6 +137,16 @@ def export_pipeline(pipe, out_dir, slots, batch=1):
     return timings
 
 
+def mindir_file(folder, name):
+    """`name`.mindir, or `name`_graph.mindir (+ `name`_variables/) as MindSpore writes graphs whose weights pass
+    its single-file size limit (the real-size models)."""
+    for candidate in (f"{name}.mindir", f"{name}_graph.mindir"):
+        path = os.path.join(folder, candidate)
+        if os.path.isfile(path):
+            return path
+    raise ExportError(f"{folder} has no {name}.mindir (an incomplete export?)")
+
+
 class _NoCompile:
     """The pipeline reads compile seconds per family; GraphCells compile inside their first call."""
     seconds = {}
@@ -152,8 +162,8 @@ class MindIRRuntime:
         self.max_positions = meta["slots"]
         self.pad_id = meta["pad_id"]
         self.compiler = _NoCompile()
-        self.vision = nn.GraphCell(ms.load(os.path.join(folder, "vision.mindir")))
-        self.text = nn.GraphCell(ms.load(os.path.join(folder, "text.mindir")))
+        self.vision = nn.GraphCell(ms.load(mindir_file(folder, "vision")))
+        self.text = nn.GraphCell(ms.load(mindir_file(folder, "text")))
         self.slot_ids = Tensor(np.arange(self.slots, dtype=np.int32))
         self._dummy = Tensor(np.zeros((1, meta["hidden_size"]), np.float32))
 
