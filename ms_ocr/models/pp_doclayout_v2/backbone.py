@@ -61,15 +61,18 @@ class _Weight(nn.Cell):
 
 
 class FrozenBatchNorm(nn.Cell):
-    def __init__(self, channels):
+    """Inference batch norm from running statistics: (x - mean) / sqrt(var + eps) * weight + bias, per channel."""
+
+    def __init__(self, channels, eps=BN_EPS):
         super().__init__()
+        self.eps = eps
         self.weight = Parameter(ops.ones((channels,), ms.float32), name="weight")
         self.bias = Parameter(ops.zeros((channels,), ms.float32), name="bias")
         self.running_mean = Parameter(ops.zeros((channels,), ms.float32), name="running_mean", requires_grad=False)
         self.running_var = Parameter(ops.ones((channels,), ms.float32), name="running_var", requires_grad=False)
 
     def construct(self, x):
-        scale = self.weight / ops.sqrt(self.running_var + BN_EPS)
+        scale = self.weight / ops.sqrt(self.running_var + self.eps)
         shift = self.bias - self.running_mean * scale
         return x * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1)
 

@@ -1,0 +1,42 @@
+"""PP-DocLayoutV2 configuration: the fields of transformers' PPDocLayoutV2Config the built parts read, with the
+reference class's defaults (configuration_pp_doclayout_v2.py), and its HGNetV2 backbone config."""
+
+from dataclasses import dataclass, field
+
+from ms_ocr.models.pp_doclayout_v2.backbone import HGNetV2Config
+
+# the reference's attribute_map: alternative names of two fields
+ALIASES = {"hidden_size": "d_model", "num_attention_heads": "encoder_attention_heads"}
+
+
+@dataclass
+class PPDocLayoutV2Config:
+    layer_norm_eps: float = 1e-5
+    batch_norm_eps: float = 1e-5
+    encoder_hidden_dim: int = 256
+    encoder_in_channels: list = field(default_factory=lambda: [512, 1024, 2048])
+    feat_strides: list = field(default_factory=lambda: [8, 16, 32])
+    encoder_layers: int = 1
+    encoder_ffn_dim: int = 1024
+    encoder_attention_heads: int = 8
+    encode_proj_layers: list = field(default_factory=lambda: [2])
+    positional_encoding_temperature: int = 10000
+    encoder_activation_function: str = "gelu"
+    activation_function: str = "silu"
+    eval_size: list = None
+    normalize_before: bool = False
+    hidden_expansion: float = 1.0
+    d_model: int = 256
+    backbone: HGNetV2Config = field(default_factory=HGNetV2Config)
+
+    @classmethod
+    def from_dict(cls, raw):
+        raw = dict(raw)
+        for alias, name in ALIASES.items():
+            if alias in raw and name not in raw:
+                raw[name] = raw.pop(alias)
+        known = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw and k != "backbone"}
+        cfg = cls(**known, backbone=HGNetV2Config.from_dict(raw.get("backbone_config") or {}))
+        if cfg.normalize_before:
+            raise ValueError("PP-DocLayoutV2 with normalize_before=True is not supported (the checkpoints use False)")
+        return cfg
