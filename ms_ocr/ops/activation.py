@@ -51,6 +51,7 @@ ACTIVATIONS = {
     "quick_gelu": quick_gelu,
     "silu": silu,
     "swish": silu,
+    "relu": ops.relu,
 }
 
 

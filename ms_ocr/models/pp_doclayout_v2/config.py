@@ -27,6 +27,16 @@ class PPDocLayoutV2Config:
     normalize_before: bool = False
     hidden_expansion: float = 1.0
     d_model: int = 256
+    num_queries: int = 300
+    decoder_in_channels: list = field(default_factory=lambda: [256, 256, 256])
+    decoder_ffn_dim: int = 1024
+    num_feature_levels: int = 3
+    decoder_n_points: int = 4
+    decoder_layers: int = 6
+    decoder_attention_heads: int = 8
+    decoder_activation_function: str = "relu"
+    learn_initial_query: bool = False
+    num_labels: int = 2  # PreTrainedConfig's default; id2label decides
     backbone: HGNetV2Config = field(default_factory=HGNetV2Config)
 
     @classmethod
@@ -35,6 +45,8 @@ class PPDocLayoutV2Config:
         for alias, name in ALIASES.items():
             if alias in raw and name not in raw:
                 raw[name] = raw.pop(alias)
+        if "id2label" in raw:
+            raw["num_labels"] = len(raw["id2label"])
         known = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw and k != "backbone"}
         cfg = cls(**known, backbone=HGNetV2Config.from_dict(raw.get("backbone_config") or {}))
         if cfg.normalize_before:
