@@ -4,6 +4,7 @@ reference class's defaults (configuration_pp_doclayout_v2.py), and its HGNetV2 b
 from dataclasses import dataclass, field
 
 from ms_ocr.models.pp_doclayout_v2.backbone import HGNetV2Config
+from ms_ocr.models.pp_doclayout_v2.reading_order import ReadingOrderConfig
 
 # the reference's attribute_map: alternative names of two fields
 ALIASES = {"hidden_size": "d_model", "num_attention_heads": "encoder_attention_heads"}
@@ -37,7 +38,10 @@ class PPDocLayoutV2Config:
     decoder_activation_function: str = "relu"
     learn_initial_query: bool = False
     num_labels: int = 2  # PreTrainedConfig's default; id2label decides
+    class_thresholds: list = None
+    class_order: list = None
     backbone: HGNetV2Config = field(default_factory=HGNetV2Config)
+    reading_order: ReadingOrderConfig = field(default_factory=ReadingOrderConfig)
 
     @classmethod
     def from_dict(cls, raw):
@@ -47,8 +51,9 @@ class PPDocLayoutV2Config:
                 raw[name] = raw.pop(alias)
         if "id2label" in raw:
             raw["num_labels"] = len(raw["id2label"])
-        known = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw and k != "backbone"}
-        cfg = cls(**known, backbone=HGNetV2Config.from_dict(raw.get("backbone_config") or {}))
+        known = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw and k not in ("backbone", "reading_order")}
+        cfg = cls(**known, backbone=HGNetV2Config.from_dict(raw.get("backbone_config") or {}),
+                  reading_order=ReadingOrderConfig.from_dict(raw.get("reading_order_config") or {}))
         if cfg.normalize_before:
             raise ValueError("PP-DocLayoutV2 with normalize_before=True is not supported (the checkpoints use False)")
         return cfg

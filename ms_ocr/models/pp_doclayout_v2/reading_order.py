@@ -240,7 +240,8 @@ class ReadingOrder(nn.Cell):
 def order_from_logits(order_logits):
     """The reference's vote decoding: s = sigmoid(logits); votes[j] = sum_{i<j} s[i, j] + sum_{k>j} (1 - s[j, k]);
     the rank of each slot in ascending votes. order_logits [B, L, L] (numpy) -> ranks [B, L] int."""
-    s = 1.0 / (1.0 + np.exp(-order_logits.astype(np.float32)))
+    with np.errstate(over="ignore"):  # masked pairs hold -1e4: exp overflows to inf and s is exactly 0
+        s = 1.0 / (1.0 + np.exp(-order_logits.astype(np.float32)))
     votes = np.triu(s, 1).sum(1) + np.tril(1.0 - np.swapaxes(s, 1, 2), -1).sum(1)
     pointers = np.argsort(votes, axis=1, kind="stable")
     ranks = np.empty_like(pointers)

@@ -76,3 +76,46 @@ def test_anchors_match_reference():
     got_a, got_v = anchors(shapes)
     assert np.array_equal(got_v, want_v.numpy()) and 0 < got_v.sum() < got_v.size
     np.testing.assert_allclose(got_a, want_a.numpy(), rtol=1e-6, atol=1e-6)  # log of float32: ulp-level
+
+
+def test_end_to_end_with_reading_order(graph_mode, monkeypatch):
+    """PPDocLayoutV2ForObjectDetection: logits, boxes and order logits in the kept-first order (the reference's
+    argsort made stable, see model.py), plus the decoded reading order."""
+    import mindspore as ms
+    import torch
+    from transformers import PPDocLayoutV2Config as RefConfig
+    from transformers import PPDocLayoutV2ForObjectDetection
+    from ms_ocr.models.pp_doclayout_v2.model import PPDocLayoutV2
+    from ms_ocr.models.pp_doclayout_v2.reading_order import order_from_logits
+    from tests.models.pp_doclayout_v2.test_reading_order import TINY as RO
+    raw = dict(TINY, reading_order_config=dict(RO, num_classes=5), class_thresholds=[0.75, 0.7, 0.8, 0.75, 0.72],
+               class_order=[3, 0, 4, 1, 2])
+    ref = PPDocLayoutV2ForObjectDetection(RefConfig(**raw)).eval()
+    _randomize(ref, 11)
+    ours = PPDocLayoutV2(PPDocLayoutV2Config.from_dict(raw))
+    state = {k: v for k, v in ref.state_dict().items() if not k.endswith("num_batches_tracked")
+             and "denoising" not in k and "rel_pos_x_bias" not in k and "rel_pos_y_bias" not in k}
+    params = dict(ours.parameters_and_names())
+    assert sorted(params) == sorted(state)
+    for name, p in params.items():
+        p.set_data(ms.Tensor(state[name].numpy()))
+    stable = torch.argsort
+    monkeypatch.setattr(torch, "argsort", lambda x, dim=-1, descending=False: stable(x, dim=dim, descending=descending,
+                                                                                    stable=True))
+    x = np.random.default_rng(7).uniform(0, 1, (1, 3, 128, 96)).astype(np.float32)
+    with torch.no_grad():
+        # thresholds at the median query score, so about half the queries are kept (random weights score high)
+        probs = torch.sigmoid(ref.model(torch.tensor(x)).intermediate_logits[0, -1].max(-1).values)
+        cut = float(probs.median()) + 1e-6
+        ref.config.class_thresholds = [cut] * 5
+        ours.thresholds = ms.Tensor(np.full(5, cut, np.float32))
+        out = ref(torch.tensor(x))
+    logits, boxes, order, kept = ours(ms.Tensor(x), *ours.model.host_inputs(128, 96))
+    n = int(kept.asnumpy().sum())
+    assert 0 < n < 20  # some queries kept, some not: the kept-first reordering matters
+    assert rel_err(logits.asnumpy(), out.logits.numpy()) < 1e-4
+    assert rel_err(boxes.asnumpy(), out.pred_boxes.numpy()) < 1e-4
+    assert rel_err(order.asnumpy(), out.order_logits.numpy()) < 1e-4
+    got_rank = order_from_logits(order.asnumpy())[0, :n]
+    want_rank = order_from_logits(out.order_logits.numpy())[0, :n]
+    assert got_rank.tolist() == want_rank.tolist()
