@@ -119,3 +119,39 @@ def test_end_to_end_with_reading_order(graph_mode, monkeypatch):
     got_rank = order_from_logits(order.asnumpy())[0, :n]
     want_rank = order_from_logits(out.order_logits.numpy())[0, :n]
     assert got_rank.tolist() == want_rank.tolist()
+
+
+def test_save_pretrained_checkpoint_loads_strictly_and_matches(graph_mode, tmp_path):
+    """A transformers save_pretrained folder (original RT-DETR names: out_proj, fc1/fc2, encoder.encoder.N) loads
+    with every key consumed, and the loaded model gives the reference's outputs; an extra key is an error."""
+    import mindspore as ms
+    import torch
+    from safetensors.numpy import load_file, save_file
+    from transformers import PPDocLayoutV2Config as RefConfig
+    from transformers import PPDocLayoutV2ForObjectDetection
+    from ms_ocr.config_utils import CheckpointError
+    from ms_ocr.models.pp_doclayout_v2 import load_model
+    from tests.models.pp_doclayout_v2.test_reading_order import TINY as RO
+    raw = dict(TINY, reading_order_config=dict(RO, num_classes=5))
+    ref = PPDocLayoutV2ForObjectDetection(RefConfig(**raw)).eval()
+    _randomize(ref, 13)
+    ref.save_pretrained(tmp_path)
+    names = set(load_file(str(tmp_path / "model.safetensors")))
+    assert any(".out_proj." in n for n in names) and any("encoder.encoder.0.layers" in n for n in names)
+    cfg, ours = load_model(str(tmp_path))
+    x = np.random.default_rng(3).uniform(0, 1, (1, 3, 96, 128)).astype(np.float32)
+    stable = torch.argsort
+    try:
+        torch.argsort = lambda t, dim=-1, descending=False: stable(t, dim=dim, descending=descending, stable=True)
+        with torch.no_grad():
+            out = ref(torch.tensor(x))
+    finally:
+        torch.argsort = stable
+    logits, boxes, order, _ = ours(ms.Tensor(x), *ours.model.host_inputs(96, 128))
+    assert rel_err(logits.asnumpy(), out.logits.numpy()) < 1e-4
+    assert rel_err(order.asnumpy(), out.order_logits.numpy()) < 1e-4
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    tensors["model.extra.weight"] = np.zeros(2, np.float32)
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="model.extra.weight"):
+        load_model(str(tmp_path))
