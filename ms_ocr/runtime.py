@@ -106,7 +106,7 @@ class VLMRuntime:
         self.last_logits_step = LastLogitsStep(model)
         self.all_logits_step = AllLogitsStep(model)
         self.decode_step = DecodeStep(model)
-        self.cache_write_step = CacheWriteStep()
+        self.cache_write_step = CacheWriteStep(model)
         self.expert_step = ExpertStep(tspec["act"])
         self.shared_mlp_step = GatedMLPStep(tspec["act"])
         self._router_steps = {}
@@ -238,6 +238,7 @@ class VLMRuntime:
         kv_heads = self.model.num_kv_heads
         heads = np.asarray(cache_rows, np.int32)[:, None] * kv_heads + np.arange(kv_heads, dtype=np.int32)[None]
         write_idx = Tensor((heads[:, :, None] * slots + np.arange(padded_len, dtype=np.int32)).reshape(-1))
+        ks, vs = [], []
         for layer in self.model.text_layers():
             if layer.moe:
                 x, h, k, v = self.compiler.call("prefill", self.attention_prefill_step, x, cos, sin,
@@ -246,8 +247,10 @@ class VLMRuntime:
             else:
                 x, k, v = self.compiler.call("prefill", self.prefill_layer_step, x, cos, sin,
                                              *layer.weights(layer.weight_names))
-            attn = layer.self_attn
-            self.compiler.call("prefill", self.cache_write_step, attn.k_cache, attn.v_cache, write_idx, k, v)
+            ks.append(k)
+            vs.append(v)
+        rows = Tensor(np.arange(self.model.text_layers()[0].self_attn.k_cache.shape[0], dtype=np.int32))
+        self.compiler.call("prefill", self.cache_write_step, write_idx, ops.stack(ks), ops.stack(vs), rows)
         return x
 
     def moe_prefill(self, moe, h):

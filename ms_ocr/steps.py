@@ -13,7 +13,7 @@ graph as a constant (a new compile and activation pool per layer).
 """
 
 import mindspore as ms
-from mindspore import nn, ops
+from mindspore import ParameterTuple, nn, ops
 
 from ms_ocr import ops as K
 from ms_ocr.nn import functional as F
@@ -164,17 +164,28 @@ class GatedMLPStep(nn.Cell):
 
 
 class CacheWriteStep(nn.Cell):
-    """Store a layer's k, v [B, Hkv, S, D] at rows write_idx of its [B*Hkv*T, D] caches, in place.
+    """Store every layer's prompt k, v ([L, B, Hkv, S, D] stacked) at rows write_idx of the layers' [B*Hkv*T, D]
+    caches, in place, in one graph.
 
-    A graph, not an eager scatter_update: MindSpore 2.10's eager kernel keeps the cache's first size and fails
-    ("kernel mod output size not equal to device_address size") once the cache is resized for a new request.
-    """
+    A graph, not eager scatter_updates: MindSpore 2.10's eager kernel keeps the cache's first size and fails
+    ("kernel mod output size not equal to device_address size") once the cache is resized. One graph holding
+    all caches as attributes, not one call per layer with the caches as inputs: each new Parameter input
+    compiles a new graph (measured 165 ms per layer and prompt bucket). `rows` = arange(B*Hkv*T) keys the graph
+    on the cache size, which a graph does not notice when the Parameters are resized."""
 
-    def construct(self, k_cache, v_cache, write_idx, k, v):
-        d = k_cache.shape[1]
-        ops.scatter_update(k_cache, write_idx, k.reshape(-1, d).astype(k_cache.dtype))
-        ops.scatter_update(v_cache, write_idx, v.reshape(-1, d).astype(v_cache.dtype))
-        return write_idx
+    def __init__(self, model):
+        super().__init__(auto_prefix=False)
+        attns = [layer.self_attn for layer in model.text_layers()]
+        self.k_caches = ParameterTuple([a.k_cache for a in attns])
+        self.v_caches = ParameterTuple([a.v_cache for a in attns])
+        self.count = len(attns)
+
+    def construct(self, write_idx, ks, vs, rows):
+        d = ks.shape[-1]
+        for i in range(self.count):
+            ops.scatter_update(self.k_caches[i], write_idx, ks[i].reshape(-1, d).astype(self.k_caches[i].dtype))
+            ops.scatter_update(self.v_caches[i], write_idx, vs[i].reshape(-1, d).astype(self.v_caches[i].dtype))
+        return rows
 
 
 class LastLogitsStep(_Wrap):

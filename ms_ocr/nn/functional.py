@@ -12,6 +12,7 @@ from mindspore import dtype as mstype
 from mindspore import ops
 
 from ms_ocr import ops as K
+from ms_ocr.ops import backend
 
 _mm = ops.MatMul(transpose_b=True)
 
@@ -30,7 +31,7 @@ def layer_norm(x, w, b, eps):
     mean = ops.mean(x, -1, keep_dims=True)
     xc = x - mean
     var = ops.mean(xc * xc, -1, keep_dims=True)
-    return xc / ops.sqrt(var + eps) * w + b  # not rsqrt / reciprocal: they have no ONNX converter
+    return xc * backend.rsqrt(var + eps) * w + b
 
 
 def heads_first(x, n, heads, dim):

@@ -1,12 +1,21 @@
 """Which kernel family runs: fused Ascend operators or composed fallbacks, decided once per process."""
 
 import mindspore as ms
+from mindspore import ops
 
 # Read by the ops at graph-compile time; set by `configure` before any model graph is built.
 FUSED = False
 # ONNX export: formulations built only from operators MindSpore's ONNX exporter converts.
 PORTABLE = False
 _configured = None
+
+
+def rsqrt(x):
+    """1 / sqrt(x): ops.rsqrt, or (PORTABLE) ones / sqrt, since MindSpore's ONNX exporter has no Rsqrt or
+    Reciprocal converter (the norms multiply by it, as before the ONNX export existed)."""
+    if PORTABLE:
+        return ops.div(ops.ones_like(x), ops.sqrt(x))
+    return ops.rsqrt(x)
 
 
 class portable:

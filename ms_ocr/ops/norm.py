@@ -13,6 +13,5 @@ def rms_norm(x, weight, eps):
     dtype = x.dtype
     xf = x.astype(ms.float32)
     var = ops.mean(xf * xf, -1, keep_dims=True)
-    # a division rather than rsqrt or a reciprocal: those have no ONNX converter in MindSpore
-    return weight * (xf / ops.sqrt(var + eps)).astype(dtype)
+    return weight * (xf * backend.rsqrt(var + eps)).astype(dtype)
 
