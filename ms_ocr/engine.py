@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ms_ocr.generate import next_token
-from ms_ocr.processing.grid import bucket
 
 
 @dataclass
@@ -36,6 +35,7 @@ class _Sequence:
     max_new: int
     rng: object
     t_admit: float
+    prompt: list = field(default_factory=list)  # prompt ids as ints (repetition-penalty history)
     generated: list = field(default_factory=list)
     logits: list = field(default_factory=list)
     t_first: float = None
@@ -59,9 +59,7 @@ class BatchEngine:
         self.batch = max_batch_size
         self.max_input = max_input_length
         self.max_output = max_output_length
-        rt.plan_slots(max_input_length, max_output_length)  # raises past max_position_embeddings
-        self.slots = bucket(max(max_input_length + max_output_length, bucket(max_input_length, rt.buckets.prefill)),
-                            rt.buckets.slots)
+        self.slots = rt.plan_slots(max_input_length, max_output_length)  # raises past max_position_embeddings
         self.eos = set() if ignore_eos else set(int(e) for e in pipe.eos_ids)
         self.compile_before = dict(rt.compiler.seconds)
         # decode steps run, their time (compile excluded) and the tokens they produced, over the engine's life
@@ -125,7 +123,7 @@ class BatchEngine:
         for (req, prep), slot, row in zip(group, slots, logits):
             cfg = req.sampling or self.sampling
             seq = _Sequence(req, prep, slot, min(cfg.max_new_tokens, self.max_output), np.random.default_rng(cfg.seed),
-                            t0, vision_ms=vision_ms, prefill_ms=prefill_ms)
+                            t0, prompt=[int(t) for t in prep.input_ids], vision_ms=vision_ms, prefill_ms=prefill_ms)
             active[slot] = seq
             self._take(seq, row, on_result, active)
 
@@ -134,8 +132,7 @@ class BatchEngine:
         cfg = seq.request.sampling or self.sampling
         if seq.request.dump:
             seq.logits.append(np.array(logits, np.float32))
-        prompt = [int(t) for t in seq.prep.input_ids]
-        tok = next_token(logits, prompt + seq.generated, seq.generated, cfg, seq.rng)
+        tok = next_token(logits, seq.prompt + seq.generated, seq.generated, cfg, seq.rng)
         seq.generated.append(tok)
         if seq.t_first is None:
             seq.t_first = time.perf_counter()

@@ -137,44 +137,40 @@ class VLMRuntime:
         """Images through embed, the packed ViT layers and the per-image vision head: one Tensor per image."""
         if not items:
             return []
+        x, spans = self.packed_tower(items)
+        return [self.compiler.call("vision", self.vision_head_step, x[s:s + n], *[self.tensor(a) for a in item.head])
+                for item, (s, n) in zip(items, spans)]
+
+    def packed_tower(self, items):
+        """Images' patch embeddings, concatenated, through every ViT layer: ([sum N, C] before the model's vision
+        head, each image's (start, n) rows)."""
         xs, ropes, spans, offset = [], [], [], 0
         for item in items:
             out = self.compiler.call("vision", self.vision_embed_step, *[self.tensor(a) for a in item.embed])
             x, rope = (out[0], tuple(out[1:])) if isinstance(out, tuple) else (out, ())
-            n = x.shape[0]
             xs.append(x)
-            ropes.append(list(rope))  # tables are [.., N, D]
-            spans.append((offset, n))
-            offset += n
+            ropes.append(rope)  # tables are [.., N, D]
+            spans.append((offset, x.shape[0]))
+            offset += x.shape[0]
         x = xs[0] if len(xs) == 1 else ops.concat(xs, 0)
         rope = tuple(r[0] if len(r) == 1 else ops.concat(r, r[0].ndim - 2) for r in zip(*ropes))
         for layer in self.model.vision_layers():
             x = self.vision_layer(layer, x, rope, spans)
-        return [self.compiler.call("vision", self.vision_head_step, x[s:s + n], *[self.tensor(a) for a in item.head])
-                for item, (s, n) in zip(items, spans)]
+        return x, spans
 
     def vision_tower(self, item):
         """One image's patch embeddings through every ViT layer: [N, C] (before the model's vision head)."""
-        out = self.compiler.call("vision", self.vision_embed_step, *[self.tensor(a) for a in item.embed])
-        x, rope = (out[0], tuple(out[1:])) if isinstance(out, tuple) else (out, ())
-        for layer in self.model.vision_layers():
-            x = self.vision_layer(layer, x, rope, [(0, x.shape[0])])
-        return x
+        return self.packed_tower([item])[0]
 
     def vision_layer(self, layer, x, rope, spans):
-        """One ViT layer over packed rows; spans [(start, n)] are the images."""
+        """One ViT layer over packed rows; spans [(start, n)] are the images, back to back."""
         q, k, v = self.compiler.call("vision", self.vit_in_step, x, *rope, *layer.weights(layer.attn_in_names))
-        step, parts, end = self.vision_attention_chunk, [], 0
+        step, parts = self.vision_attention_chunk, []
         for start, n in spans:
-            if start > end:
-                parts.append(ops.zeros((1, q.shape[1], start - end, q.shape[3]), q.dtype))
-            whole = start == 0 and n == k.shape[2]  # a single image: no slice (a copy) of its keys and values
+            whole = n == k.shape[2]  # a single image: no slice (a copy) of its keys and values
             kk, vv = (k, v) if whole else (k[:, :, start:start + n], v[:, :, start:start + n])
             parts += [self.compiler.call("vision", self.vision_attention_step, q[:, :, s:min(s + step, start + n)],
                                          kk, vv) for s in range(start, start + n, step)]
-            end = start + n
-        if q.shape[2] > end:
-            parts.append(ops.zeros((1, q.shape[1], q.shape[2] - end, q.shape[3]), q.dtype))
         attn = parts[0] if len(parts) == 1 else ops.concat(parts, 2)
         return self.compiler.call("vision", self.vit_out_step, x, attn, *layer.weights(layer.out_names))
 

@@ -7,7 +7,7 @@ import pytest
 
 from ms_ocr.models.pp_doclayout_v2.config import PPDocLayoutV2Config
 from ms_ocr.models.pp_doclayout_v2.detector import Detector, anchors
-from tests.helpers.parity import rel_err
+from tests.helpers.parity import randomize_with_stats_, rel_err
 from tests.models.pp_doclayout_v2.test_backbone import TINY as BACKBONE
 
 LABELS = {i: f"c{i}" for i in range(5)}
@@ -17,31 +17,13 @@ TINY = dict(backbone_config=dict(BACKBONE, model_type="hgnet_v2"), encoder_in_ch
             num_queries=20, id2label=LABELS, class_thresholds=[0.5] * 5, class_order=[0, 1, 2, 3, 4])
 
 
-def _randomize(module, seed):
-    import torch
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, t in sorted(module.state_dict().items()):
-            if name.endswith("num_batches_tracked") or not t.is_floating_point():
-                continue
-            noise = torch.randn(t.shape, generator=gen)
-            if name.endswith("running_var"):
-                t.copy_(0.5 + noise.abs())
-            elif t.ndim >= 2:
-                t.copy_(noise * (1.0 / t[0].numel()) ** 0.5)
-            elif name.endswith("weight"):
-                t.copy_(1 + 0.2 * noise)
-            else:
-                t.copy_(0.2 * noise)
-
-
 @pytest.fixture(scope="module")
 def pair(graph_mode):
     import mindspore as ms
     from transformers import PPDocLayoutV2Config as RefConfig
     from transformers import PPDocLayoutV2ForObjectDetection
     ref = PPDocLayoutV2ForObjectDetection(RefConfig(**TINY)).eval()
-    _randomize(ref, 9)
+    randomize_with_stats_(ref, 9)
     ours = Detector(PPDocLayoutV2Config.from_dict(TINY))
     state = {k[len("model."):]: v for k, v in ref.state_dict().items()
              if k.startswith("model.") and not k.endswith("num_batches_tracked") and "denoising" not in k}
@@ -91,7 +73,7 @@ def test_end_to_end_with_reading_order(graph_mode, monkeypatch):
     raw = dict(TINY, reading_order_config=dict(RO, num_classes=5), class_thresholds=[0.75, 0.7, 0.8, 0.75, 0.72],
                class_order=[3, 0, 4, 1, 2])
     ref = PPDocLayoutV2ForObjectDetection(RefConfig(**raw)).eval()
-    _randomize(ref, 11)
+    randomize_with_stats_(ref, 11)
     ours = PPDocLayoutV2(PPDocLayoutV2Config.from_dict(raw))
     state = {k: v for k, v in ref.state_dict().items() if not k.endswith("num_batches_tracked")
              and "denoising" not in k and "rel_pos_x_bias" not in k and "rel_pos_y_bias" not in k}
@@ -134,7 +116,7 @@ def test_save_pretrained_checkpoint_loads_strictly_and_matches(graph_mode, tmp_p
     from tests.models.pp_doclayout_v2.test_reading_order import TINY as RO
     raw = dict(TINY, reading_order_config=dict(RO, num_classes=5))
     ref = PPDocLayoutV2ForObjectDetection(RefConfig(**raw)).eval()
-    _randomize(ref, 13)
+    randomize_with_stats_(ref, 13)
     ref.save_pretrained(tmp_path)
     names = set(load_file(str(tmp_path / "model.safetensors")))
     assert any(".out_proj." in n for n in names) and any("encoder.encoder.0.layers" in n for n in names)

@@ -6,28 +6,10 @@ import pytest
 
 from ms_ocr.models.pp_doclayout_v2.config import PPDocLayoutV2Config
 from ms_ocr.models.pp_doclayout_v2.encoder import HybridEncoder, sine_position_embedding
-from tests.helpers.parity import rel_err
+from tests.helpers.parity import randomize_with_stats_, rel_err
 
 TINY = dict(encoder_hidden_dim=32, encoder_in_channels=[32, 32, 32], encoder_ffn_dim=48, num_attention_heads=4,
             encoder_layers=1, d_model=32)
-
-
-def _randomize(module, seed):
-    import torch
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, t in sorted(module.state_dict().items()):
-            if name.endswith("num_batches_tracked"):
-                continue
-            noise = torch.randn(t.shape, generator=gen)
-            if name.endswith("running_var"):
-                t.copy_(0.5 + noise.abs())
-            elif t.ndim >= 2:
-                t.copy_(noise * (1.0 / t[0].numel()) ** 0.5)
-            elif name.endswith("weight"):
-                t.copy_(1 + 0.2 * noise)
-            else:
-                t.copy_(0.2 * noise)
 
 
 @pytest.mark.parametrize("eval_size", [None, [64, 64]])
@@ -38,7 +20,7 @@ def test_hybrid_encoder_matches_reference(eval_size, graph_mode):
     from transformers.models.pp_doclayout_v2.modeling_pp_doclayout_v2 import PPDocLayoutV2HybridEncoder
     raw = dict(TINY, eval_size=eval_size)
     ref = PPDocLayoutV2HybridEncoder(RefConfig(**raw)).eval()
-    _randomize(ref, 5)
+    randomize_with_stats_(ref, 5)
     ours = HybridEncoder(PPDocLayoutV2Config.from_dict(raw))
     state = {k: v for k, v in ref.state_dict().items() if not k.endswith("num_batches_tracked")}
     params = dict(ours.parameters_and_names())
