@@ -18,13 +18,15 @@ from ms_ocr.generate import next_token
 
 @dataclass
 class Request:
-    """One unit of work: images (PIL) + prompt; `key` names it in results; `dump` keeps per-step logits."""
+    """One unit of work: images (PIL) + prompt; `key` names it in results; `dump` keeps per-step logits; `prep`
+    is the processor's output when the caller already ran it (e.g. to size the cache)."""
     key: str
     images: list
     prompt: str
     task: str = None
     sampling: object = None
     dump: bool = False
+    prep: object = None
 
 
 @dataclass
@@ -97,7 +99,7 @@ class BatchEngine:
             self._step(active, on_result)
 
     def _prepare(self, req):
-        prep, _ = self.pipe.prepare(req.images, req.prompt)
+        prep = req.prep if req.prep is not None else self.pipe.prepare(req.images, req.prompt)[0]
         n = prep.input_ids.shape[0]
         if n > self.max_input:
             raise ValueError(f"prompt of {n} tokens exceeds --max-input-length {self.max_input}")

@@ -202,7 +202,7 @@ def load_mindir(folder, model=None):
     """A VLMPipeline over an exported folder: the model package's processor and output handling, the graphs."""
     from ms_ocr.config_utils import CheckpointError
     from ms_ocr.models import canonical, model_package
-    from ms_ocr.pipeline import VLMPipeline
+    from ms_ocr.vlm import VLMPipeline
     path = os.path.join(folder, "meta.json")
     if not os.path.isfile(path):
         raise CheckpointError(f"{folder} is not a MindIR export (no meta.json); create one with "

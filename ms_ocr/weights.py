@@ -34,20 +34,30 @@ def _try_download(hub_id, dest, subfolder=None):
 def locate(name, model_path=None):
     """The folder holding `name`'s checkpoint, or WeightsNotFound with one line on how to get it."""
     key = canonical(name)
+    return locate_folder(name, HUB_IDS[key], model_path, HUB_SUBFOLDERS.get(key))
+
+
+LAYOUT_HUB_ID = "PaddlePaddle/PP-DocLayoutV2_safetensors"
+
+
+def locate_layout(model_path=None):
+    """The PP-DocLayoutV2 checkpoint folder (transformers layout, safetensors) of the document pipeline."""
+    return locate_folder("pp-doclayout-v2", LAYOUT_HUB_ID, model_path, flag="--layout-model-path")
+
+
+def locate_folder(name, hub_id, model_path=None, sub=None, flag="--model-path"):
     if model_path:
         if not os.path.isdir(model_path):
             raise WeightsNotFound(f"model path {model_path} does not exist or is not a folder")
         return model_path
     folder = default_dir(name)
-    sub = HUB_SUBFOLDERS.get(key)
     for candidate in (folder, os.path.join(folder, sub) if sub else None):
         if candidate and os.path.isfile(os.path.join(candidate, "config.json")):
             return candidate
-    hub_id = HUB_IDS[key]
     got = _try_download(hub_id, folder, sub)
     if got and os.path.isfile(os.path.join(got, "config.json")):
         return got
     include = f" --include '{sub}/*'" if sub else ""
     raise WeightsNotFound(
         f"no {name} weights found: download {hub_id} (e.g. `huggingface-cli download {hub_id}{include} "
-        f"--local-dir {folder}`) or pass --model-path DIR")
+        f"--local-dir {folder}`) or pass {flag} DIR")

@@ -7,7 +7,7 @@ from ms_ocr.config_utils import read_json
 from ms_ocr.convert.loader import load_weights
 from ms_ocr.convert.safetensors_io import checkpoint_dtypes, iter_checkpoint
 from ms_ocr.device import resolve_dtype
-from ms_ocr.pipeline import VLMPipeline
+from ms_ocr.vlm import VLMPipeline
 from ms_ocr.runtime import Buckets, VLMRuntime
 
 

@@ -55,3 +55,47 @@ def relative_index(q_size, k_size):
     q = np.arange(q_size)[:, None] * max(k_size / q_size, 1.0)
     k = np.arange(k_size)[None, :] * max(q_size / k_size, 1.0)
     return ((q - k) + (k_size - 1) * max(q_size / k_size, 1.0)).astype(np.int64).astype(np.int32)
+
+
+def _cubic_taps_int16(in_size, out_size, a=-0.75):
+    """PyTorch's uint8 bicubic (antialias=False, align_corners=False) taps along one axis: (index [out, 4], int
+    weights [out, 4], precision bits). Four taps around each source position with edge indices clamped (their
+    weights summed on the edge pixel, as the float kernel's clamped reads), normalised, then scaled to int16 with
+    the most bits that keep the largest weight below 2^15, as the CPU uint8 kernel does."""
+    scale = in_size / out_size
+    center = scale * (np.arange(out_size) + 0.5)
+    first = np.floor(center - 1.5).astype(np.int64)
+    j = first[:, None] + np.arange(4)[None]
+    x = np.abs(j - center[:, None] + 0.5)
+    w = np.where(x < 1, ((a + 2) * x - (a + 3)) * x * x + 1, np.where(x < 2, (((x - 5) * x + 8) * x - 4) * a, 0.0))
+    w = w / w.sum(1, keepdims=True)
+    idx = np.clip(j, 0, in_size - 1)
+    for k in range(3, 0, -1):  # clamped taps repeat an edge index: fold their weights onto one tap
+        same = idx[:, k] == idx[:, k - 1]
+        w[same, k - 1] += w[same, k]
+        w[same, k] = 0.0
+    precision = 0
+    while precision < 22 and int(0.5 + w.max() * (1 << (precision + 1))) < (1 << 15):
+        precision += 1
+    v = w * (1 << precision)
+    return idx, np.trunc(np.where(v < 0, v - 0.5, v + 0.5)).astype(np.int32), precision
+
+
+def _uint8_pass(x, out_size, axis):
+    idx, w, precision = _cubic_taps_int16(x.shape[axis], out_size)
+    x = np.moveaxis(x, axis, 0).astype(np.int32)  # |sum| < 255 * 2^16: int32 is exact
+    acc = sum(w[:, k].reshape((-1,) + (1,) * (x.ndim - 1)) * x[idx[:, k]] for k in range(4))
+    out = np.clip((acc + (1 << (precision - 1))) >> precision, 0, 255).astype(np.uint8)
+    return np.moveaxis(out, 0, axis)
+
+
+def resize_bicubic_uint8(img, out_h, out_w):
+    """HxWxC uint8 -> out_h x out_w x C uint8, equal to torch F.interpolate(uint8, "bicubic", antialias=False) on
+    the CPU (its fixed-point kernel: horizontal pass rounded to uint8, then the vertical pass), which is what
+    torchvision's resize of a uint8 tensor runs."""
+    img = np.asarray(img, np.uint8)
+    if img.shape[1] != out_w:
+        img = _uint8_pass(img, out_w, 1)
+    if img.shape[0] != out_h:
+        img = _uint8_pass(img, out_h, 0)
+    return img

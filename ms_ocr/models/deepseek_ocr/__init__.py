@@ -22,6 +22,10 @@ TASK_PROMPTS = {
     "describe": "Describe this image in detail.",
 }
 BOX_TASKS = ("markdown", "grounding")
+# document pipeline: the task (TASK_PROMPTS key) each kind of layout region is recognised with; DeepSeek-OCR has
+# no table or formula prompt: tables go through its Markdown conversion (HTML tables), formulas through free OCR
+# (LaTeX between \\[ \\])
+REGION_TASKS = {"text": "ocr", "table": "markdown", "formula": "ocr", "chart": "figure"}
 # The official scripts' n-gram blocking (ngram 30 within 90 generated tokens, table cells exempt).
 NO_REPEAT = dict(size=30, window=90, exempt_tokens=("<td>", "</td>"))
 

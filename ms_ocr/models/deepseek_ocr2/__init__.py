@@ -22,6 +22,8 @@ TASK_PROMPTS = {
     "figure": "Parse the figure.",
     "describe": "Describe this image in detail.",
 }
+# document pipeline: the task (TASK_PROMPTS key) each kind of layout region is recognised with (as DeepSeek-OCR)
+REGION_TASKS = {"text": "ocr", "table": "markdown", "formula": "ocr", "chart": "figure"}
 
 
 def view_args(cfg, pixels):

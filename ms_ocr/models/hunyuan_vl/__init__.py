@@ -27,6 +27,8 @@ TASK_PROMPTS = {
     "translate": "先提取文字，再将文字内容翻译为英文。若是文档，则其中页眉、页脚忽略。公式用latex格式表示，表格用html格式表示。",
 }
 BOX_TASKS = ("spotting",)
+# document pipeline: the task (TASK_PROMPTS key) each kind of layout region is recognised with
+REGION_TASKS = {"text": "ocr", "table": "table", "formula": "formula", "chart": "chart"}
 
 
 def row_index(grid, merge):

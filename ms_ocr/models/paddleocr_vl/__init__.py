@@ -14,6 +14,8 @@ from ms_ocr.processing import grid as G
 from ms_ocr.runtime import VisionInputs
 
 NUM_POS_AXES = 3
+# document pipeline: the task (TASK_PROMPTS key) each kind of layout region is recognised with
+REGION_TASKS = {"text": "ocr", "table": "table", "formula": "formula", "chart": "chart"}
 
 
 def vision_inputs(cfg, processed):

@@ -38,6 +38,7 @@ class PPDocLayoutV2Config:
     decoder_activation_function: str = "relu"
     learn_initial_query: bool = False
     num_labels: int = 2  # PreTrainedConfig's default; id2label decides
+    id2label: dict = None  # {int: name}; LABEL_i when the file has none, as PreTrainedConfig
     class_thresholds: list = None
     class_order: list = None
     backbone: HGNetV2Config = field(default_factory=HGNetV2Config)
@@ -49,11 +50,16 @@ class PPDocLayoutV2Config:
         for alias, name in ALIASES.items():
             if alias in raw and name not in raw:
                 raw[name] = raw.pop(alias)
-        if "id2label" in raw:
+        if raw.get("id2label"):
+            raw["id2label"] = {int(k): str(v) for k, v in raw["id2label"].items()}
             raw["num_labels"] = len(raw["id2label"])
+            if sorted(raw["id2label"]) != list(range(raw["num_labels"])):
+                raise ValueError("PP-DocLayoutV2 config: id2label keys must be 0..num_labels-1")
         known = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw and k not in ("backbone", "reading_order")}
         cfg = cls(**known, backbone=HGNetV2Config.from_dict(raw.get("backbone_config") or {}),
                   reading_order=ReadingOrderConfig.from_dict(raw.get("reading_order_config") or {}))
+        if cfg.id2label is None:
+            cfg.id2label = {i: f"LABEL_{i}" for i in range(cfg.num_labels)}
         if cfg.normalize_before:
             raise ValueError("PP-DocLayoutV2 with normalize_before=True is not supported (the checkpoints use False)")
         return cfg

@@ -1,0 +1,85 @@
+"""Layout analysis of one page: preprocess -> the compiled PP-DocLayoutV2 graph -> labelled boxes in page pixels,
+sorted by reading order."""
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class LayoutBlock:
+    label: str
+    label_id: int
+    score: float
+    box: tuple  # (x1, y1, x2, y2) in page pixels, clipped to the page
+    order: int  # the reading-order network's rank of the block's query
+
+    def as_dict(self):
+        return {"label": self.label, "label_id": self.label_id, "score": round(self.score, 5),
+                "box": [round(v, 2) for v in self.box], "order": self.order}
+
+
+class LayoutDetector:
+    """A loaded PP-DocLayoutV2 checkpoint. `threshold`: one score for every label, a {label: score} dict (other
+    labels keep the default), or None for the reference post-processing's 0.5."""
+
+    def __init__(self, model_dir, threshold=None):
+        import mindspore as ms
+        from ms_ocr.models.pp_doclayout_v2 import load_model
+        from ms_ocr.models.pp_doclayout_v2.processor import LayoutPreprocessConfig
+        t0 = time.perf_counter()
+        self.cfg, self.net = load_model(model_dir)
+        self.net.set_train(False)
+        self.pcfg = LayoutPreprocessConfig.from_dir(model_dir)
+        self.labels = [self.cfg.id2label[i] for i in range(self.cfg.num_labels)]
+        self.threshold = self._thresholds(threshold)
+        host = self.net.model.host_inputs(self.pcfg.height, self.pcfg.width)
+        self._host = host
+        self._ms = ms
+        self.load_seconds = time.perf_counter() - t0
+        self.compile_seconds = self._pending_compile = 0.0
+        self._compiled = False
+
+    def _thresholds(self, threshold):
+        if threshold is None:
+            return 0.5
+        if isinstance(threshold, dict):
+            unknown = sorted(set(threshold) - set(self.labels))
+            if unknown:
+                raise ValueError(f"layout threshold for unknown label(s) {', '.join(unknown)}; labels: "
+                                 f"{', '.join(self.labels)}")
+            return np.asarray([float(threshold.get(name, 0.5)) for name in self.labels], np.float32)
+        return float(threshold)
+
+    def threshold_array(self, table):
+        """{label: threshold} (every label) -> the per-label array postprocess takes."""
+        return np.asarray([float(table[name]) for name in self.labels], np.float32)
+
+    def pop_compile_seconds(self):
+        """Compile time of the last call (0 after the first), so stage timings can leave it out."""
+        seconds, self._pending_compile = self._pending_compile, 0.0
+        return seconds
+
+    def raw(self, pixel_values):
+        """The graph's outputs for [1, 3, H, W] pixels: logits, boxes (cx, cy, w, h), order logits, kept mask."""
+        t0 = time.perf_counter()
+        out = self.net(self._ms.Tensor(pixel_values), *self._host)
+        out = tuple(o.asnumpy() for o in out)
+        if not self._compiled:  # the first call compiles the graph: kept apart from the timings
+            self.compile_seconds = self._pending_compile = time.perf_counter() - t0
+            self._compiled = True
+        return out
+
+    def detect(self, image):
+        """PIL page -> list[LayoutBlock] in reading order."""
+        from ms_ocr.models.pp_doclayout_v2.processor import postprocess, preprocess
+        w, h = image.size
+        logits, boxes, order_logits, _ = self.raw(preprocess(image, self.pcfg))
+        res = postprocess(logits, boxes, order_logits, [(h, w)], self.threshold)[0]
+        blocks = []
+        for score, label, box, order in zip(res["scores"], res["labels"], res["boxes"], res["order_seq"]):
+            x1, y1, x2, y2 = (float(v) for v in box)
+            box = (min(max(x1, 0.0), w), min(max(y1, 0.0), h), min(max(x2, 0.0), w), min(max(y2, 0.0), h))
+            blocks.append(LayoutBlock(self.labels[int(label)], int(label), float(score), box, int(order)))
+        return blocks

@@ -1,0 +1,46 @@
+"""A tiny random PP-DocLayoutV2 checkpoint with the hub's 25 labels, saved by transformers (original weight names),
+plus the hub's preprocessor_config.json at a small input size."""
+
+import json
+import os
+
+from tests.helpers.parity import randomize_with_stats_
+
+# PP-DocLayoutV2's labels in id order (the PaddleOCR-VL pipeline's label_list)
+LABELS = ["abstract", "algorithm", "aside_text", "chart", "content", "display_formula", "doc_title", "figure_title",
+          "footer", "footer_image", "footnote", "formula_number", "header", "header_image", "image",
+          "inline_formula", "number", "paragraph_title", "reference", "reference_content", "seal", "table", "text",
+          "vertical_text", "vision_footnote"]
+CLASS_ORDER = [4, 2, 14, 1, 5, 7, 8, 6, 11, 11, 9, 13, 10, 10, 1, 2, 3, 0, 2, 2, 12, 1, 2, 15, 6]
+THRESHOLDS = [0.4 if n in ("display_formula", "doc_title", "inline_formula", "paragraph_title", "text",
+                           "vertical_text") else 0.45 if n == "seal" else 0.5 for n in LABELS]
+BACKBONE = dict(model_type="hgnet_v2", stem_channels=[3, 8, 8], stage_in_channels=[8, 16, 32, 48],
+                stage_mid_channels=[8, 8, 16, 16], stage_out_channels=[16, 32, 48, 64],
+                hidden_sizes=[16, 32, 48, 64], stage_num_blocks=[1, 1, 1, 1], stage_numb_of_layers=[2, 2, 2, 2],
+                stage_downsample=[False, True, True, True], stage_light_block=[False, False, True, True],
+                stage_kernel_size=[3, 3, 5, 5], depths=[1, 1, 1, 1], out_features=["stage2", "stage3", "stage4"])
+READING_ORDER = dict(hidden_size=32, num_attention_heads=4, intermediate_size=64, num_hidden_layers=2, num_classes=20,
+                     coordinate_size=8, shape_size=8, relation_bias_embed_dim=8, global_pointer_head_size=8)
+CONFIG = dict(backbone_config=BACKBONE, encoder_in_channels=[32, 48, 64], encoder_hidden_dim=32, encoder_ffn_dim=48,
+              num_attention_heads=4, d_model=32, decoder_in_channels=[32, 32, 32], decoder_ffn_dim=48,
+              decoder_layers=2, decoder_attention_heads=4, num_queries=30,
+              id2label=dict(enumerate(LABELS)), class_thresholds=THRESHOLDS, class_order=CLASS_ORDER,
+              reading_order_config=READING_ORDER)
+SIZE = 256  # input side (the hub's is 800)
+
+
+def tiny_layout_model(seed=21):
+    from transformers import PPDocLayoutV2Config, PPDocLayoutV2ForObjectDetection
+    model = PPDocLayoutV2ForObjectDetection(PPDocLayoutV2Config(**CONFIG)).eval()
+    return randomize_with_stats_(model, seed)
+
+
+def make_tiny_layout_checkpoint(out_dir, seed=21):
+    model = tiny_layout_model(seed)
+    model.save_pretrained(out_dir)
+    with open(os.path.join(out_dir, "preprocessor_config.json"), "w") as f:
+        json.dump({"image_processor_type": "PPDocLayoutV2ImageProcessor", "do_resize": True, "resample": 3,
+                   "size": {"height": SIZE, "width": SIZE}, "do_rescale": True,
+                   "rescale_factor": 0.00392156862745098, "do_normalize": True, "image_mean": [0, 0, 0],
+                   "image_std": [1, 1, 1]}, f)
+    return out_dir

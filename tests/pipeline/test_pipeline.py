@@ -1,0 +1,233 @@
+"""The document pipeline on a synthetic page drawn here (header, title, paragraphs, a section title, a formula, a
+table, a picture with its caption, a page number) with tiny checkpoints: blocks, reading numbers and JSON; each
+region kind recognised as one batch with the same tokens as recognising the region alone; the Markdown assembly;
+the command line on images and PDFs, including a page without detections and a corrupt PDF page."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw
+
+from ms_ocr.models.pp_doclayout_v2 import LayoutBlock
+from ms_ocr.pipeline import regions
+
+W, H = 768, 1024
+# (label, box) in reading order, as a layout model would give them
+BLOCKS = [("header", (40, 20, 400, 44)), ("doc_title", (120, 70, 650, 120)), ("text", (60, 140, 710, 260)),
+          ("paragraph_title", (60, 280, 300, 310)), ("text", (60, 320, 710, 420)),
+          ("display_formula", (200, 440, 560, 500)), ("table", (60, 520, 710, 700)), ("image", (60, 720, 400, 930)),
+          ("figure_title", (420, 800, 710, 840)), ("number", (370, 970, 400, 995))]
+
+
+def draw_page():
+    img = Image.new("RGB", (W, H), "white")
+    d = ImageDraw.Draw(img)
+    d.text((50, 25), "Journal of Synthetic Pages, vol. 1", fill="black")
+    d.text((130, 80), "A Study of Drawn Documents", fill="black")
+    for i in range(6):
+        d.text((70, 150 + 18 * i), "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do." * 1, fill="black")
+        d.text((70, 330 + 16 * i), "Ut enim ad minim veniam, quis nostrud exercitation ullamco.", fill="black")
+    d.text((70, 285), "2.1 Methods", fill="black")
+    d.text((300, 460), "E = m c^2 + \\int f(x) dx", fill="black")
+    for r in range(5):
+        d.line([(60, 520 + 36 * r), (710, 520 + 36 * r)], fill="black")
+        for c in range(4):
+            d.text((70 + 160 * c, 530 + 36 * r), f"r{r}c{c}", fill="black")
+    for c in range(5):
+        d.line([(60 + 162 * c, 520), (60 + 162 * c, 700)], fill="black")
+    grad = np.linspace(0, 255, 340 * 210 * 3).reshape(210, 340, 3).astype(np.uint8)
+    img.paste(Image.fromarray(grad), (60, 720))
+    d.text((430, 810), "Figure 1: a gradient.", fill="black")
+    d.text((375, 975), "7", fill="black")
+    return img
+
+
+def _blocks():
+    return [LayoutBlock(label, 0, 0.9, tuple(float(v) for v in box), i) for i, (label, box) in enumerate(BLOCKS)]
+
+
+@pytest.fixture(scope="module")
+def vlm(graph_mode, tiny_dir):
+    from ms_ocr.models import paddleocr_vl
+    from ms_ocr.runtime import Buckets
+    return paddleocr_vl.load(tiny_dir, "CPU", "auto", Buckets(prefill=32, slots=64))
+
+
+@pytest.fixture(scope="module")
+def parsed(vlm):
+    from ms_ocr import engine
+    from ms_ocr.generate import SamplingConfig
+    from ms_ocr.models import paddleocr_vl
+    from ms_ocr.pipeline import DocumentPipeline
+    batches = []
+    original = engine.BatchEngine.run
+
+    def spy(self, requests, on_result):
+        requests = list(requests)
+        batches.append((self.batch, [r.task for r in requests]))
+        return original(self, requests, on_result)
+
+    engine.BatchEngine.run = spy
+    try:
+        doc = DocumentPipeline(None, vlm, paddleocr_vl, SamplingConfig(max_new_tokens=6), max_batch_size=8)
+        page = draw_page()
+        result = doc.parse(page, layout_blocks=_blocks())
+    finally:
+        engine.BatchEngine.run = original
+    return page, result, batches
+
+
+def test_blocks_json_and_reading_numbers(parsed):
+    _, result, _ = parsed
+    record = result.as_dict()
+    assert (record["width"], record["height"]) == (W, H)
+    assert [b["label"] for b in record["blocks"]] == [label for label, _ in BLOCKS]
+    assert [b["box"] for b in record["blocks"]] == [list(box) for _, box in BLOCKS]
+    # numbered: text-like blocks and headers/footers; pictures, tables and captions are not
+    assert [b["order"] for b in record["blocks"]] == [1, 2, 3, 4, 5, 6, None, None, None, 7]
+    assert [b["block_id"] for b in record["blocks"]] == list(range(len(BLOCKS)))
+    assert record["blocks"][7]["image"] == "imgs/img_in_image_box_60_720_400_930.jpg"
+    assert all(b["content"] for b in record["blocks"] if b["label"] != "image")
+    assert result.timings["regions"] == {"text": 7, "formula": 1, "table": 1}
+    json.dumps(record)
+
+
+def test_each_kind_is_one_batch_equal_to_single_requests(parsed, vlm):
+    """Text regions go through the VLM together (one engine run, 7 slots); every region's tokens equal a
+    single-request run on the same crop with its kind's prompt."""
+    from ms_ocr.generate import SamplingConfig
+    page, result, batches = parsed
+    assert batches == [(7, ["ocr"] * 7), (1, ["table"]), (1, ["formula"])]
+    prompts = {"text": "OCR:", "table": "Table Recognition:", "formula": "Formula Recognition:"}
+    for b in result.blocks:
+        if b.task is None:
+            continue
+        region = regions.crop(page, b.box)
+        if b.task == "formula":
+            region = regions.trim_to_ink(region)
+            assert region.size[0] < b.box[2] - b.box[0]  # cut down to the ink
+        alone = vlm.run([region], prompts[b.task], SamplingConfig(max_new_tokens=6))
+        assert b.content == regions.clean(alone["text"], b.label, b.task)
+
+
+def test_markdown_assembly(parsed, tmp_path):
+    _, result, _ = parsed
+    md = result.markdown()
+    blocks = result.blocks
+    assert md.startswith("# " + blocks[1].content.replace("\n", " ").strip()[:5])
+    assert blocks[0].content not in md or not blocks[0].content.strip()  # header left out
+    assert "<table border=1" in md or "\n" + blocks[6].content in md
+    assert '<img src="imgs/img_in_image_box_60_720_400_930.jpg" alt="Image" width="44%" />' in md
+    assert '<div style="text-align: center;">' in md
+    pos = [md.index(s) for s in ("# ", "## ", "$$", "<img")]
+    assert pos == sorted(pos)
+    result.save_pictures(str(tmp_path))
+    with Image.open(tmp_path / "imgs" / "img_in_image_box_60_720_400_930.jpg") as pic:
+        assert pic.size == (340, 210)
+    drawing = result.draw(draw_page())
+    assert drawing.size == (W, H) and np.asarray(drawing).std() > 0
+
+
+@pytest.fixture
+def blind_doc(layout_detector, vlm, monkeypatch):
+    """A pipeline whose detector keeps nothing (threshold above any score)."""
+    from ms_ocr.generate import SamplingConfig
+    from ms_ocr.models import paddleocr_vl
+    from ms_ocr.pipeline import DocumentPipeline
+    doc = DocumentPipeline(layout_detector, vlm, paddleocr_vl, SamplingConfig(max_new_tokens=4))
+    monkeypatch.setattr(layout_detector, "threshold", 1.01)
+    return doc
+
+
+def test_page_without_detections(blind_doc):
+    result = blind_doc.parse(Image.new("RGB", (600, 800), "white"))
+    assert result.blocks == [] and result.layout == [] and result.markdown() == ""
+    assert "layout_ms" in result.timings and "recognize_text_ms" not in result.timings
+
+
+def _cli(*args):
+    from ms_ocr.pipeline.cli import main
+    return main([str(a) for a in args])
+
+
+def test_cli_image(tiny_dir, layout_dir, tmp_path, capsys):
+    """Detector + filters + recognition from the command line: files written, JSON blocks are the filtered
+    detections in reading order with their text."""
+    from ms_ocr.pipeline import layout_filter
+    page = tmp_path / "page.png"
+    draw_page().save(page)
+    out = tmp_path / "out"
+    assert _cli("--image", page, "--out", out, "--model-path", tiny_dir, "--layout-model-path", layout_dir,
+                "--max-new-tokens", 3, "--device", "cpu") == 0
+    assert sorted(p for p in os.listdir(out) if not os.path.isdir(out / p)) == ["page.json", "page.md",
+                                                                               "page_layout.png"]
+    record = json.loads((out / "page.json").read_text())
+    assert record["layout"], "the tiny random detector finds boxes on the drawn page"
+    detected = [LayoutBlock(d["label"], d["label_id"], d["score"], tuple(d["box"]), d["order"])
+                for d in record["layout"]]
+    kept = layout_filter.filter_blocks(detected, W, H)
+    assert [b["label"] for b in record["blocks"]] == [b.label for b in kept]
+    assert [d["order"] for d in record["layout"]] == sorted(d["order"] for d in record["layout"])
+    for b in record["blocks"]:
+        assert ("image" in b) == (regions.region_task(b["label"]) is None)
+        if "image" in b:
+            assert os.path.isfile(out / b["image"])
+    assert set(record["timings"]) >= {"layout_ms", "filter_ms", "crops_ms", "total_ms"}
+
+
+def test_cli_pdf_with_a_corrupt_page(blind_doc, tmp_path, monkeypatch, capsys):
+    """Every page is written as it finishes; a page that cannot be rendered is recorded with its error and the
+    exit status says so. (The loaded models are the fixture's: loading is test_cli_image's business.)"""
+    from ms_ocr.batch import inputs
+    from ms_ocr.pipeline import cli
+    from ms_ocr.processing.image import ImageError
+    pdf = tmp_path / "doc.pdf"
+    first = Image.new("RGB", (612, 792), "white")
+    ImageDraw.Draw(first).text((100, 100), "Page one", fill="black")
+    first.save(pdf, save_all=True, append_images=[Image.new("RGB", (612, 792), "white")], resolution=72)
+    render = inputs.render_pdf_page
+
+    def broken_second(path, page, dpi):
+        if page == 2:
+            raise ImageError(f"{path} page 2 cannot be rendered (broken content stream)")
+        return render(path, page, dpi)
+
+    monkeypatch.setattr(inputs, "render_pdf_page", broken_second)
+    monkeypatch.setattr(cli, "load", lambda args: blind_doc)
+    out = tmp_path / "out"
+    code = _cli("--pdf", pdf, "--out", out, "--dpi", 72)
+    assert code == 3  # a page failed; the rest is written
+    record = json.loads((out / "doc.json").read_text())
+    assert [p["page"] for p in record["pages"]] == [1, 2]
+    assert "error" not in record["pages"][0] and "broken content stream" in record["pages"][1]["error"]
+    assert (out / "doc_page1_layout.png").is_file() and (out / "doc.md").is_file()
+    assert "page 2 cannot be rendered" in capsys.readouterr().err
+    assert record["pages"][0]["blocks"] == [] and (out / "doc.md").read_text() == "\n"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--image", "missing.png"], "image file not found"),
+    (["--pdf", "{tmp}/broken.pdf"], "not a readable PDF"),
+    (["--pdf", "{tmp}/ok.pdf", "--pages", "3"], "outside the document's pages 1-1"),
+    (["--image", "{tmp}/ok.png", "--pages", "1"], "--pages applies to --pdf"),
+    (["--image", "{tmp}/ok.png", "--recognizer", "nope"], "invalid choice"),
+    (["--image", "{tmp}/ok.png", "--bogus"], "unrecognized arguments"),
+])
+def test_cli_bad_input_is_one_line(tmp_path, capsys, args, message):
+    (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.4\nnot a pdf\n")
+    Image.new("RGB", (50, 50), "white").save(tmp_path / "ok.pdf")
+    Image.new("RGB", (50, 50), "white").save(tmp_path / "ok.png")
+    code = _cli(*[a.format(tmp=tmp_path) for a in args], "--out", tmp_path / "out")
+    err = capsys.readouterr().err
+    assert code in (1, 2) and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_missing_layout_weights_says_how_to_get_them(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MS_OCR_HOME", str(tmp_path / "home"))
+    Image.new("RGB", (50, 50), "white").save(tmp_path / "ok.png")
+    assert _cli("--image", tmp_path / "ok.png", "--out", tmp_path / "out") == 1
+    err = capsys.readouterr().err.strip()
+    assert "PaddlePaddle/PP-DocLayoutV2_safetensors" in err and "--layout-model-path" in err
+    assert len(err.splitlines()) == 1
