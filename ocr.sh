@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # OCR an image, installing what ms_ocr needs on first use:
 #   ./ocr.sh --model paddleocr-vl --image page.png [--model-path DIR] [--task ocr|table|formula|chart]
+#   ./ocr.sh pipeline --image page.png --out DIR    (document parsing: layout + regions -> Markdown/JSON)
+#   ./ocr.sh batch --model paddleocr-vl --input DIR --out DIR   (offline batch runner)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")" && pwd)
 venv=$("$repo/scripts/ensure_env.sh" runtime)
-PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" exec "$venv/bin/python" -m ms_ocr.infer "$@"
+module=ms_ocr.infer
+case "${1:-}" in
+  pipeline) module=ms_ocr.pipeline; shift ;;
+  batch) module=ms_ocr.batch; shift ;;
+esac
+PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" exec "$venv/bin/python" -m "$module" "$@"

@@ -175,5 +175,23 @@ def make_deepseek_ocr(out_dir, seed=0, shard_params=400_000_000):
     return out_dir
 
 
-BUILDERS = {"paddleocr-vl": make_paddleocr_vl, "hunyuan-ocr": make_hunyuan_ocr, "deepseek-ocr2": make_deepseek_ocr2,
+def make_pp_doclayout_v2(out_dir, seed=0):
+    """PP-DocLayoutV2 at the reference's default (real) architecture with the hub's 25 labels, thresholds and
+    class order, fp32 as PaddlePaddle/PP-DocLayoutV2_safetensors, and its 800x800 preprocessor config."""
+    import torch
+    from transformers import PPDocLayoutV2Config, PPDocLayoutV2ForObjectDetection
+    from tests.helpers.tiny_layout import CLASS_ORDER, LABELS, THRESHOLDS
+    torch.manual_seed(seed)
+    cfg = PPDocLayoutV2Config(id2label=dict(enumerate(LABELS)), class_thresholds=THRESHOLDS, class_order=CLASS_ORDER)
+    model = PPDocLayoutV2ForObjectDetection(cfg).eval()
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir)
+    with open(os.path.join(out_dir, "preprocessor_config.json"), "w") as f:
+        json.dump({"image_processor_type": "PPDocLayoutV2ImageProcessor", "do_resize": True, "resample": 3,
+                   "size": {"height": 800, "width": 800}, "do_rescale": True, "rescale_factor": 1 / 255,
+                   "do_normalize": True, "image_mean": [0, 0, 0], "image_std": [1, 1, 1]}, f)
+    return out_dir
+
+
+BUILDERS = {"paddleocr-vl": make_paddleocr_vl, "pp-doclayout-v2": make_pp_doclayout_v2, "hunyuan-ocr": make_hunyuan_ocr, "deepseek-ocr2": make_deepseek_ocr2,
             "deepseek-ocr": make_deepseek_ocr}

@@ -68,22 +68,13 @@ def _inputs(args):
 
 def load(args):
     """DocumentPipeline for the parsed options."""
-    from ms_ocr.device import setup
     from ms_ocr.infer import sampling_config
-    from ms_ocr.models import model_package
-    from ms_ocr.models.pp_doclayout_v2 import LayoutDetector
     from ms_ocr.pipeline.document import DocumentPipeline
     from ms_ocr.pipeline.markdown import IGNORED_LABELS
-    from ms_ocr.weights import locate, locate_layout
-    layout_dir = locate_layout(args.layout_model_path)
-    model_dir = locate(args.recognizer, args.model_path)
-    target = setup(args.device, args.threads)
-    package = model_package(args.recognizer)
-    layout = LayoutDetector(layout_dir)
-    vlm = package.load(model_dir, target, args.dtype)
-    sampling = sampling_config(args, package, vlm)
-    return DocumentPipeline(layout, vlm, package, sampling, charts=args.charts, max_batch_size=args.max_batch_size,
-                            ignore=() if args.keep_all_labels else IGNORED_LABELS)
+    return DocumentPipeline.load(args.recognizer, args.model_path, args.layout_model_path, args.device, args.dtype,
+                                 args.threads, sampling=lambda package, vlm: sampling_config(args, package, vlm),
+                                 charts=args.charts, max_batch_size=args.max_batch_size,
+                                 ignore=() if args.keep_all_labels else IGNORED_LABELS)
 
 
 def _stem(path):

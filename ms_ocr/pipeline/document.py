@@ -50,19 +50,46 @@ class DocumentPipeline:
     its model package (for REGION_TASKS / TASK_PROMPTS); `sampling`: SamplingConfig for every region."""
 
     def __init__(self, layout, recognizer, package, sampling, charts=False, max_batch_size=8,
-                 ignore=IGNORED_LABELS, picture_dir="imgs"):
+                 ignore=IGNORED_LABELS, picture_dir="imgs", ignore_eos=False):
         self.layout, self.vlm, self.package, self.sampling = layout, recognizer, package, sampling
         self.charts, self.max_batch_size, self.ignore, self.picture_dir = charts, max_batch_size, tuple(ignore), picture_dir
-        self.thresholds = None
+        self.ignore_eos = ignore_eos  # benchmarks: every region generates its full token budget
+        # the pipeline's per-label layout thresholds (the detector's own default is the reference's single 0.5)
+        self.layout_threshold = None
         if layout is not None:
-            self.thresholds = layout_filter.thresholds(layout.labels)
-            layout.threshold = layout.threshold_array(self.thresholds)
+            self.layout_threshold = layout.threshold_array(layout_filter.thresholds(layout.labels))
+
+    @classmethod
+    def load(cls, recognizer="paddleocr-vl", model_path=None, layout_path=None, device="auto", dtype="auto",
+             threads=None, max_new_tokens=4096, sampling=None, **options):
+        """Load the layout model and the recogniser (weights located as the command line does). `sampling`: a
+        SamplingConfig or a function (package, vlm) -> SamplingConfig; default greedy with the recogniser's
+        n-gram blocking. `options`: the constructor's."""
+        from types import SimpleNamespace
+        from ms_ocr.device import setup
+        from ms_ocr.infer import sampling_config
+        from ms_ocr.models import model_package
+        from ms_ocr.models.pp_doclayout_v2 import LayoutDetector
+        from ms_ocr.weights import locate, locate_layout
+        layout_dir = locate_layout(layout_path)
+        model_dir = locate(recognizer, model_path)
+        target = setup(device, threads)
+        package = model_package(recognizer)
+        layout = LayoutDetector(layout_dir)
+        vlm = package.load(model_dir, target, dtype)
+        if sampling is None:
+            defaults = SimpleNamespace(max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0, top_k=0,
+                                       repetition_penalty=1.0, no_repeat_ngram=None, seed=None)
+            sampling = sampling_config(defaults, package, vlm)
+        elif callable(sampling):
+            sampling = sampling(package, vlm)
+        return cls(layout, vlm, package, sampling, **options)
 
     def detect(self, page):
         """The detector's blocks for a page (thresholds of the pipeline), before the pipeline's filters."""
         if self.layout is None:
             raise ValueError("no layout model loaded: pass the page's blocks")
-        return self.layout.detect(page)
+        return self.layout.detect(page, self.layout_threshold)
 
     def parse(self, page, layout_blocks=None):
         """PIL page -> PageResult. `layout_blocks` (LayoutBlock list in reading order) replaces the detector's
@@ -136,7 +163,7 @@ class DocumentPipeline:
         c0 = self._compile_seconds()
         t0 = time.perf_counter()
         engine = BatchEngine(self.vlm, self.sampling, min(self.max_batch_size, len(requests)), longest,
-                             self.sampling.max_new_tokens)
+                             self.sampling.max_new_tokens, ignore_eos=self.ignore_eos)
         engine.run(requests, done)
         wall = time.perf_counter() - t0 - (self._compile_seconds() - c0)
         return 1000 * wall, tokens[0]

@@ -71,12 +71,13 @@ class LayoutDetector:
             self._compiled = True
         return out
 
-    def detect(self, image):
-        """PIL page -> list[LayoutBlock] in reading order."""
+    def detect(self, image, threshold=None):
+        """PIL page -> list[LayoutBlock] in reading order; `threshold` (one score or one per label id) replaces
+        the detector's own for this call."""
         from ms_ocr.models.pp_doclayout_v2.processor import postprocess, preprocess
         w, h = image.size
         logits, boxes, order_logits, _ = self.raw(preprocess(image, self.pcfg))
-        res = postprocess(logits, boxes, order_logits, [(h, w)], self.threshold)[0]
+        res = postprocess(logits, boxes, order_logits, [(h, w)], self.threshold if threshold is None else threshold)[0]
         blocks = []
         for score, label, box, order in zip(res["scores"], res["labels"], res["boxes"], res["order_seq"]):
             x1, y1, x2, y2 = (float(v) for v in box)
