@@ -100,8 +100,8 @@ def worker_transformers(args):
         t0 = time.perf_counter()
         layout(pixels)
         out["layout_ms"] = 1000 * (time.perf_counter() - t0)
-        t0 = time.perf_counter()
         blocks = layout_filter.filter_blocks(layout_blocks(), W, H)
+        t0 = time.perf_counter()
         crops = []
         for b in blocks:
             task = regions.region_task(b.label)

@@ -27,7 +27,6 @@ def main(argv=None):
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     import torch
-    from PIL import Image
 
     from ms_ocr.models import model_package
     from ms_ocr.processing.image import load_image

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from mindspore import nn, ops
 
+from ms_ocr import ops as K
 from ms_ocr.nn import functional as F
 from ms_ocr.nn.blocks import WeightOrder
 from ms_ocr.nn.layers import LayerNorm, Linear, zeros_param
@@ -183,8 +184,7 @@ class Conv(nn.Cell):
         self.stride, self.padding = stride, padding
 
     def construct(self, x):
-        y = ops.conv2d(x.transpose(0, 3, 1, 2), self.weight, None, self.stride,
-                       "pad" if self.padding else "valid", self.padding)
+        y = K.conv2d(x.transpose(0, 3, 1, 2), self.weight, self.stride, self.padding)
         return y.transpose(0, 2, 3, 1)
 
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 import mindspore as ms
 from mindspore import Parameter, nn, ops
 
+from ms_ocr import ops as K
+
 BN_EPS = 1e-5
 
 
@@ -87,8 +89,7 @@ class ConvLayer(nn.Cell):
         self.stride, self.groups, self.pad, self.act = stride, groups, (kernel - 1) // 2, act
 
     def construct(self, x):
-        y = ops.conv2d(x, self.convolution.weight, stride=self.stride, pad_mode="pad", padding=self.pad,
-                       groups=self.groups)
+        y = K.conv2d(x, self.convolution.weight, self.stride, self.pad, self.groups)
         y = self.normalization(y)
         return ops.relu(y) if self.act else y
 

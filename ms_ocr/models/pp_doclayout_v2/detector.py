@@ -6,6 +6,7 @@ Outputs the last layer's class logits and boxes (cx, cy, w, h in [0, 1])."""
 import numpy as np
 from mindspore import Tensor, nn, ops
 
+from ms_ocr import ops as K
 from ms_ocr.models.pp_doclayout_v2.backbone import FrozenBatchNorm, HGNetV2Backbone, _Weight
 from ms_ocr.models.pp_doclayout_v2.deformable import MultiscaleDeformableAttention
 from ms_ocr.models.pp_doclayout_v2.encoder import HybridEncoder, SelfAttention, _MLP
@@ -61,7 +62,7 @@ def _proj(cin, cout, eps):
 
 
 def _apply_proj(proj, x):
-    return proj[1](ops.conv2d(x, proj[0].weight))
+    return proj[1](K.conv2d(x, proj[0].weight))
 
 
 class DecoderLayer(nn.Cell):

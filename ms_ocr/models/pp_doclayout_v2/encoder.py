@@ -32,7 +32,7 @@ class ConvNorm(nn.Cell):
         self.act = get_activation(act) if act else None
 
     def construct(self, x):
-        y = self.norm(ops.conv2d(x, self.conv.weight, stride=self.stride, pad_mode="pad", padding=self.pad))
+        y = self.norm(K.conv2d(x, self.conv.weight, self.stride, self.pad))
         return self.act(y) if self.act is not None else y
 
 
