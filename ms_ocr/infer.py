@@ -219,21 +219,27 @@ def run(argv):
     return 0
 
 
-def main(argv=None):
+def cli_main(run, argv=None, usage_errors=(), interrupted="error: interrupted"):
+    """Run a command line's `run(argv)`: CliError (and `usage_errors`) -> one line, exit 2; any other failure ->
+    one line, exit 1 (MS_OCR_DEBUG=1 shows the traceback); Ctrl-C -> exit 130."""
     from ms_ocr.errors import user_error_message
     try:
         return run(sys.argv[1:] if argv is None else argv)
-    except CliError as e:
+    except (CliError,) + tuple(usage_errors) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+        print(interrupted, file=sys.stderr)
         return 130
     except Exception as e:  # every failure is one line; MS_OCR_DEBUG=1 shows the traceback
         if os.environ.get("MS_OCR_DEBUG"):
             raise
         print(f"error: {user_error_message(e)}", file=sys.stderr)
         return 1
+
+
+def main(argv=None):
+    return cli_main(run, argv)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import time
 
 os.environ.setdefault("GLOG_v", "3")
 
-from ms_ocr.infer import CliError, _Parser, add_sampling_args, resolve_prompt, sampling_config  # noqa: E402
+from ms_ocr.infer import CliError, _Parser, add_sampling_args, cli_main, resolve_prompt, sampling_config  # noqa: E402
 
 
 def build_parser():
@@ -206,19 +206,6 @@ def run(argv):
 
 
 def main(argv=None):
-    from ms_ocr.errors import user_error_message
     from ms_ocr.batch.inputs import InputError
-    try:
-        return run(sys.argv[1:] if argv is None else argv)
-    except (CliError, InputError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("\nerror: interrupted (finished results are saved; run the same command again to resume)",
-              file=sys.stderr)
-        return 130
-    except Exception as e:  # noqa: BLE001
-        if os.environ.get("MS_OCR_DEBUG"):
-            raise
-        print(f"error: {user_error_message(e)}", file=sys.stderr)
-        return 1
+    return cli_main(run, argv, (InputError,), "\nerror: interrupted (finished results are saved; run the same "
+                                              "command again to resume)")

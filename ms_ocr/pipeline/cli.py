@@ -8,7 +8,7 @@ import time
 
 os.environ.setdefault("GLOG_v", "3")
 
-from ms_ocr.infer import CliError, _Parser, add_sampling_args  # noqa: E402
+from ms_ocr.infer import CliError, _Parser, add_sampling_args, cli_main  # noqa: E402
 
 RECOGNIZERS = ("paddleocr-vl", "hunyuan-ocr", "deepseek-ocr", "deepseek-ocr2")
 
@@ -143,17 +143,4 @@ def _write(out, stem, record, markdown):
 
 
 def main(argv=None):
-    from ms_ocr.errors import user_error_message
-    try:
-        return run(sys.argv[1:] if argv is None else argv)
-    except CliError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:  # every failure is one line; MS_OCR_DEBUG=1 shows the traceback
-        if os.environ.get("MS_OCR_DEBUG"):
-            raise
-        print(f"error: {user_error_message(e)}", file=sys.stderr)
-        return 1
+    return cli_main(run, argv)
