@@ -237,3 +237,19 @@ def test_cli_missing_layout_weights_says_how_to_get_them(tmp_path, capsys, monke
     err = capsys.readouterr().err.strip()
     assert "PaddlePaddle/PP-DocLayoutV2_safetensors" in err and "--layout-model-path" in err
     assert len(err.splitlines()) == 1
+
+
+def test_hunyuan_as_recognizer(hunyuan_checkpoint, graph_mode):
+    """--recognizer hunyuan-ocr: the same regions with HunyuanOCR's own prompts; tokens equal its single runs."""
+    from ms_ocr.generate import SamplingConfig
+    from ms_ocr.models import hunyuan_vl
+    from ms_ocr.pipeline import DocumentPipeline
+    from ms_ocr.runtime import Buckets
+    vlm = hunyuan_vl.load(hunyuan_checkpoint(), "CPU", "auto", Buckets(prefill=32, slots=64))
+    doc = DocumentPipeline(None, vlm, hunyuan_vl, SamplingConfig(max_new_tokens=5))
+    page = draw_page()
+    result = doc.parse(page, layout_blocks=[b for b in _blocks() if b.label in ("doc_title", "table")])
+    assert [(b.label, b.task) for b in result.blocks] == [("doc_title", "text"), ("table", "table")]
+    for b, prompt in zip(result.blocks, ("提取图中的文字。", "把图中的表格解析为HTML。")):
+        alone = vlm.run([regions.crop(page, b.box)], prompt, SamplingConfig(max_new_tokens=5))
+        assert b.content == regions.clean(alone["text"], b.label, b.task) and len(alone["token_ids"]) > 0
