@@ -92,9 +92,18 @@ def run(argv):
     if args.pdf:
         stem = _stem(args.pdf)
         records, markdown = [], []
+        done = _finished_pages(args.out, stem, args.pdf)
+        if done:
+            print(f"{len(done)} page(s) already done in {args.out}, kept", file=sys.stderr)
         for page_no, get in pages:
-            record, md = _parse_page(doc, get, args.out, f"{stem}_page{page_no}", f"imgs/page{page_no}")
-            record["page"] = page_no
+            if page_no in done:
+                record = done[page_no]
+                md = record.get("markdown")
+            else:
+                record, md = _parse_page(doc, get, args.out, f"{stem}_page{page_no}", f"imgs/page{page_no}")
+                record["page"] = page_no
+                if md is not None:
+                    record["markdown"] = md
             records.append(record)
             failed += "error" in record
             if md:
@@ -105,12 +114,41 @@ def run(argv):
     else:
         for path, get in pages:
             stem = _stem(path)
+            if _finished_image(args.out, stem, path):
+                print(f"{path}: already done in {args.out}, kept", file=sys.stderr)
+                continue
             record, md = _parse_page(doc, get, args.out, stem, f"imgs/{stem}" if len(pages) > 1 else "imgs")
             record["source"] = os.path.abspath(path)
             failed += "error" in record
             _write(args.out, stem, record, md or "")
     print(f"wrote {args.out} ({len(pages)} page(s){f', {failed} failed' if failed else ''})", file=sys.stderr)
     return 3 if failed else 0
+
+
+def _finished_image(out, stem, path):
+    """True when an earlier run wrote this image's results into `out` without an error."""
+    import json
+    try:
+        with open(os.path.join(out, stem + ".json"), encoding="utf-8") as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return (isinstance(old, dict) and old.get("source") == os.path.abspath(path) and "error" not in old
+            and os.path.isfile(os.path.join(out, stem + ".md")))
+
+
+def _finished_pages(out, stem, pdf):
+    """{page: record} of the pages an earlier run of the same PDF into `out` finished (failed pages are redone)."""
+    import json
+    path = os.path.join(out, stem + ".json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(old, dict) or old.get("source") != os.path.abspath(pdf):
+        return {}
+    return {r["page"]: r for r in old.get("pages", []) if isinstance(r, dict) and "error" not in r and "page" in r}
 
 
 def _parse_page(doc, get, out, name, picture_dir):

@@ -152,7 +152,7 @@ def _cli(*args):
     return main([str(a) for a in args])
 
 
-def test_cli_image(tiny_dir, layout_dir, layout_detector, vlm, tmp_path, monkeypatch):
+def test_cli_image(tiny_dir, layout_dir, layout_detector, vlm, tmp_path, monkeypatch, capsys):
     """Detector + filters + recognition from the command line: files written, JSON blocks are the filtered
     detections in reading order with their text. The loaders hand back the session's compiled tiny models (loading
     is the subject of the model tests) after checking what they were asked to load."""
@@ -181,6 +181,10 @@ def test_cli_image(tiny_dir, layout_dir, layout_detector, vlm, tmp_path, monkeyp
             assert os.path.isfile(out / b["image"])
     assert set(record["timings"]) >= {"layout_ms", "filter_ms", "crops_ms", "total_ms"}
     assert calls == [layout_dir, (tiny_dir, "CPU", "auto")]
+    # a second run keeps the finished page
+    before = (out / "page.json").stat().st_mtime_ns
+    assert _cli("--image", page, "--out", out, "--model-path", tiny_dir, "--layout-model-path", layout_dir) == 0
+    assert (out / "page.json").stat().st_mtime_ns == before and "already done" in capsys.readouterr().err
 
 
 def test_cli_pdf_with_a_corrupt_page(blind_doc, tmp_path, monkeypatch, capsys):
@@ -211,6 +215,14 @@ def test_cli_pdf_with_a_corrupt_page(blind_doc, tmp_path, monkeypatch, capsys):
     assert (out / "doc_page1_layout.png").is_file() and (out / "doc.md").is_file()
     assert "page 2 cannot be rendered" in capsys.readouterr().err
     assert record["pages"][0]["blocks"] == [] and (out / "doc.md").read_text() == "\n"
+    # run again once page 2 renders: page 1 is kept from the first run, page 2 is parsed now
+    parsed = []
+    monkeypatch.setattr(inputs, "render_pdf_page", render)
+    monkeypatch.setattr(blind_doc, "parse", lambda page, _parse=blind_doc.parse: parsed.append(page) or _parse(page))
+    assert _cli("--pdf", pdf, "--out", out, "--dpi", 72) == 0
+    assert len(parsed) == 1 and "1 page(s) already done" in capsys.readouterr().err
+    record = json.loads((out / "doc.json").read_text())
+    assert [p["page"] for p in record["pages"]] == [1, 2] and all("error" not in p for p in record["pages"])
 
 
 @pytest.mark.parametrize("args, message", [
