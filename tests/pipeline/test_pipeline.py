@@ -188,36 +188,34 @@ def test_cli_image(tiny_dir, layout_dir, layout_detector, vlm, tmp_path, monkeyp
 
 
 def test_cli_pdf_with_a_corrupt_page(blind_doc, tmp_path, monkeypatch, capsys):
-    """Every page is written as it finishes; a page that cannot be rendered is recorded with its error and the
-    exit status says so. (The loaded models are the fixture's: loading is test_cli_image's business.)"""
-    from ms_ocr.batch import inputs
+    """Every page is written as it finishes; a page that cannot be loaded (its page-tree entry points at an image
+    object) is recorded with its error and the exit status says so; run again on the repaired file, the finished
+    page is kept and only the other one is parsed. (The loaded models are the fixture's: loading is
+    test_cli_image's business.)"""
+    import io
     from ms_ocr.pipeline import cli
-    from ms_ocr.processing.image import ImageError
-    pdf = tmp_path / "doc.pdf"
+    buf = io.BytesIO()
     first = Image.new("RGB", (612, 792), "white")
     ImageDraw.Draw(first).text((100, 100), "Page one", fill="black")
-    first.save(pdf, save_all=True, append_images=[Image.new("RGB", (612, 792), "white")], resolution=72)
-    render = inputs.render_pdf_page
-
-    def broken_second(path, page, dpi):
-        if page == 2:
-            raise ImageError(f"{path} page 2 cannot be rendered (broken content stream)")
-        return render(path, page, dpi)
-
-    monkeypatch.setattr(inputs, "render_pdf_page", broken_second)
+    first.save(buf, "PDF", save_all=True, append_images=[Image.new("RGB", (612, 792), "white")], resolution=72)
+    good = buf.getvalue()
+    kids = b"/Kids [ 1 0 R 3 0 R ]"
+    assert good.count(kids) == 1 and b"7 0 obj" in good and b"/Subtype /Image" in good
+    pdf = tmp_path / "doc.pdf"
+    pdf.write_bytes(good.replace(kids, b"/Kids [ 1 0 R 7 0 R ]"))  # page 2 -> an image XObject
     monkeypatch.setattr(cli, "load", lambda args: blind_doc)
     out = tmp_path / "out"
     code = _cli("--pdf", pdf, "--out", out, "--dpi", 72)
     assert code == 3  # a page failed; the rest is written
     record = json.loads((out / "doc.json").read_text())
     assert [p["page"] for p in record["pages"]] == [1, 2]
-    assert "error" not in record["pages"][0] and "broken content stream" in record["pages"][1]["error"]
+    assert "error" not in record["pages"][0] and "page 2 cannot be rendered" in record["pages"][1]["error"]
     assert (out / "doc_page1_layout.png").is_file() and (out / "doc.md").is_file()
     assert "page 2 cannot be rendered" in capsys.readouterr().err
     assert record["pages"][0]["blocks"] == [] and (out / "doc.md").read_text() == "\n"
-    # run again once page 2 renders: page 1 is kept from the first run, page 2 is parsed now
+    # run again on the repaired file: page 1 is kept from the first run, page 2 is parsed now
+    pdf.write_bytes(good)
     parsed = []
-    monkeypatch.setattr(inputs, "render_pdf_page", render)
     monkeypatch.setattr(blind_doc, "parse", lambda page, _parse=blind_doc.parse: parsed.append(page) or _parse(page))
     assert _cli("--pdf", pdf, "--out", out, "--dpi", 72) == 0
     assert len(parsed) == 1 and "1 page(s) already done" in capsys.readouterr().err
