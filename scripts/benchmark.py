@@ -28,6 +28,26 @@ def peak_rss_gb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
 
 
+def ensure_checkpoint(model, folder):
+    """`folder`, with a random real-config checkpoint of `model` built into it first if it has none."""
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        print(f"building random real-config {model} checkpoint in {folder} ...", flush=True)
+        build_checkpoint(model, folder)
+    return folder
+
+
+def run_json_worker(script, argv, threads, name):
+    """Run `script argv` in its own process (OMP threads set, the repo and scripts/ importable); its last JSON
+    line of stdout, or exit with the worker's stderr."""
+    cmd = [sys.executable, os.path.abspath(script)] + [str(a) for a in argv]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=REPO + os.pathsep + os.path.join(REPO, "scripts"))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"{name} worker failed:\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
 def build_checkpoint(model, out_dir):
     """Random weights at the real config, saved as the hub ships them (bf16), with a small tokenizer; built in
     a subprocess so this process does not keep the builder's memory while the workers run."""
@@ -167,15 +187,9 @@ def fp32_weight_bytes(ckpt):
 
 
 def run_worker(framework, args):
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", framework, "--model", args.model,
-           "--ckpt", args.ckpt, "--image", args.image, "--new-tokens", str(args.new_tokens),
-           "--threads", str(args.threads), "--prompt", args.prompt]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=REPO)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise SystemExit(f"{framework} worker failed:\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1])
+    return run_json_worker(__file__, ["--worker", framework, "--model", args.model, "--ckpt", args.ckpt, "--image",
+                                      args.image, "--new-tokens", args.new_tokens, "--threads", args.threads,
+                                      "--prompt", args.prompt], args.threads, framework)
 
 
 def report(results, bound_ms):
@@ -221,10 +235,7 @@ def main():
         args.prompt = next(iter(model_package(args.model).TASK_PROMPTS.values()))
     cache = os.path.join(os.path.expanduser("~"), ".cache", "ms_ocr", "bench")
     if args.ckpt is None:
-        args.ckpt = os.path.join(cache, args.model.replace("-", "_") + "_random")
-        if not os.path.isfile(os.path.join(args.ckpt, "config.json")):
-            print(f"building random real-config checkpoint in {args.ckpt} ...", flush=True)
-            build_checkpoint(args.model, args.ckpt)
+        args.ckpt = ensure_checkpoint(args.model, os.path.join(cache, args.model.replace("-", "_") + "_random"))
     if args.image is None:
         from scripts.bench_image import document_page
         os.makedirs(args.out, exist_ok=True)

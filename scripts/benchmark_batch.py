@@ -11,7 +11,6 @@ and tokens/s end to end (compile excluded) and decode tokens/s (tokens per secon
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -84,25 +83,17 @@ def main():
         print(json.dumps(worker(args)))
         return
     if args.ckpt is None:
-        from benchmark import build_checkpoint
-        args.ckpt = os.path.join(os.path.expanduser("~"), ".cache", "ms_ocr", "bench",
-                                 args.model.replace("-", "_") + "_random")
-        if not os.path.isfile(os.path.join(args.ckpt, "config.json")):
-            print(f"building random real-config checkpoint in {args.ckpt} ...", flush=True)
-            build_checkpoint(args.model, args.ckpt)
+        from benchmark import ensure_checkpoint
+        args.ckpt = ensure_checkpoint(args.model, os.path.join(os.path.expanduser("~"), ".cache", "ms_ocr", "bench",
+                                                               args.model.replace("-", "_") + "_random"))
+    from benchmark import run_json_worker
     rows = []
     for b in args.batch_sizes:
         print(f"batch {b} ...", flush=True)
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--batch", str(b), "--model", args.model,
-               "--ckpt", args.ckpt, "--pages", str(args.pages), "--width", str(args.width), "--height",
-               str(args.height), "--new-tokens", str(args.new_tokens), "--threads", str(args.threads)]
-        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=REPO + os.pathsep
-                   + os.path.join(REPO, "scripts"))
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-        if proc.returncode != 0 or not lines:
-            raise SystemExit(f"batch {b} worker failed:\n{proc.stderr[-3000:]}")
-        rows.append(json.loads(lines[-1]))
+        rows.append(run_json_worker(__file__, ["--worker", "--batch", b, "--model", args.model, "--ckpt", args.ckpt,
+                                               "--pages", args.pages, "--width", args.width, "--height", args.height,
+                                               "--new-tokens", args.new_tokens, "--threads", args.threads],
+                                    args.threads, f"batch {b}"))
     base = rows[0]
     print(f"{'batch':>5}{'pages/s':>10}{'tok/s':>9}{'decode tok/s':>14}{'ms/step':>9}{'first tok ms':>14}"
           f"{'compile s':>11}{'RSS GB':>8}{'tok/s vs b' + str(base['batch']):>16}")

@@ -13,7 +13,6 @@ ignored so both produce exactly --new-tokens per region. Compile time is reporte
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -133,24 +132,10 @@ def _inputs(ckpt, region, prompt):
 
 
 def run_worker(framework, args):
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", framework, "--ckpt", args.ckpt, "--layout-ckpt",
-           args.layout_ckpt, "--new-tokens", str(args.new_tokens), "--threads", str(args.threads),
-           "--max-batch-size", str(args.max_batch_size)]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=REPO + os.pathsep
-               + os.path.join(REPO, "scripts"))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise SystemExit(f"{framework} worker failed:\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1])
-
-
-def _checkpoint(name, folder):
-    from benchmark import build_checkpoint
-    if not os.path.isfile(os.path.join(folder, "config.json")):
-        print(f"building random real-config {name} checkpoint in {folder} ...", flush=True)
-        build_checkpoint(name, folder)
-    return folder
+    from benchmark import run_json_worker
+    return run_json_worker(__file__, ["--worker", framework, "--ckpt", args.ckpt, "--layout-ckpt", args.layout_ckpt,
+                                      "--new-tokens", args.new_tokens, "--threads", args.threads,
+                                      "--max-batch-size", args.max_batch_size], args.threads, framework)
 
 
 def main():
@@ -169,8 +154,9 @@ def main():
         fn = worker_ms_ocr if args.worker == "ms_ocr" else worker_transformers
         print(json.dumps(fn(args)))
         return
-    _checkpoint("paddleocr-vl", args.ckpt)
-    _checkpoint("pp-doclayout-v2", args.layout_ckpt)
+    from benchmark import ensure_checkpoint
+    ensure_checkpoint("paddleocr-vl", args.ckpt)
+    ensure_checkpoint("pp-doclayout-v2", args.layout_ckpt)
     results = {}
     for fw in ["ms_ocr"] + ([] if args.skip_reference else ["transformers"]):
         print(f"{fw} ...", flush=True)
