@@ -125,11 +125,8 @@ class DocumentPipeline:
         for kind in REGION_KINDS:
             if kind in work:
                 timings[f"recognize_{kind}_ms"], timings[f"{kind}_tokens"] = self._recognize(kind, work[kind])
-        timings["compile_s"] = self._compile_seconds()
+        timings["compile_s"] = round(sum(self.vlm.runtime.compiler.seconds.values()), 3)
         return PageResult(w, h, blocks, detected, pictures, timings, self.ignore)
-
-    def _compile_seconds(self):
-        return round(sum(self.vlm.runtime.compiler.seconds.values()), 3)
 
     def _recognize(self, kind, items):
         """Recognise one kind's regions as a batch; fills each block's content (or error). Returns (wall ms without
@@ -160,10 +157,9 @@ class DocumentPipeline:
             b.content = regions.clean(result["text"], b.label, kind)
             tokens[0] += len(result["token_ids"])
 
-        c0 = self._compile_seconds()
         t0 = time.perf_counter()
         engine = BatchEngine(self.vlm, self.sampling, min(self.max_batch_size, len(requests)), longest,
                              self.sampling.max_new_tokens, ignore_eos=self.ignore_eos)
         engine.run(requests, done)
-        wall = time.perf_counter() - t0 - (self._compile_seconds() - c0)
+        wall = time.perf_counter() - t0 - sum(engine.compile_seconds().values())
         return 1000 * wall, tokens[0]

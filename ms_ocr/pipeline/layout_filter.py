@@ -3,8 +3,6 @@ PP-DocLayoutV2 (PaddleX PaddleOCR-VL.yaml, DetPostProcess, filter_overlap_boxes)
 class-aware NMS, the near-full-page image filter, containment removal for the "large"-merge labels, then the
 pipeline's own overlap filter. Reading order is the layout model's; filters only drop blocks."""
 
-from dataclasses import replace
-
 # PaddleOCR-VL.yaml: 0.4 for formulas, titles and text, 0.45 for seals, 0.5 for the rest
 THRESHOLDS = {"display_formula": 0.4, "doc_title": 0.4, "inline_formula": 0.4, "paragraph_title": 0.4, "text": 0.4,
               "vertical_text": 0.4, "seal": 0.45}
@@ -102,4 +100,4 @@ def filter_blocks(blocks, width, height):
     blocks = nms(blocks)
     blocks = drop_page_images(blocks, width, height)
     blocks = drop_contained(blocks)
-    return [replace(b) for b in drop_overlaps(blocks)]
+    return drop_overlaps(blocks)

@@ -34,8 +34,7 @@ class LayoutDetector:
         self.pcfg = LayoutPreprocessConfig.from_dir(model_dir)
         self.labels = [self.cfg.id2label[i] for i in range(self.cfg.num_labels)]
         self.threshold = self._thresholds(threshold)
-        host = self.net.model.host_inputs(self.pcfg.height, self.pcfg.width)
-        self._host = host
+        self._host = self.net.model.host_inputs(self.pcfg.height, self.pcfg.width)
         self._ms = ms
         self.load_seconds = time.perf_counter() - t0
         self.compile_seconds = self._pending_compile = 0.0
