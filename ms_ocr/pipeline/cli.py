@@ -125,29 +125,25 @@ def run(argv):
     return 3 if failed else 0
 
 
-def _finished_image(out, stem, path):
-    """True when an earlier run wrote this image's results into `out` without an error."""
-    import json
+def _earlier_record(out, stem, source):
+    """The JSON an earlier run wrote for `source` into `out`, or None (absent, unreadable or another source)."""
     try:
         with open(os.path.join(out, stem + ".json"), encoding="utf-8") as f:
             old = json.load(f)
     except (OSError, ValueError):
-        return False
-    return (isinstance(old, dict) and old.get("source") == os.path.abspath(path) and "error" not in old
-            and os.path.isfile(os.path.join(out, stem + ".md")))
+        return None
+    return old if isinstance(old, dict) and old.get("source") == os.path.abspath(source) else None
+
+
+def _finished_image(out, stem, path):
+    """True when an earlier run wrote this image's results into `out` without an error."""
+    old = _earlier_record(out, stem, path)
+    return old is not None and "error" not in old and os.path.isfile(os.path.join(out, stem + ".md"))
 
 
 def _finished_pages(out, stem, pdf):
     """{page: record} of the pages an earlier run of the same PDF into `out` finished (failed pages are redone)."""
-    import json
-    path = os.path.join(out, stem + ".json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            old = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(old, dict) or old.get("source") != os.path.abspath(pdf):
-        return {}
+    old = _earlier_record(out, stem, pdf) or {}
     return {r["page"]: r for r in old.get("pages", []) if isinstance(r, dict) and "error" not in r and "page" in r}
 
 
