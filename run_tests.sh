@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Run the test suite, installing the test requirements on first use. Extra arguments go to pytest
 # (e.g. ./run_tests.sh -m slow for the full-size tests). Test files run in MS_OCR_TEST_WORKERS processes
-# (default: one per core, at most 2; 1 runs them in this process).
+# (default: one per core, at most 2; 1 runs them in this process; the full-size tests, which take most of the
+# memory each, always run one at a time).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")" && pwd)
 venv=$("$repo/scripts/ensure_env.sh" test)
 cd "$repo"
 workers=${MS_OCR_TEST_WORKERS:-$(( $(nproc) < 2 ? 1 : 2 ))}
+case " $* " in *slow*) workers=1 ;; esac
 par=()
 [ "$workers" -gt 1 ] && par=(-n "$workers" --dist loadfile)
 MS_OCR_OFFLINE=1 GLOG_v=3 exec "$venv/bin/python" -m pytest -q "${par[@]}" "$@"
