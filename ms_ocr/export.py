@@ -1,14 +1,15 @@
 """MindIR export of a loaded VLM and a runner that generates from the exported files alone.
 
-Two graphs per model, weights baked in:
-  vision.mindir  one image's vision inputs (embed + head arrays) -> image tokens; the patch count is a dynamic
-                 dimension (one file serves every image size);
+Graphs per model, weights baked in:
+  vision.mindir  (ViT-stack models: PaddleOCR-VL, HunyuanOCR) one image's vision inputs (embed + head arrays)
+                 -> image tokens; the patch count is a dynamic dimension (one file serves every image size);
+  vision_<S>.mindir + assemble.mindir  (DeepEncoder models: DeepSeek-OCR v1/v2) one graph per square view
+                 side S the processor produces (static shapes; tiles go one per call), and the assembly of an
+                 image's view tokens with the newline / separator rows in the host's order;
   text.mindir    input_ids [B, S], image tokens [M, H], image row index [B, S], rope positions [A, B, S],
                  cache positions [B, S], slot_ids [T], last index [B] -> logits [B, V]. S and M are dynamic, so
-                 the same graph runs the prefill (S = prompt length) and every decode step (S = 1).
-The KV cache is a Parameter of text.mindir updated in place (scatter_update): measured here, a GraphCell loaded
-from MindIR keeps in-place Parameter updates across calls, so no cache copy per step; since prefill and decode
-must share that cache they are one graph (two MindIR files cannot share a Parameter). The cache size (B
+                 the same graph runs the prefill (S = prompt length) and every decode step (S = 1). MoE layers
+                 run every expert on every token (ms_ocr/nn/moe.py `dense`): no dispatch is left to the host.
 sequences x T positions) is fixed at export (--batch, --slots).
 """
 
@@ -26,7 +27,7 @@ from ms_ocr.nn import functional as F
 from ms_ocr.runtime import RequestTooLong
 from ms_ocr.steps import merge_image_features
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: meta["vision"] (kind of vision graphs); 1 = ViT kind
 # Files a serving folder needs besides the graphs: the processor's and tokenizer's.
 HOST_FILES = ("config.json", "generation_config.json", "preprocessor_config.json", "processor_config.json",
               "tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
@@ -82,8 +83,6 @@ class TextGraph(nn.Cell):
 
     def __init__(self, model):
         super().__init__(auto_prefix=False)
-        if any(layer.moe for layer in model.text_layers()):
-            raise ExportError("MoE decoders are not exportable yet (their prefill dispatch runs on the host)")
         self.model = model
 
     def construct(self, input_ids, image_feats, image_index, pos, cache_pos, slot_ids, last_idx):
@@ -98,23 +97,47 @@ def _spec(shape, dtype):
     return Tensor(shape=list(shape), dtype=dtype)
 
 
+def _export_vit_vision(pipe, out_dir):
+    from PIL import Image
+    rt = pipe.runtime
+    probe, _ = pipe.prepare([Image.new("RGB", (64, 64), (255, 255, 255))], "x")
+    item = probe.vision_inputs[0]
+    vision = VisionGraph(rt.model, len(item.embed))
+    arrays = list(item.embed) + list(item.head)
+    # dynamic first dimension of every input (patch count, merged-token count)
+    specs = [_spec([None] + list(np.shape(a))[1:], rt.tensor(a).dtype) for a in arrays]
+    ms.export(vision, *specs, file_name=os.path.join(out_dir, "vision"), file_format="MINDIR")
+    return {"kind": "vit", "inputs": [len(item.embed), len(item.head)]}
+
+
+def _export_view_vision(pipe, out_dir):
+    rt, model = pipe.runtime, pipe.runtime.model
+    sizes = [int(s) for s in pipe.processor.view_sizes()]
+    view = model.view_step()
+    for side in sizes:
+        args = [rt.tensor(a) for a in model.view_args(np.zeros((1, 3, side, side), np.float32))]
+        ms.export(view, *args, file_name=os.path.join(out_dir, f"vision_{side}"), file_format="MINDIR")
+    extra = int(model.vision.extra_rows().shape[0])
+    ms.export(model.assemble_step(), _spec([None, model.cfg.text.hidden_size], rt.compute_dtype),
+              _spec([None], ms.int32), file_name=os.path.join(out_dir, "assemble"), file_format="MINDIR")
+    return {"kind": "views", "sizes": sizes, "extra_rows": extra}
+
+
+def _moe_layers(model):
+    return [layer.mlp for layer in model.text_layers() if layer.moe]
+
+
 def export_pipeline(pipe, out_dir, slots, batch=1):
-    """Write vision.mindir, text.mindir, the host-side files and meta.json for a loaded VLMPipeline."""
+    """Write the vision graphs, text.mindir, the host-side files and meta.json for a loaded VLMPipeline."""
     rt, model = pipe.runtime, pipe.runtime.model
     if slots > rt.max_positions:
         raise ExportError(f"--slots {slots} exceeds the model's max_position_embeddings ({rt.max_positions})")
+    if not model.vision_layers() and not hasattr(model, "view_step"):
+        raise ExportError(f"{pipe.name}'s vision tower has no export graph yet")
     os.makedirs(out_dir, exist_ok=True)
     timings = {}
-    text = TextGraph(model)
-    # vision: dynamic first dimension of every input (patch count, merged-token count)
-    from PIL import Image
-    probe, _ = pipe.prepare([Image.new("RGB", (64, 64), (255, 255, 255))], "x")
-    item = probe.vision_inputs[0]
-    vision = VisionGraph(model, len(item.embed))
-    arrays = list(item.embed) + list(item.head)
-    specs = [_spec([None] + list(np.shape(a))[1:], rt.tensor(a).dtype) for a in arrays]
     t0 = time.perf_counter()
-    ms.export(vision, *specs, file_name=os.path.join(out_dir, "vision"), file_format="MINDIR")
+    vision = _export_vit_vision(pipe, out_dir) if model.vision_layers() else _export_view_vision(pipe, out_dir)
     timings["vision_s"] = time.perf_counter() - t0
     # text: cache sized (batch, slots), dynamic S and image-token count
     rt.reset_cache(batch, slots)
@@ -122,8 +145,15 @@ def export_pipeline(pipe, out_dir, slots, batch=1):
     specs = [_spec([batch, None], ms.int32), _spec([None, hidden], rt.compute_dtype), _spec([batch, None], ms.int32),
              _spec([axes, batch, None], ms.int32), _spec([batch, None], ms.int32), _spec([slots], ms.int32),
              _spec([batch], ms.int32)]
+    moe = _moe_layers(model)
     t0 = time.perf_counter()
-    ms.export(text, *specs, file_name=os.path.join(out_dir, "text"), file_format="MINDIR")
+    try:
+        for cell in moe:
+            cell.dense = True
+        ms.export(TextGraph(model), *specs, file_name=os.path.join(out_dir, "text"), file_format="MINDIR")
+    finally:
+        for cell in moe:
+            cell.dense = False
     timings["text_s"] = time.perf_counter() - t0
     for name in HOST_FILES:
         src = os.path.join(pipe.model_dir, name)
@@ -131,7 +161,9 @@ def export_pipeline(pipe, out_dir, slots, batch=1):
             shutil.copy(src, os.path.join(out_dir, name))
     meta = {"format": FORMAT_VERSION, "model": pipe.name, "batch": batch, "slots": slots, "num_pos_axes": axes,
             "hidden_size": hidden, "eos_ids": pipe.eos_ids, "pad_id": rt.pad_id,
-            "dtype": str(rt.compute_dtype).lower(), "vision_inputs": [len(item.embed), len(item.head)]}
+            "dtype": str(rt.compute_dtype).lower(), "vision": vision}
+    if getattr(pipe.processor, "mode", None):
+        meta["mode"] = pipe.processor.mode
     with open(os.path.join(out_dir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     return timings
@@ -162,7 +194,13 @@ class MindIRRuntime:
         self.max_positions = meta["slots"]
         self.pad_id = meta["pad_id"]
         self.compiler = _NoCompile()
-        self.vision = nn.GraphCell(ms.load(mindir_file(folder, "vision")))
+        self.vision_meta = meta.get("vision", {"kind": "vit"})
+        if self.vision_meta["kind"] == "views":
+            self.views = {side: nn.GraphCell(ms.load(mindir_file(folder, f"vision_{side}")))
+                          for side in self.vision_meta["sizes"]}
+            self.assemble = nn.GraphCell(ms.load(mindir_file(folder, "assemble")))
+        else:
+            self.vision = nn.GraphCell(ms.load(mindir_file(folder, "vision")))
         self.text = nn.GraphCell(ms.load(mindir_file(folder, "text")))
         self.slot_ids = Tensor(np.arange(self.slots, dtype=np.int32))
         self._dummy = Tensor(np.zeros((1, meta["hidden_size"]), np.float32))
@@ -170,13 +208,35 @@ class MindIRRuntime:
     @staticmethod
     def tensor(array):
         array = np.asarray(array)
+        if array.dtype == np.bool_:
+            return Tensor(array)
         if np.issubdtype(array.dtype, np.floating):
             return Tensor(array.astype(np.float32))
         return Tensor(array.astype(np.int32))
 
     def encode_images(self, vision_inputs):
-        feats = [self.vision(*[self.tensor(a) for a in list(item.embed) + list(item.head)]) for item in vision_inputs]
+        if self.vision_meta["kind"] == "views":
+            feats = [self.encode_views(item) for item in vision_inputs]
+        else:
+            feats = [self.vision(*[self.tensor(a) for a in list(item.embed) + list(item.head)])
+                     for item in vision_inputs]
         return feats[0] if len(feats) == 1 else ops.concat(feats, 0)
+
+    def encode_views(self, item):
+        """Each view (pixels [n, 3, S, S], tables) through its side's graph one tile at a time, then assembled
+        by the host's index (item.head[0]) or, without one, as all rows followed by the extra rows."""
+        parts = []
+        for view in item.embed:
+            pixels = np.asarray(view[0])
+            graph = self.views.get(pixels.shape[-1])
+            if graph is None:
+                raise ExportError(f"this export has no vision graph for {pixels.shape[-1]}-px views (exported: "
+                                  f"{self.vision_meta['sizes']}); export again with the wanted mode")
+            rest = [self.tensor(a) for a in view[1:]]
+            parts += [graph(self.tensor(pixels[i:i + 1]), *rest) for i in range(pixels.shape[0])]
+        feats = parts[0] if len(parts) == 1 else ops.concat(parts, 0)
+        index = item.head[0] if item.head else np.arange(feats.shape[0] + self.vision_meta["extra_rows"])
+        return self.assemble(feats, self.tensor(index))
 
     def prefill(self, prep, image_feats, max_new_tokens):
         s = prep.input_ids.shape[0]
@@ -212,7 +272,8 @@ def load_mindir(folder, model=None):
     if model is not None and canonical(model) != canonical(meta["model"]):
         raise CheckpointError(f"{folder} holds an export of {meta['model']}, not {model}")
     t0 = time.perf_counter()
-    host = model_package(meta["model"]).host_side(folder)
+    package = model_package(meta["model"])
+    host = package.host_side(folder, meta["mode"]) if "mode" in meta else package.host_side(folder)
     runtime = MindIRRuntime(folder, meta)
     return VLMPipeline(meta["model"], folder, host["cfg"], host["processor"], runtime, host["vision_inputs"],
                        meta["eos_ids"], meta["num_pos_axes"], host["cfg"].image_token_id,
@@ -222,18 +283,27 @@ def load_mindir(folder, model=None):
 def export_vision_onnx(pipe, image, path):
     """The vision encoder at one image size (ONNX needs static shapes) -> ONNX (opset of MindSpore's exporter).
 
-    Built with the portable kernel formulations (no Rsqrt/Reciprocal, which MindSpore cannot convert). Returns
-    the input arrays, in the graph's input order, and the MindSpore output for them, to check a runtime against.
-    """
+    ViT-stack models: the whole tower for this image. DeepEncoder models (DeepSeek-OCR v1/v2): the graph of one
+    view side, the image's global view (tiles of the same side use the same file, one per call; the assembly
+    with newline / separator rows stays on the host). Built with the portable kernel formulations (no Rsqrt /
+    Reciprocal, which MindSpore cannot convert). Returns the input arrays, in the graph's input order, and the
+    MindSpore output for them, to check a runtime against."""
     from ms_ocr.ops import backend
     prep, _ = pipe.prepare([image], "x")
     if len(prep.vision_inputs) != 1:
         raise ExportError("expected one image")
     item = prep.vision_inputs[0]
-    arrays = [np.asarray(a) for a in list(item.embed) + list(item.head)]
+    model = pipe.runtime.model
+    arrays = [np.asarray(a) for a in (item.embed[-1] if not model.vision_layers() else
+                                      list(item.embed) + list(item.head))]
     args = [pipe.runtime.tensor(a) for a in arrays]
     with backend.portable():
-        graph = VisionGraph(pipe.runtime.model, len(item.embed))
+        if model.vision_layers():
+            graph = VisionGraph(model, len(item.embed))
+        elif hasattr(model, "view_step"):
+            graph = model.view_step()
+        else:
+            raise ExportError(f"{pipe.name}'s vision tower has no export graph yet")
         want = graph(*args).asnumpy()
         ms.export(graph, *args, file_name=os.path.splitext(path)[0], file_format="ONNX")
     return [a.asnumpy() for a in args], want

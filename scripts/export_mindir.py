@@ -17,12 +17,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="paddleocr-vl or hunyuan-ocr")
+    p.add_argument("--model", required=True, help="paddleocr-vl, hunyuan-ocr, deepseek-ocr or deepseek-ocr2")
     p.add_argument("--model-path", help="checkpoint folder (default: the model's default place)")
     p.add_argument("--out", required=True, help="export folder")
     p.add_argument("--slots", type=int, default=4096, help="KV cache positions per sequence (prompt + new tokens)")
     p.add_argument("--batch", type=int, default=1, help="sequences in the exported cache")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "ascend"])
+    p.add_argument("--mode", choices=["tiny", "small", "base", "large", "gundam"],
+                   help="deepseek-ocr resolution mode whose view sizes are exported (default gundam)")
     args = p.parse_args(argv)
     from ms_ocr.config_utils import CheckpointError
     from ms_ocr.device import setup
@@ -31,7 +33,11 @@ def main(argv=None):
     from ms_ocr.weights import locate
     try:
         package = model_package(args.model)
+        if args.mode and not getattr(package, "MODES", None):
+            raise ValueError(f"--mode applies to deepseek-ocr, not {args.model}")
         pipe = package.load(locate(args.model, args.model_path), setup(args.device), "fp32")
+        if args.mode:
+            pipe.processor.set_mode(args.mode)
         t0 = time.perf_counter()
         timings = export_pipeline(pipe, args.out, args.slots, args.batch)
     except (ExportError, CheckpointError, ValueError, FileNotFoundError) as e:

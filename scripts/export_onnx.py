@@ -4,8 +4,9 @@
 
 ONNX export in MindSpore needs static shapes: the file serves images that resize to the same patch grid. The
 processor (smart_resize, patches, position taps) stays on the host; the inputs are written next to the file
-(<out>.inputs.npz) in the graph's input order. DeepSeek-OCR v1/v2 are not supported yet: their vision towers
-(SAM + CLIP / query encoder over tiles) are not built as one graph (see ms_ocr/export.py).
+(<out>.inputs.npz) in the graph's input order. DeepSeek-OCR v1/v2: the file is the graph of the image's global
+view side (SAM + CLIP / query encoder + projector for one [1, 3, S, S] view; tiles of that side run through it
+one per call); the newline / separator assembly stays on the host.
 """
 
 import argparse
@@ -20,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="paddleocr-vl or hunyuan-ocr")
+    p.add_argument("--model", required=True, help="paddleocr-vl, hunyuan-ocr, deepseek-ocr or deepseek-ocr2")
     p.add_argument("--model-path")
     p.add_argument("--image", required=True, help="an image of the size to export for")
     p.add_argument("--out", required=True, help="output .onnx file")

@@ -9,6 +9,12 @@ index them. Two static-shape paths:
 - prefill (hundreds of tokens): the router runs in a graph, the host groups the token-expert pairs by
   expert, and each used expert runs once over its rows padded to a bucket (`expert_rows`) through one shared
   graph with the expert's weights as inputs; the weighted results are summed on the host.
+A third, for one graph that serves any token count without the host (MindIR export, `dense = True`):
+every token runs through every expert, weighted by its routing weight (zero where not selected): E/k times
+the routed FLOPs, and a decode step reads all experts instead of k. Measured on MindSpore 2.10 CPU, the
+cheaper forms do not survive export with a dynamic token count: a graph-side switch between the gather
+path and this one fails to load ("actor already exists"), and gathering the distinct selected experts
+(ops.unique) keeps the first call's shapes on later calls.
 """
 
 import mindspore as ms
@@ -52,6 +58,7 @@ class MoE(nn.Cell):
         self.shared_experts = GatedMLP(hidden, moe_intermediate * num_shared, act)
         self.top_k, self.scaling = top_k, scaling
         self.act = get_activation(act)
+        self.dense = False  # every expert for every token (the exported graph's path)
 
     def construct(self, x):
         """In-graph path (decode): x [B, S, H] -> [B, S, H]."""
@@ -59,6 +66,8 @@ class MoE(nn.Cell):
         h = x.reshape(-1, shape[-1])
         t = h.shape[0]
         weights, ids = route(h, self.gate.weight, self.top_k, self.scaling)
+        if self.dense:
+            return (self.dense_experts(h, weights, ids) + self.shared_experts(h)).reshape(shape)
         flat = ids.reshape(-1)
         gw = ops.gather(self.experts.gate_proj, flat, 0)  # [T*k, I, H]
         uw = ops.gather(self.experts.up_proj, flat, 0)
@@ -68,3 +77,15 @@ class MoE(nn.Cell):
         y = _bmm_t(mid, dw).reshape(t, self.top_k, -1)  # [T*k, 1, H]
         y = (y * weights.astype(y.dtype)[..., None]).sum(1)
         return (y + self.shared_experts(h)).reshape(shape)
+
+    def dense_experts(self, h, weights, ids):
+        """h [T, H] through every expert, weighted per token (zero where not selected): [T, H].
+
+        Gate and up projections of all experts side by side are one 2-D matmul each (no broadcast of the
+        dynamic token count, which an exported graph would freeze at its first call's shape)."""
+        num, inter, hidden = self.experts.gate_proj.shape
+        mid = self.act(F.linear(h, self.experts.gate_proj.reshape(-1, hidden))) * \
+            F.linear(h, self.experts.up_proj.reshape(-1, hidden))  # [T, E*I]
+        w = (ops.one_hot(ids, num, ops.ones((), ms.float32), ops.zeros((), ms.float32)) * weights[:, :, None]).sum(1)
+        mid = mid.reshape(h.shape[0], num, inter) * w.astype(mid.dtype)[..., None]  # [T, E, I]
+        return _bmm_t(mid.transpose(1, 0, 2), self.experts.down_proj).sum(0)  # [E, T, H] -> [T, H]

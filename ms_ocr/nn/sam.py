@@ -76,8 +76,11 @@ def window_partition(x, s):
     cut s x s windows [B * nW, s, s, C]."""
     b, h, w, c = x.shape
     ph, pw = (s - h % s) % s, (s - w % s) % s
-    if ph or pw:
-        x = ops.pad(x, (0, 0, 0, pw, 0, ph))
+    # zero blocks concatenated rather than ops.pad: PadV3 has no ONNX export in MindSpore
+    if ph:
+        x = ops.concat((x, ops.zeros((b, ph, w, c), x.dtype)), 1)
+    if pw:
+        x = ops.concat((x, ops.zeros((b, h + ph, pw, c), x.dtype)), 2)
     hp, wp = h + ph, w + pw
     return x.reshape(b, hp // s, s, wp // s, s, c).transpose(0, 1, 3, 2, 4, 5).reshape(-1, s, s, c)
 

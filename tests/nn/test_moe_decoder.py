@@ -1,18 +1,19 @@
 """DeepSeek MoE decoder (shared by DeepSeek-OCR v1 and v2) against transformers' DeepseekOcr2TextModel on a tiny
 config: per-expert checkpoint tensors stacked by the loader, prefill logits (host-dispatched experts) and
-cached decode steps (experts gathered in the graph)."""
+cached decode steps (experts gathered in the graph), the exported graphs' path with every expert."""
 
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from mindspore import Tensor, nn
 
 from ms_ocr.convert.loader import load_weights
 from ms_ocr.convert.table import RenameTable
 from ms_ocr.models.base import VLMCell
 from ms_ocr.nn import CausalDecoder, MultiAxisRotary
-from ms_ocr.nn.moe import MoE
+from ms_ocr.nn.moe import MoE, route
 from ms_ocr.runtime import Buckets, Prepared, VLMRuntime
 from tests.helpers.parity import randomize_, rel_err
 
@@ -91,3 +92,27 @@ def test_prefill_and_cached_decode_match_reference(setup):
         step = rt.decode(int(tok), s + i, 0, 1).asnumpy()[0]
         assert rel_err(step, want[s + i]) < 1e-4, f"decode step {i}"
         assert np.argmax(step) == np.argmax(want[s + i])
+
+
+class _DenseMoE(nn.Cell):
+    def __init__(self, moe):
+        super().__init__()
+        self.moe = moe
+
+    def construct(self, h):
+        weights, ids = route(h, self.moe.gate.weight, self.moe.top_k, self.moe.scaling)
+        return self.moe.dense_experts(h, weights, ids) + self.moe.shared_experts(h)
+
+
+def test_dense_expert_path_matches_reference(setup):
+    """The exported graphs' MoE path (every expert on every token, unselected ones weighted 0) for prompt-sized
+    and decode-sized token counts."""
+    ref, _, rt, _ = setup
+    for i in (1, 2):
+        dense = _DenseMoE(rt.model.model.layers[i].mlp)
+        for t in (23, 1):
+            x = np.random.default_rng(t).standard_normal((t, TEXT["hidden_size"])).astype(np.float32)
+            with torch.no_grad():
+                want = ref.layers[i].mlp(torch.tensor(x)[None])[0].numpy()
+            got = dense(Tensor(x)).asnumpy()
+            assert rel_err(got, want) < 1e-5, (i, t)

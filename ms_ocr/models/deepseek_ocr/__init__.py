@@ -67,12 +67,20 @@ def build(cfg):
     return DeepseekOCRModel(cfg)
 
 
+def host_side(model_dir, mode="gundam"):
+    """What runs outside the graphs: config, processor, per-image vision inputs, output handling (also for
+    MindIR serving)."""
+    cfg = config_from_dir(model_dir)
+    return {"cfg": cfg, "processor": DeepseekOCRProcessor.from_pretrained(model_dir, cfg, mode),
+            "vision_inputs": lambda out: vision_inputs(cfg, out), "postprocess": postprocess}
+
+
 def load(model_dir, target="CPU", dtype="auto", buckets=None, mode="gundam"):
     t0 = time.perf_counter()
-    cfg = config_from_dir(model_dir)
-    processor = DeepseekOCRProcessor.from_pretrained(model_dir, cfg, mode)
-    return load_pipeline("deepseek-ocr", model_dir, cfg, processor, build(cfg), name_table(cfg),
-                         lambda out: vision_inputs(cfg, out), 1, t0, target, dtype, buckets, postprocess=postprocess)
+    host = host_side(model_dir, mode)
+    cfg = host["cfg"]
+    return load_pipeline("deepseek-ocr", model_dir, cfg, host["processor"], build(cfg), name_table(cfg),
+                         host["vision_inputs"], 1, t0, target, dtype, buckets, postprocess=postprocess)
 
 
-__all__ = ["load", "build", "config_from_dir", "name_table", "vision_inputs", "TASK_PROMPTS", "MODES", "BOX_TASKS"]
+__all__ = ["load", "host_side", "build", "config_from_dir", "name_table", "vision_inputs", "TASK_PROMPTS", "MODES", "BOX_TASKS"]

@@ -5,7 +5,7 @@ from mindspore import Tensor, nn, ops
 
 from ms_ocr.models.base import VLMCell
 from ms_ocr.models.deepseek_ocr.vision import DeepEncoderV1
-from ms_ocr.models.deepseek_ocr2.model import moe_decoder, run_views
+from ms_ocr.models.deepseek_ocr2.model import ViewExport, moe_decoder, run_views
 
 
 class _PostStep(nn.Cell):
@@ -19,7 +19,7 @@ class _PostStep(nn.Cell):
         return self.vision.post(sam_out, clip_pos_m)
 
 
-class DeepseekOCRModel(VLMCell):
+class DeepseekOCRModel(VLMCell, ViewExport):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.vision = DeepEncoderV1(cfg.sam, cfg.clip, cfg.text.hidden_size)
@@ -27,6 +27,10 @@ class DeepseekOCRModel(VLMCell):
 
     def vision_layers(self):
         return []
+
+    def view_args(self, pixels):
+        from ms_ocr.models.deepseek_ocr import view_args
+        return view_args(self.cfg, pixels)
 
     def encode_views(self, runtime, vision_inputs):
         """Per image: each view size (tiles as one batch, then the global view) through one compiled graph,
@@ -36,7 +40,6 @@ class DeepseekOCRModel(VLMCell):
             parts = [y.reshape(-1, y.shape[-1])
                      for y in run_views(runtime, self.vision, _PostStep, "deepseek_ocr_steps", item.embed)]
             dtype = parts[0].dtype
-            parts += [self.vision.image_newline.value()[None].astype(dtype),
-                      self.vision.view_seperator.value()[None].astype(dtype)]
+            parts.append(self.vision.extra_rows().astype(dtype))
             out.append(ops.gather(ops.concat(parts, 0), Tensor(item.head[0]), 0))
         return out[0] if len(out) == 1 else ops.concat(out, 0)

@@ -72,6 +72,10 @@ class DeepseekOCRProcessor:
         self.base, self.image, self.crop = round(base * self.scale), round(image * self.scale), crop
         self.threshold = round(640 * self.scale)
 
+    def view_sizes(self):
+        """The square view sides this mode produces (global view, tiles)."""
+        return sorted({self.base, self.image} if self.crop else {self.base})
+
     def views(self, img):
         """(tiles [n, 3, t, t] float32 or None, (w_t, h_t) or None, global [1, 3, B, B] float32)."""
         rgb = to_rgb(img)

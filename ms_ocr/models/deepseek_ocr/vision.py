@@ -121,6 +121,10 @@ class DeepEncoderV1(nn.Cell):
         self.image_newline = zeros_param((text_hidden,))
         self.view_seperator = zeros_param((text_hidden,))
 
+    def extra_rows(self):
+        """Rows an image's assembly index points at besides its view tokens: [image_newline, view_seperator]."""
+        return ops.stack((self.image_newline, self.view_seperator))
+
     def construct(self, pixels, pos_m, win_resize, win_index, glob_resize, glob_index, clip_pos_m):
         """One view size in one graph: pixels [n, 3, S, S] -> projected tokens [n, g, g, text_hidden]."""
         return self.post(self.sam_model(pixels, pos_m, win_resize, win_index, glob_resize, glob_index), clip_pos_m)

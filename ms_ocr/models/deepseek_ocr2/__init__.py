@@ -52,12 +52,19 @@ def build(cfg):
     return DeepseekOCR2Model(cfg)
 
 
+def host_side(model_dir):
+    """What runs outside the graphs: config, processor, per-image vision inputs (also for MindIR serving)."""
+    cfg = config_from_dir(model_dir)
+    return {"cfg": cfg, "processor": DeepseekOCR2Processor.from_pretrained(model_dir, cfg),
+            "vision_inputs": lambda out: vision_inputs(cfg, out)}
+
+
 def load(model_dir, target="CPU", dtype="auto", buckets=None):
     t0 = time.perf_counter()
-    cfg = config_from_dir(model_dir)
-    processor = DeepseekOCR2Processor.from_pretrained(model_dir, cfg)
-    return load_pipeline("deepseek-ocr2", model_dir, cfg, processor, build(cfg), name_table(cfg),
-                         lambda out: vision_inputs(cfg, out), 1, t0, target, dtype, buckets)
+    host = host_side(model_dir)
+    cfg = host["cfg"]
+    return load_pipeline("deepseek-ocr2", model_dir, cfg, host["processor"], build(cfg), name_table(cfg),
+                         host["vision_inputs"], 1, t0, target, dtype, buckets)
 
 
-__all__ = ["load", "build", "config_from_dir", "name_table", "vision_inputs", "TASK_PROMPTS"]
+__all__ = ["load", "host_side", "build", "config_from_dir", "name_table", "vision_inputs", "TASK_PROMPTS"]

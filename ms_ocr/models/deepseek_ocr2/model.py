@@ -84,7 +84,38 @@ def run_views(runtime, vision, post, name, views):
     return outs
 
 
-class DeepseekOCR2Model(VLMCell):
+class ViewStep(nn.Cell):
+    """One view size of a DeepEncoder in one graph (MindIR export): pixels [n, 3, S, S] and that size's tables
+    -> its image tokens [rows, text_hidden] (before assembly)."""
+
+    def __init__(self, vision):
+        super().__init__(auto_prefix=False)
+        self.vision = vision
+
+    def construct(self, *args):
+        y = self.vision(*args)
+        return y.reshape(-1, y.shape[-1])
+
+
+class AssembleStep(ViewStep):
+    """An image's view tokens [N, H] and the vision's extra rows (newline / separator vectors) in the host's
+    order: feats [N, H], index [M] into concat(feats, extra rows) -> [M, H]."""
+
+    def construct(self, feats, index):
+        return ops.gather(ops.concat((feats, self.vision.extra_rows().astype(feats.dtype)), 0), index, 0)
+
+
+class ViewExport:
+    """The MindIR export's vision graphs of a DeepEncoder model (ms_ocr/export.py)."""
+
+    def view_step(self):
+        return ViewStep(self.vision)
+
+    def assemble_step(self):
+        return AssembleStep(self.vision)
+
+
+class DeepseekOCR2Model(VLMCell, ViewExport):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.vision = DeepseekOCR2Vision(cfg.sam, cfg.encoder, cfg.text.hidden_size)
@@ -92,6 +123,10 @@ class DeepseekOCR2Model(VLMCell):
 
     def vision_layers(self):
         return []
+
+    def view_args(self, pixels):
+        from ms_ocr.models.deepseek_ocr2 import view_args
+        return view_args(self.cfg, pixels)
 
     def encode_views(self, runtime, vision_inputs):
         """Per image: its views (local tiles, then the global view), each size through one compiled graph,

@@ -92,6 +92,11 @@ class DeepseekOCR2Processor:
             x = normalize(x, self.s["image_mean"], self.s["image_std"])
         return np.asarray(x, np.float32)
 
+    def view_sizes(self):
+        """The square view sides these settings produce (global view, tiles)."""
+        tile = int(self.s["tile_size"])
+        return sorted({int(self.s["size"]["height"]), tile} if self.s["crop_to_patches"] else {tile})
+
     def views(self, img):
         """(tiles [n, 3, T, T] float32 or None, global [1, 3, G, G] float32)."""
         s = self.s

@@ -145,6 +145,10 @@ class DeepseekOCR2Vision(nn.Cell):
         self.projector = Projector(enc_cfg.hidden_size, text_hidden)
         self.view_seperator = zeros_param((text_hidden,))
 
+    def extra_rows(self):
+        """Rows an image's assembly may use besides its view tokens: [view_seperator]."""
+        return self.view_seperator[None]
+
     def post(self, x, pos, visible):
         """SAM output [n, g, g, C] -> projected query features [n * Q, text_hidden]."""
         n, g, _, c = x.shape
