@@ -11,6 +11,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, ops
 
+from ms_ocr.ops import backend
 from ms_ocr.processing.grid import bucket
 from ms_ocr.steps import (AllLogitsStep, AttentionChunkStep, CacheWriteStep, DecodeStep, DecoderAttentionPrefillStep,
                           DecoderPrefillLayerStep, DecoderQKNormPrefillLayerStep, ExpertStep, GatedMLPStep,
@@ -227,7 +228,11 @@ class VLMRuntime:
             if layer.moe:
                 x, h, k, v = self.compiler.call("prefill", self.attention_prefill_step, x, cos, sin,
                                                 *layer.weights(layer.weight_names))
-                x = x + self.moe_prefill(layer.mlp, h)
+                # Ascend: the MoE Cell's fused dispatch in a graph; elsewhere the host groups the experts' rows
+                if backend.FUSED:
+                    x = x + self.compiler.call("prefill", layer.mlp, h)
+                else:
+                    x = x + self.moe_prefill(layer.mlp, h)
             else:
                 x, k, v = self.compiler.call("prefill", self.prefill_layer_step, x, cos, sin,
                                              *layer.weights(layer.weight_names))

@@ -3,14 +3,17 @@ routed_scaling_factor) plus always-on shared experts (reference: transformers De
 
 Expert weights are stacked per layer (`experts.gate_proj` [E, I, H], `experts.up_proj` [E, I, H],
 `experts.down_proj` [E, H, I]; the loader stacks the checkpoint's per-expert tensors) so that a graph can
-index them. Two static-shape paths:
+index them. Paths:
+- Ascend (fused kernels): MoeTokenPermute, GroupedMatmul over the stacked weights, MoeTokenUnpermute, in
+  the graph for prefill and decode alike (ms_ocr/ops/moe.py; its composed fallback is what the tests check
+  the fused branch against).
+Elsewhere (composed, static shapes):
 - in graph (decode, a few tokens): gather the k selected experts' weights per token and run them as
   batched matmuls; reads only the selected experts (k/E of the expert weights).
 - prefill (hundreds of tokens): the router runs in a graph, the host groups the token-expert pairs by
   expert, and each used expert runs once over its rows padded to a bucket (`expert_rows`) through one shared
   graph with the expert's weights as inputs; the weighted results are summed on the host.
-A third, for one graph that serves any token count without the host (MindIR export, `dense = True`):
-every token runs through every expert, weighted by its routing weight (zero where not selected): E/k times
+- one graph that serves any token count without the host (the CPU MindIR export, `dense = True`): every token runs through every expert, weighted by its routing weight (zero where not selected): E/k times
 the routed FLOPs, and a decode step reads all experts instead of k. Measured on MindSpore 2.10 CPU, the
 cheaper forms do not survive export with a dynamic token count: a graph-side switch between the gather
 path and this one fails to load ("actor already exists"), and gathering the distinct selected experts
@@ -20,10 +23,11 @@ path and this one fails to load ("actor already exists"), and gathering the dist
 import mindspore as ms
 from mindspore import nn, ops
 
+from ms_ocr import ops as K
 from ms_ocr.nn import functional as F
 from ms_ocr.nn.layers import zeros_param
 from ms_ocr.nn.mlp import GatedMLP
-from ms_ocr.ops import get_activation
+from ms_ocr.ops import backend, get_activation
 
 _bmm_t = ops.BatchMatMul(transpose_b=True)
 
@@ -66,6 +70,8 @@ class MoE(nn.Cell):
         h = x.reshape(-1, shape[-1])
         t = h.shape[0]
         weights, ids = route(h, self.gate.weight, self.top_k, self.scaling)
+        if backend.FUSED:
+            return (self.routed_experts(h, weights, ids) + self.shared_experts(h)).reshape(shape)
         if self.dense:
             return (self.dense_experts(h, weights, ids) + self.shared_experts(h)).reshape(shape)
         flat = ids.reshape(-1)
@@ -77,6 +83,15 @@ class MoE(nn.Cell):
         y = _bmm_t(mid, dw).reshape(t, self.top_k, -1)  # [T*k, 1, H]
         y = (y * weights.astype(y.dtype)[..., None]).sum(1)
         return (y + self.shared_experts(h)).reshape(shape)
+
+    def routed_experts(self, h, weights, ids):
+        """h [T, H] through its selected experts by permute / grouped matmul / unpermute (ms_ocr/ops/moe.py):
+        the Ascend path for any token count, in one graph."""
+        permuted, rows = K.token_permute(h, ids)
+        ends = K.expert_ends(ids, self.experts.gate_proj.shape[0])
+        mid = self.act(K.grouped_matmul(permuted, self.experts.gate_proj, ends)) * \
+            K.grouped_matmul(permuted, self.experts.up_proj, ends)
+        return K.token_unpermute(K.grouped_matmul(mid, self.experts.down_proj, ends), rows, weights)
 
     def dense_experts(self, h, weights, ids):
         """h [T, H] through every expert, weighted per token (zero where not selected): [T, H].
