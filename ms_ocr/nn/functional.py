@@ -12,7 +12,6 @@ from mindspore import dtype as mstype
 from mindspore import ops
 
 from ms_ocr import ops as K
-from ms_ocr.ops import backend
 
 _mm = ops.MatMul(transpose_b=True)
 
@@ -27,11 +26,8 @@ def linear(x, w, b=None):
 
 
 def layer_norm(x, w, b, eps):
-    """LayerNorm over the last axis, two-pass statistics in x's dtype (fp32 here)."""
-    mean = ops.mean(x, -1, keep_dims=True)
-    xc = x - mean
-    var = ops.mean(xc * xc, -1, keep_dims=True)
-    return xc * backend.rsqrt(var + eps) * w + b
+    """LayerNorm over the last axis (kernel choice in ms_ocr/ops/norm.py)."""
+    return K.layer_norm(x, w, b, eps)
 
 
 def heads_first(x, n, heads, dim):

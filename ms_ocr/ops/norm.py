@@ -1,4 +1,5 @@
-"""RMSNorm kernel: Ascend fused RmsNorm or the composed T5-style norm."""
+"""Norm kernels: RMSNorm (Ascend fused RmsNorm or the composed T5-style norm) and LayerNorm (MindSpore's
+LayerNorm operator, or composed for ONNX export)."""
 
 import mindspore as ms
 from mindspore import ops
@@ -15,3 +16,15 @@ def rms_norm(x, weight, eps):
     var = ops.mean(xf * xf, -1, keep_dims=True)
     return weight * (xf * backend.rsqrt(var + eps)).astype(dtype)
 
+
+
+def layer_norm(x, weight, bias, eps):
+    """LayerNorm over the last axis. MindSpore's LayerNorm operator on every device (measured on a 3,996 x 1,152
+    fp32 activation on the CPU: 20 ms vs 36 ms composed, max |diff| to torch 1.76e-5 vs 1.79e-5 composed); the
+    composed two-pass form under `backend.portable()` (ONNX export)."""
+    if not backend.PORTABLE:
+        return ops.LayerNorm(-1, -1, eps)(x, weight, bias)[0]
+    mean = ops.mean(x, -1, keep_dims=True)
+    xc = x - mean
+    var = ops.mean(xc * xc, -1, keep_dims=True)
+    return xc * backend.rsqrt(var + eps) * weight + bias

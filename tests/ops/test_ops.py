@@ -161,6 +161,27 @@ def test_rms_norm_fallback_and_fused_branch(monkeypatch):
     assert np.abs(fused - want).max() < 1e-5
 
 
+def test_layer_norm_operator_and_portable_forms(monkeypatch):
+    real, made = ops.LayerNorm, []
+
+    def spy(*args):
+        made.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(norm_mod.ops, "LayerNorm", spy)
+    rng = np.random.default_rng(5)
+    # rows with large offsets: a one-pass variance would lose digits here
+    x = (rng.standard_normal((7, 48)) * 3 + rng.standard_normal((7, 1)) * 50).astype(np.float32)
+    w, b = rng.standard_normal(48).astype(np.float32), rng.standard_normal(48).astype(np.float32)
+    xd = x.astype(np.float64)
+    want = (xd - xd.mean(-1, keepdims=True)) / np.sqrt(xd.var(-1, keepdims=True) + 1e-6) * w + b
+    got = K.layer_norm(Tensor(x), Tensor(w), Tensor(b), 1e-6).asnumpy()
+    assert np.abs(got - want).max() < 1e-4 and made == [(-1, -1, 1e-6)]  # the operator, over the last axis
+    with backend.portable():
+        portable = K.layer_norm(Tensor(x), Tensor(w), Tensor(b), 1e-6).asnumpy()
+    assert np.abs(portable - want).max() < 1e-4 and len(made) == 1  # composed: no operator for ONNX
+
+
 def test_activations_match_formulas():
     x = np.concatenate([np.linspace(-8, 8, 2001), [-40.0, -12.0, -1e-6, 0.0, 1e-6, 12.0, 40.0]]).astype(np.float32)
     from math import erf, pi, sqrt, tanh
