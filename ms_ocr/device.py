@@ -1,5 +1,7 @@
 """MindSpore context set-up: device choice, execution mode, threads, kernel family."""
 
+import contextlib
+
 import mindspore as ms
 
 from ms_ocr import ops
@@ -34,6 +36,18 @@ def setup(device="auto", threads=None):
         ms.set_context(runtime_num_threads=threads)
     ops.configure(target)
     return target
+
+
+@contextlib.contextmanager
+def eager():
+    """Run MindSpore ops eagerly (PyNative) inside the block, then return to the previous execution mode.
+    Graphs compiled before keep serving after it."""
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        yield
+    finally:
+        ms.set_context(mode=mode)
 
 
 def resolve_dtype(dtype, target, checkpoint_tags):

@@ -61,10 +61,10 @@ class DocumentPipeline:
 
     @classmethod
     def load(cls, recognizer="paddleocr-vl", model_path=None, layout_path=None, device="auto", dtype="auto",
-             threads=None, max_new_tokens=4096, sampling=None, **options):
+             threads=None, max_new_tokens=4096, sampling=None, layout_mode="graph", **options):
         """Load the layout model and the recogniser (weights located as the command line does). `sampling`: a
         SamplingConfig or a function (package, vlm) -> SamplingConfig; default greedy with the recogniser's
-        n-gram blocking. `options`: the constructor's."""
+        n-gram blocking. `layout_mode`: LayoutDetector's ("graph" or "eager"). `options`: the constructor's."""
         from types import SimpleNamespace
         from ms_ocr.device import setup
         from ms_ocr.infer import sampling_config
@@ -75,7 +75,7 @@ class DocumentPipeline:
         model_dir = locate(recognizer, model_path)
         target = setup(device, threads)
         package = model_package(recognizer)
-        layout = LayoutDetector(layout_dir)
+        layout = LayoutDetector(layout_dir, mode=layout_mode)
         vlm = package.load(model_dir, target, dtype)
         if sampling is None:
             defaults = SimpleNamespace(max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0, top_k=0,

@@ -54,3 +54,21 @@ def test_detect_matches_reference(layout_detector, size, monkeypatch):
         clipped = np.clip(box.numpy(), 0, [w, h, w, h])
         np.testing.assert_allclose(b.box, clipped, atol=1e-3 * max(w, h))
     assert [b.order for b in got] == sorted(b.order for b in got)
+
+
+def test_eager_mode_gives_the_graph_outputs(layout_detector, layout_dir):
+    """`mode="eager"` (op by op, no compiled pool) computes the same outputs and leaves graph mode on."""
+    import mindspore as ms
+    from ms_ocr.models.pp_doclayout_v2 import LayoutDetector
+    from ms_ocr.models.pp_doclayout_v2.processor import preprocess
+    eager = LayoutDetector(layout_dir, mode="eager")
+    pixels = preprocess(_page(612, 792), eager.pcfg)
+    want = layout_detector.raw(pixels)
+    got = eager.raw(pixels)
+    assert ms.get_context("mode") == ms.GRAPH_MODE
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    assert want[3].sum() > 0  # some queries kept, so the order logits compare real boxes
+    with pytest.raises(ValueError, match="unknown layout mode"):
+        LayoutDetector(layout_dir, mode="fast")

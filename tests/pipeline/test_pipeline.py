@@ -160,12 +160,13 @@ def test_cli_image(tiny_dir, layout_dir, layout_detector, vlm, tmp_path, monkeyp
     from ms_ocr.pipeline import layout_filter
     calls = []
     monkeypatch.setattr(paddleocr_vl, "load", lambda *a: calls.append(a) or vlm)
-    monkeypatch.setattr(pp_doclayout_v2, "LayoutDetector", lambda path: calls.append(path) or layout_detector)
+    monkeypatch.setattr(pp_doclayout_v2, "LayoutDetector",
+                        lambda path, mode: calls.append((path, mode)) or layout_detector)
     page = tmp_path / "page.png"
     draw_page().save(page)
     out = tmp_path / "out"
     assert _cli("--image", page, "--out", out, "--model-path", tiny_dir, "--layout-model-path", layout_dir,
-                "--max-new-tokens", 3, "--max-batch-size", 16, "--device", "cpu") == 0
+                "--max-new-tokens", 3, "--max-batch-size", 16, "--device", "cpu", "--layout-mode", "eager") == 0
     assert sorted(p for p in os.listdir(out) if not os.path.isdir(out / p)) == ["page.json", "page.md",
                                                                                "page_layout.png"]
     record = json.loads((out / "page.json").read_text())
@@ -180,7 +181,7 @@ def test_cli_image(tiny_dir, layout_dir, layout_detector, vlm, tmp_path, monkeyp
         if "image" in b:
             assert os.path.isfile(out / b["image"])
     assert set(record["timings"]) >= {"layout_ms", "filter_ms", "crops_ms", "total_ms"}
-    assert calls == [layout_dir, (tiny_dir, "CPU", "auto")]
+    assert calls == [(layout_dir, "eager"), (tiny_dir, "CPU", "auto")]
     # a second run keeps the finished page
     before = (out / "page.json").stat().st_mtime_ns
     assert _cli("--image", page, "--out", out, "--model-path", tiny_dir, "--layout-model-path", layout_dir) == 0

@@ -152,7 +152,7 @@ class Detector(nn.Cell):
         out_mem = self.enc_output[1](self.enc_output[0](memory))
         scores = self.enc_score_head(out_mem)
         coords = self.enc_bbox_head(out_mem) + anchor_logits
-        _, idx = ops.topk(scores.max(-1), self.num_queries)  # [B, Q]
+        _, idx = ops.topk(ops.amax(scores, -1), self.num_queries)  # [B, Q]
         gather_idx = (idx + (ops.arange(b, dtype=idx.dtype) * memory.shape[1])[:, None]).reshape(-1)
         ref = ops.gather(coords.reshape(-1, 4), gather_idx, 0).reshape(b, self.num_queries, 4)
         target = ops.gather(out_mem.reshape(-1, c), gather_idx, 0).reshape(b, self.num_queries, c)
