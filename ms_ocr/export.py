@@ -10,6 +10,9 @@ Graphs per model, weights baked in:
                  cache positions [B, S], slot_ids [T], last index [B] -> logits [B, V]. S and M are dynamic, so
                  the same graph runs the prefill (S = prompt length) and every decode step (S = 1). MoE layers
                  run every expert on every token (ms_ocr/nn/moe.py `dense`): no dispatch is left to the host.
+The KV cache is a Parameter of text.mindir updated in place (scatter_update): measured here, a GraphCell loaded
+from MindIR keeps in-place Parameter updates across calls, so no cache copy per step; since prefill and decode
+must share that cache they are one graph (two MindIR files cannot share a Parameter). The cache size (B
 sequences x T positions) is fixed at export (--batch, --slots).
 """
 
@@ -24,7 +27,7 @@ from mindspore import ParameterTuple, Tensor, nn, ops
 
 from ms_ocr import ops as K
 from ms_ocr.nn import functional as F
-from ms_ocr.runtime import RequestTooLong
+from ms_ocr.runtime import RequestTooLong, host_tensor
 from ms_ocr.steps import merge_image_features
 
 FORMAT_VERSION = 2  # 2: meta["vision"] (kind of vision graphs); 1 = ViT kind
@@ -123,6 +126,16 @@ def _export_view_vision(pipe, out_dir):
     return {"kind": "views", "sizes": sizes, "extra_rows": extra}
 
 
+def _vision_kind(pipe):
+    """"vit" (one VisionGraph over the layer stack) or "views" (the model's per-view graphs); ExportError else."""
+    model = pipe.runtime.model
+    if model.vision_layers():
+        return "vit"
+    if hasattr(model, "view_step"):
+        return "views"
+    raise ExportError(f"{pipe.name}'s vision tower has no export graph yet")
+
+
 def _moe_layers(model):
     return [layer.mlp for layer in model.text_layers() if layer.moe]
 
@@ -132,12 +145,11 @@ def export_pipeline(pipe, out_dir, slots, batch=1):
     rt, model = pipe.runtime, pipe.runtime.model
     if slots > rt.max_positions:
         raise ExportError(f"--slots {slots} exceeds the model's max_position_embeddings ({rt.max_positions})")
-    if not model.vision_layers() and not hasattr(model, "view_step"):
-        raise ExportError(f"{pipe.name}'s vision tower has no export graph yet")
+    kind = _vision_kind(pipe)
     os.makedirs(out_dir, exist_ok=True)
     timings = {}
     t0 = time.perf_counter()
-    vision = _export_vit_vision(pipe, out_dir) if model.vision_layers() else _export_view_vision(pipe, out_dir)
+    vision = (_export_vit_vision if kind == "vit" else _export_view_vision)(pipe, out_dir)
     timings["vision_s"] = time.perf_counter() - t0
     # text: cache sized (batch, slots), dynamic S and image-token count
     rt.reset_cache(batch, slots)
@@ -205,14 +217,7 @@ class MindIRRuntime:
         self.slot_ids = Tensor(np.arange(self.slots, dtype=np.int32))
         self._dummy = Tensor(np.zeros((1, meta["hidden_size"]), np.float32))
 
-    @staticmethod
-    def tensor(array):
-        array = np.asarray(array)
-        if array.dtype == np.bool_:
-            return Tensor(array)
-        if np.issubdtype(array.dtype, np.floating):
-            return Tensor(array.astype(np.float32))
-        return Tensor(array.astype(np.int32))
+    tensor = staticmethod(host_tensor)  # the graphs are exported in fp32
 
     def encode_images(self, vision_inputs):
         if self.vision_meta["kind"] == "views":
@@ -294,16 +299,11 @@ def export_vision_onnx(pipe, image, path):
         raise ExportError("expected one image")
     item = prep.vision_inputs[0]
     model = pipe.runtime.model
-    arrays = [np.asarray(a) for a in (item.embed[-1] if not model.vision_layers() else
-                                      list(item.embed) + list(item.head))]
+    vit = _vision_kind(pipe) == "vit"
+    arrays = [np.asarray(a) for a in (list(item.embed) + list(item.head) if vit else item.embed[-1])]
     args = [pipe.runtime.tensor(a) for a in arrays]
     with backend.portable():
-        if model.vision_layers():
-            graph = VisionGraph(model, len(item.embed))
-        elif hasattr(model, "view_step"):
-            graph = model.view_step()
-        else:
-            raise ExportError(f"{pipe.name}'s vision tower has no export graph yet")
+        graph = VisionGraph(model, len(item.embed)) if vit else model.view_step()
         want = graph(*args).asnumpy()
         ms.export(graph, *args, file_name=os.path.splitext(path)[0], file_format="ONNX")
     return [a.asnumpy() for a in args], want

@@ -28,6 +28,16 @@ EXPERT_ROWS = 32
 PREFILL_ATTENTION_CHUNK = 256
 
 
+def host_tensor(array, float_dtype=ms.float32):
+    """Host array -> Tensor: floats in `float_dtype`, integers as int32, booleans as they are."""
+    array = np.asarray(array)
+    if array.dtype == np.bool_:
+        return Tensor(array)
+    if np.issubdtype(array.dtype, np.floating):
+        return Tensor(array.astype(np.float32), float_dtype)
+    return Tensor(array.astype(np.int32))
+
+
 class RequestTooLong(ValueError):
     pass
 
@@ -104,13 +114,7 @@ class VLMRuntime:
 
     # ---- vision -------------------------------------------------------------------------------
     def tensor(self, array):
-        """Host array -> Tensor: floats in the compute dtype, integers as int32, booleans as they are."""
-        array = np.asarray(array)
-        if array.dtype == np.bool_:
-            return Tensor(array)
-        if np.issubdtype(array.dtype, np.floating):
-            return Tensor(array.astype(np.float32), self.compute_dtype)
-        return Tensor(array.astype(np.int32))
+        return host_tensor(array, self.compute_dtype)
 
     def encode_images(self, vision_inputs):
         """One request's per-image VisionInputs -> its image tokens Tensor [M, H] (kept on device)."""

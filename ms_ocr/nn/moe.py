@@ -13,11 +13,12 @@ Elsewhere (composed, static shapes):
 - prefill (hundreds of tokens): the router runs in a graph, the host groups the token-expert pairs by
   expert, and each used expert runs once over its rows padded to a bucket (`expert_rows`) through one shared
   graph with the expert's weights as inputs; the weighted results are summed on the host.
-- one graph that serves any token count without the host (the CPU MindIR export, `dense = True`): every token runs through every expert, weighted by its routing weight (zero where not selected): E/k times
-the routed FLOPs, and a decode step reads all experts instead of k. Measured on MindSpore 2.10 CPU, the
-cheaper forms do not survive export with a dynamic token count: a graph-side switch between the gather
-path and this one fails to load ("actor already exists"), and gathering the distinct selected experts
-(ops.unique) keeps the first call's shapes on later calls.
+- one graph that serves any token count without the host (the CPU MindIR export, `dense = True`): every
+  token runs through every expert, weighted by its routing weight (zero where not selected): E/k times the
+  routed FLOPs, and a decode step reads all experts instead of k. Measured on MindSpore 2.10 CPU, the
+  cheaper forms do not survive export with a dynamic token count: a graph-side switch between the gather
+  path and this one fails to load ("actor already exists"), and gathering the distinct selected experts
+  (ops.unique) keeps the first call's shapes on later calls.
 """
 
 import mindspore as ms

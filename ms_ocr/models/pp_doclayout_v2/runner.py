@@ -1,6 +1,7 @@
-"""Layout analysis of one page: preprocess -> the compiled PP-DocLayoutV2 graph -> labelled boxes in page pixels,
-sorted by reading order."""
+"""Layout analysis of one page: preprocess -> PP-DocLayoutV2 (one compiled graph, or eager) -> labelled boxes in
+page pixels, sorted by reading order."""
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -72,15 +73,11 @@ class LayoutDetector:
 
     def raw(self, pixel_values):
         """The graph's outputs for [1, 3, H, W] pixels: logits, boxes (cx, cy, w, h), order logits, kept mask."""
+        from ms_ocr.device import eager
         t0 = time.perf_counter()
-        if self.mode == "eager":
-            from ms_ocr.device import eager
-            with eager():
-                out = tuple(o.asnumpy() for o in self.net(self._ms.Tensor(pixel_values), *self._host))
-            return out
-        out = self.net(self._ms.Tensor(pixel_values), *self._host)
-        out = tuple(o.asnumpy() for o in out)
-        if not self._compiled:  # the first call compiles the graph: kept apart from the timings
+        with eager() if self.mode == "eager" else contextlib.nullcontext():
+            out = tuple(o.asnumpy() for o in self.net(self._ms.Tensor(pixel_values), *self._host))
+        if self.mode == "graph" and not self._compiled:  # the first call compiles the graph: kept apart from the timings
             self.compile_seconds = self._pending_compile = time.perf_counter() - t0
             self._compiled = True
         return out
