@@ -129,6 +129,23 @@ def test_rope_fallback_and_fused_branch(monkeypatch):
     assert np.abs(fused - want).max() < 1e-6
 
 
+@pytest.mark.parametrize("paired", [True, False])
+def test_rope_short_sequence_form_is_bit_identical(paired):
+    # decode-shaped input (one position per sequence) takes the swap-halves + signed-sin form; it must give
+    # exactly the bits of the long-sequence forms (same products, negation moved onto the table)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 4, 1, 8)).astype(np.float32)
+    ang = rng.standard_normal((2, 1, 1, 4 if paired else 8)).astype(np.float32)
+    ang = np.concatenate([ang, ang], -1) if paired else ang
+    cos, sin = np.cos(ang), np.sin(ang)
+    short = K.apply_rope(Tensor(x), Tensor(cos), Tensor(sin), paired).asnumpy()
+    long_x = np.concatenate([x] * (rope_mod.SHORT_SEQ + 1), 2)
+    long_t = [np.concatenate([t] * (rope_mod.SHORT_SEQ + 1), 2) for t in (cos, sin)]
+    long = K.apply_rope(Tensor(long_x), Tensor(long_t[0]), Tensor(long_t[1]), paired).asnumpy()[:, :, :1]
+    assert np.array_equal(short, long)
+    assert np.abs(short - np_rope(x, cos, sin)).max() < 1e-6
+
+
 def test_rope_unpaired_tables_use_the_general_formula():
     # XD-RoPE tables: the two halves of a rotation pair carry different angles.
     rng = np.random.default_rng(5)
