@@ -53,25 +53,17 @@ class ViTAttentionInNoRopeStep(nn.Cell):
         return F.vit_attention_in(x, None, None, (ln1w, ln1b, qw, qb, kw, kb, vw, vb), self.heads, self.eps)
 
 
-class AttentionChunkStep(nn.Cell):
-    """Bidirectional attention of a block of query rows over all keys: q [1, H, n, D], k/v [1, H, N, D]."""
+class ViTBlockStep(nn.Cell):
+    """The rest of any ViT layer for a block of query rows: their attention over all keys, then the out
+    projection + residual + MLP. q [1, H, n, D], k/v [1, H, N, D], x [n, C] the block's input rows; weights in
+    F.VIT_OUT_ROLES order."""
 
-    def __init__(self, scale):
+    def __init__(self, scale, eps, act):
         super().__init__()
-        self.scale = scale
+        self.scale, self.eps, self.act = scale, eps, act
 
-    def construct(self, q, k, v):
-        return K.attention(q, k, v, None, self.scale)
-
-
-class ViTOutStep(nn.Cell):
-    """Any ViT layer's out projection + residual + MLP; weights in F.VIT_OUT_ROLES order."""
-
-    def __init__(self, eps, act):
-        super().__init__()
-        self.eps, self.act = eps, act
-
-    def construct(self, x, attn, ow, ob, ln2w, ln2b, f1w, f1b, f2w, f2b):
+    def construct(self, q, k, v, x, ow, ob, ln2w, ln2b, f1w, f1b, f2w, f2b):
+        attn = K.attention(q, k, v, None, self.scale)
         return F.vit_out_mlp(x, attn, (ow, ob, ln2w, ln2b, f1w, f1b, f2w, f2b), self.eps, self.act)
 
 
