@@ -2,13 +2,16 @@
 
 import mindspore as ms
 from mindspore import ops
+from mindspore.ops import functional as F
 
 from ms_ocr.ops import backend
 
 # Up to this many positions per sequence (decode steps) the composed rope swaps halves with one Gather and
 # multiplies by a sign-folded sin table: 4 ops per tensor instead of 9. Decode is dominated by per-op dispatch
 # (~15-20 us per op on the CPU runtime, measured with MindSpore's profiler on the PaddleOCR-VL decode step), so
-# op count matters there; long sequences keep the half-width form, which moves less memory.
+# op count matters there; long sequences keep the half-width form, which moves less memory. A graph compiled for
+# a dynamic length (MindIR export) always takes the long form: a shape-dependent branch there becomes control
+# flow, which MindSpore's export path fails on.
 SHORT_SEQ = 4
 
 
@@ -27,7 +30,8 @@ def apply_rope(x, cos, sin, paired=True):
     """
     if backend.FUSED:
         return ops.rotary_position_embedding(x, cos.astype(x.dtype), sin.astype(x.dtype), mode=0)
-    if x.shape[-2] <= SHORT_SEQ:
+    seq = x.shape[-2]
+    if F.isconstant(seq) and seq <= SHORT_SEQ:  # decided at compile time: a dynamic length takes the long form
         return x * cos + swap_halves(x) * signed_sin(sin)
     if not paired:
         return x * cos + rotate_half(x) * sin
