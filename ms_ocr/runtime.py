@@ -218,8 +218,8 @@ class VLMRuntime:
         keys and values are gathered) the block's attention over them, out projection and MLP. A block's
         activations stay small (at 512 rows the MLP's [rows, 4C] temporaries fit the CPU's cache) and no
         attention output is concatenated. Measured on PaddleOCR-VL at 3,996 patches against attention
-        chunks between whole-image norm/projection and MLP graphs: vision 59.8 -> 51.2 s, peak RSS 5.84 ->
-        5.49 GB with features bit-identical (row blocks for the MLP alone)."""
+        chunks between whole-image norm/projection and MLP graphs: vision 59.8 -> 50.6 s, peak RSS at vision
+        5.84 -> 4.99 GB, features bit-identical."""
         in_weights, out_weights = layer.weights(layer.attn_in_names), layer.weights(layer.out_names)
         parts = []
         for image in blocks:
