@@ -128,7 +128,11 @@ def causal_block_attention(q, k, v, block, scale):
         rows = ops.arange(start, end, dtype=mstype.int32)
         cols = ops.arange(0, end, dtype=mstype.int32)
         visible = (cols[None, :] <= rows[:, None])[None, None]
-        outs.append(K.attention(q[:, :, start:end], k[:, :, :end], v[:, :, :end], K.attention_mask(visible), scale))
+        # the last block takes k and v whole: MindSpore's CPU StridedSlice is slow on a slice that spans the
+        # whole axis (~17 ms for a [1, 8, 822, 128] key tensor vs ~0.1 ms for a part of it)
+        kk, vv = (k, v) if end == s else (k[:, :, :end], v[:, :, :end])
+        qq = q if (start, end) == (0, s) else q[:, :, start:end]
+        outs.append(K.attention(qq, kk, vv, K.attention_mask(visible), scale))
     return outs[0] if len(outs) == 1 else ops.concat(outs, 2)
 
 
