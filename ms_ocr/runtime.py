@@ -12,6 +12,7 @@ import mindspore as ms
 from mindspore import Tensor, ops
 from mindspore.nn import cell as _cell_module
 
+from ms_ocr.nn.functional import rows
 from ms_ocr.ops import backend
 from ms_ocr.processing.grid import bucket
 from ms_ocr.steps import (AllLogitsStep, CacheWriteStep, DecodeStep, DecoderAttentionPrefillStep,
@@ -120,13 +121,6 @@ def _compiled_phase(cell, executor):
     return phase, tuple(cell._has_mutable_args_list or ()), tuple(getattr(cell, "sequence_modified", None) or ())
 
 
-def _rows(t, start, end, axis):
-    """Rows [start, end) of `t` along `axis` (0 or -2); `t` itself when that is all of them (no copy)."""
-    if start == 0 and end == t.shape[axis]:
-        return t
-    return t[start:end] if axis == 0 else t[..., start:end, :]
-
-
 class VLMRuntime:
     def __init__(self, model, max_positions, pad_id=0, compute_dtype=ms.float32, buckets=None):
         self.model = model
@@ -198,8 +192,8 @@ class VLMRuntime:
             x, rope = (out[0], tuple(out[1:])) if isinstance(out, tuple) else (out, ())
             n = x.shape[0]
             # blocks of query rows, each with its rows of the rope tables ([.., N, D])
-            blocks.append([(offset + s, offset + min(s + step, n), tuple(_rows(r, s, min(s + step, n), -2)
-                                                                         for r in rope)) for s in range(0, n, step)])
+            spans = [(s, min(s + step, n)) for s in range(0, n, step)]
+            blocks.append([(offset + s, offset + e, tuple(rows(r, s, e, -2) for r in rope)) for s, e in spans])
             xs.append(x)
             offset += n
         x = xs[0] if len(xs) == 1 else ops.concat(xs, 0)
@@ -223,11 +217,11 @@ class VLMRuntime:
         in_weights, out_weights = layer.weights(layer.attn_in_names), layer.weights(layer.out_names)
         parts = []
         for image in blocks:
-            qkv = [self.compiler.call("vision", self.vit_in_step, _rows(x, s, e, 0), *rope, *in_weights)
+            qkv = [self.compiler.call("vision", self.vit_in_step, rows(x, s, e, 0), *rope, *in_weights)
                    for s, e, rope in image]
             k = qkv[0][1] if len(qkv) == 1 else ops.concat([t[1] for t in qkv], 2)
             v = qkv[0][2] if len(qkv) == 1 else ops.concat([t[2] for t in qkv], 2)
-            parts += [self.compiler.call("vision", self.vit_block_step, q, k, v, _rows(x, s, e, 0), *out_weights)
+            parts += [self.compiler.call("vision", self.vit_block_step, q, k, v, rows(x, s, e, 0), *out_weights)
                       for (s, e, _), (q, _, _) in zip(image, qkv)]
         return parts[0] if len(parts) == 1 else ops.concat(parts, 0)
 

@@ -30,6 +30,15 @@ def layer_norm(x, w, b, eps):
     return K.layer_norm(x, w, b, eps)
 
 
+def rows(t, start, end, axis):
+    """Rows [start, end) of `t` along `axis` (0 or -2); `t` itself when that is all of them. MindSpore's CPU
+    StridedSlice is slow on a slice spanning a whole axis (~17 ms for a [1, 8, 822, 128] key tensor vs ~0.1 ms
+    for a part of it), and a whole range needs no copy anyway."""
+    if start == 0 and end == t.shape[axis]:
+        return t
+    return t[start:end] if axis == 0 else t[..., start:end, :]
+
+
 def heads_first(x, n, heads, dim):
     # [N, H*D] -> [1, H, N, D]
     return x.reshape(n, heads, dim).transpose(1, 0, 2)[None]
@@ -125,14 +134,11 @@ def causal_block_attention(q, k, v, block, scale):
     outs = []
     for start in range(0, s, block):
         end = min(start + block, s)
-        rows = ops.arange(start, end, dtype=mstype.int32)
-        cols = ops.arange(0, end, dtype=mstype.int32)
-        visible = (cols[None, :] <= rows[:, None])[None, None]
-        # the last block takes k and v whole: MindSpore's CPU StridedSlice is slow on a slice that spans the
-        # whole axis (~17 ms for a [1, 8, 822, 128] key tensor vs ~0.1 ms for a part of it)
-        kk, vv = (k, v) if end == s else (k[:, :, :end], v[:, :, :end])
-        qq = q if (start, end) == (0, s) else q[:, :, start:end]
-        outs.append(K.attention(qq, kk, vv, K.attention_mask(visible), scale))
+        query_pos = ops.arange(start, end, dtype=mstype.int32)
+        key_pos = ops.arange(0, end, dtype=mstype.int32)
+        visible = (key_pos[None, :] <= query_pos[:, None])[None, None]
+        outs.append(K.attention(rows(q, start, end, -2), rows(k, 0, end, -2), rows(v, 0, end, -2),
+                                K.attention_mask(visible), scale))
     return outs[0] if len(outs) == 1 else ops.concat(outs, 2)
 
 

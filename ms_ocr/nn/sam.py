@@ -330,11 +330,9 @@ class SamLayerwise:
                 continue
             q, k, v, rel_h, rel_w = call(self.global_in, x, glob_resize, glob_index, *blk.weights(SAM_ATTN_IN))
             n = q.shape[2]
-            if n <= self.chunk:  # no slice spanning a whole axis (a slow StridedSlice copy on the CPU)
-                parts = [call(self.attend, q, k, v, rel_h, rel_w)]
-            else:
-                parts = [call(self.attend, q[:, :, s:s + self.chunk], k, v, rel_h[:, :, s:s + self.chunk],
-                              rel_w[:, :, s:s + self.chunk]) for s in range(0, n, self.chunk)]
+            spans = [(s, min(s + self.chunk, n)) for s in range(0, n, self.chunk)]
+            parts = [call(self.attend, F.rows(q, s, e, -2), k, v, F.rows(rel_h, s, e, -2), F.rows(rel_w, s, e, -2))
+                     for s, e in spans]
             attn = parts[0] if len(parts) == 1 else ops.concat(parts, 2)
             x = call(self.global_out, x, attn, *blk.weights(SAM_OUT))
         return call(self.head_step, x)
