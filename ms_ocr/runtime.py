@@ -309,7 +309,9 @@ class VLMRuntime:
             rows[:len(tok)] = tok
             y = self.compiler.call("prefill", self.expert_step, h2, Tensor(rows),
                                    *[w[int(e)] for w in experts]).asnumpy()
-            np.add.at(out, tok, y[:len(tok)] * weights[tok, slot, None])
+            # a token picks an expert at most once, so `tok` has no repeats: a plain indexed add (np.add.at,
+            # the unbuffered form, took 0.9 s of a 9.6 s DeepSeek-OCR-2 prefill) does the same additions
+            out[tok] += y[:len(tok)] * weights[tok, slot, None]
         shared = moe.shared_experts
         y = self.compiler.call("prefill", self.shared_mlp_step, h2, shared.gate_proj.weight.value(),
                                shared.up_proj.weight.value(), shared.down_proj.weight.value())
