@@ -15,10 +15,11 @@ from mindspore.nn import cell as _cell_module
 from ms_ocr.nn.functional import rows
 from ms_ocr.ops import backend
 from ms_ocr.processing.grid import bucket
-from ms_ocr.steps import (AllLogitsStep, CacheWriteStep, DecodeStep, DecoderAttentionPrefillStep,
-                          DecoderPrefillLayerStep, DecoderQKNormPrefillLayerStep, ExpertStep, GatedMLPStep,
-                          LastLogitsStep, PrefillPrepStep, RouterStep, VisionEmbedStep, VisionHeadStep,
-                          ViTAttentionInNoRopeStep, ViTAttentionInStep, ViTBlockStep)
+from ms_ocr.steps import (AllLogitsStep, CacheWriteStep, DecodeHeadStep, DecodePrepStep, DecodeStep,
+                          DecoderAttentionPrefillStep, DecoderPrefillLayerStep, DecoderQKNormPrefillLayerStep,
+                          ExpertsDecodeStep, ExpertStep, GatedMLPStep, LastLogitsStep, LayerDecodeStep,
+                          PrefillPrepStep, RouterStep, VisionEmbedStep, VisionHeadStep, ViTAttentionInNoRopeStep,
+                          ViTAttentionInStep, ViTBlockStep)
 
 # Query rows per vision block call (attention + out projection + MLP of those rows): scores [H, 512, N]
 # instead of [H, N, N] (0.8 GB instead of 2.5 GB at 4k patches) and MLP temporaries that fit the cache.
@@ -147,6 +148,16 @@ class VLMRuntime:
         self.expert_step = ExpertStep(tspec["act"])
         self.shared_mlp_step = GatedMLPStep(tspec["act"])
         self._router_steps = {}
+        moe = [layer.mlp for layer in model.text_layers() if layer.moe]
+        # MoE decode off Ascend, one sequence: layer by layer with the experts routed on the host (see the
+        # note above DecodePrepStep); batched decode and the fused (Ascend) kernels keep the whole-model graph
+        self.host_moe_decode = bool(moe) and not backend.FUSED
+        if self.host_moe_decode:
+            self.decode_prep_step = DecodePrepStep(model)
+            self.layer_decode_steps = [LayerDecodeStep(layer) for layer in model.text_layers()]
+            self.experts_decode_step = ExpertsDecodeStep(tspec["act"], moe[0].top_k)
+            self.decode_head_step = DecodeHeadStep(model)
+            self._expert_views = {}
         self.compiler = CompileTimer()
 
     # ---- vision -------------------------------------------------------------------------------
@@ -366,6 +377,38 @@ class VLMRuntime:
         pos = np.broadcast_to((cache_pos + np.asarray(rope_delta, np.int32))[None, :, None],
                               (num_axes, len(tokens), 1))
         slots = self.model.text_layers()[0].self_attn.k_cache.shape[0] // (len(tokens) * self.model.num_kv_heads)
-        return self.compiler.call("decode", self.decode_step, Tensor(np.asarray(tokens, np.int32)[:, None]),
-                                  Tensor(np.ascontiguousarray(pos)), Tensor(cache_pos[:, None]),
-                                  Tensor(np.arange(slots, dtype=np.int32)))
+        args = (Tensor(np.asarray(tokens, np.int32)[:, None]), Tensor(np.ascontiguousarray(pos)),
+                Tensor(cache_pos[:, None]), Tensor(np.arange(slots, dtype=np.int32)))
+        if self.host_moe_decode and len(tokens) == 1 and not any(getattr(layer.mlp, "dense", False)
+                                                                 for layer in self.model.text_layers()):
+            return self._decode_host_moe(*args)
+        return self.compiler.call("decode", self.decode_step, *args)
+
+    def _decode_host_moe(self, *args):
+        """decode_batch for one sequence of an MoE model off Ascend: each layer's graph up to its router, then
+        the k selected experts (zero-copy views of the stacked weights) and shared experts in one graph."""
+        x, cos, sin, write_idx, mask = self.compiler.call("decode", self.decode_prep_step, *args)
+        for i, (layer, step) in enumerate(zip(self.model.text_layers(), self.layer_decode_steps)):
+            if not layer.moe:
+                x = self.compiler.call("decode", step, x, cos, sin, write_idx, mask)
+                continue
+            x, h, weights, ids = self.compiler.call("decode", step, x, cos, sin, write_idx, mask)
+            gates, ups, downs, shared = self.expert_views(i, layer.mlp)
+            chosen = [int(e) for e in ids.asnumpy()[0]]
+            x = self.compiler.call("decode", self.experts_decode_step, x, h, weights,
+                                   *[gates[e] for e in chosen], *[ups[e] for e in chosen],
+                                   *[downs[e] for e in chosen], *shared)
+        return self.compiler.call("decode", self.decode_head_step, x)
+
+    def expert_views(self, index, moe):
+        """Per-expert Tensors sharing memory with layer `index`'s stacked expert Parameters (no copy: a CPU
+        Parameter's asnumpy() is its own buffer, and Tensor.from_numpy keeps it), plus the shared experts'
+        weights. Built on first use."""
+        if index not in self._expert_views:
+            stacks = [p.asnumpy() for p in (moe.experts.gate_proj, moe.experts.up_proj, moe.experts.down_proj)]
+            views = [[Tensor.from_numpy(a[e]) for e in range(a.shape[0])] for a in stacks]
+            shared = moe.shared_experts
+            views.append((shared.gate_proj.weight.value(), shared.up_proj.weight.value(),
+                          shared.down_proj.weight.value()))
+            self._expert_views[index] = views
+        return self._expert_views[index]

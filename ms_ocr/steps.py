@@ -17,6 +17,7 @@ from mindspore import ParameterTuple, nn, ops
 
 from ms_ocr import ops as K
 from ms_ocr.nn import functional as F
+from ms_ocr.nn.attention import cache_write_index, causal_cache_mask
 from ms_ocr.nn.moe import route
 
 
@@ -207,3 +208,66 @@ class DecodeStep(_Wrap):
     def construct(self, input_ids, pos, cache_pos, slot_ids):
         h = self.model.text(self.model.embed(input_ids), pos, cache_pos, slot_ids)
         return self.model.logits(self.model.final_norm(h[:, 0]))
+
+
+# ---- decode with host-routed experts (MoE models off Ascend, one sequence) ---------------------------------
+# The whole-model DecodeStep gathers each token's k experts' weights in the graph (MoE.construct): on CPU
+# that gather copies ~83 MB per DeepSeek layer per token, and the copies plus the products over them took 143
+# of 250 ms per token (profiler). Routed on the host instead, the selected experts' weights go into a graph
+# as zero-copy views of the stacked Parameters, and the products read them in place.
+
+class DecodePrepStep(_Wrap):
+    """Embedding, rope tables, cache write rows and mask of one decode step (DecodeStep's inputs)."""
+
+    def construct(self, input_ids, pos, cache_pos, slot_ids):
+        cos, sin = self.model.text_rotary(pos)
+        write_idx = cache_write_index(cache_pos, self.model.num_kv_heads, slot_ids.shape[0])
+        return self.model.embed(input_ids), cos, sin, write_idx, causal_cache_mask(cache_pos, slot_ids)
+
+
+class LayerDecodeStep(nn.Cell):
+    """One decoder layer's cached step up to its router (an MoE layer: residual stream x, normed h [B, 1, H],
+    routing weights and expert ids [B, k]), or the whole layer (dense: x). One graph per layer: it owns the
+    layer's KV cache Parameters, which it updates in place."""
+
+    def __init__(self, layer):
+        super().__init__(auto_prefix=False)
+        self.layer = layer
+        self.moe = layer.moe
+
+    def construct(self, x, cos, sin, write_idx, mask):
+        layer = self.layer
+        x = x + layer.self_attn(layer.input_layernorm(x), cos, sin, write_idx, mask)
+        h = layer.post_attention_layernorm(x)
+        if self.moe:
+            moe = layer.mlp
+            weights, ids = route(h.reshape(-1, h.shape[-1]), moe.gate.weight, moe.top_k, moe.scaling)
+            return x, h, weights, ids
+        return x + layer.mlp(h)
+
+
+class ExpertsDecodeStep(nn.Cell):
+    """x + the shared experts of h + sum_j weights[:, j] * expert_j(h) for k experts given as weight inputs:
+    h [1, 1, H], weights [1, k]; expert_weights = k gate, then k up, then k down projections, then the shared
+    experts' gate, up, down."""
+
+    def __init__(self, act, top_k):
+        super().__init__()
+        self.act, self.top_k = act, top_k
+
+    def construct(self, x, h, weights, *expert_weights):
+        k = self.top_k
+        hs = h.reshape(-1, h.shape[-1])
+        ys = [F.gated_mlp(hs, expert_weights[j], expert_weights[k + j], expert_weights[2 * k + j], self.act)
+              for j in range(k)]
+        y = (ops.stack(ys, 1) * weights.astype(hs.dtype)[..., None]).sum(1)  # [1, k, H] -> [1, H]
+        shared = F.gated_mlp(hs, expert_weights[3 * k], expert_weights[3 * k + 1], expert_weights[3 * k + 2],
+                             self.act)
+        return x + (y + shared).reshape(x.shape)
+
+
+class DecodeHeadStep(_Wrap):
+    """Final norm + head of a decode step's hidden states [B, 1, H] -> [B, V]."""
+
+    def construct(self, x):
+        return self.model.logits(self.model.final_norm(x[:, 0]))

@@ -61,6 +61,18 @@ def test_multimodal_prefill_and_decode_logits(pair):
     assert rel_err(rt.full_logits(prep, feats), want[:s]) < 1e-4
     last = rt.prefill(prep, feats, max_new_tokens=len(cont)).asnumpy()[0]
     assert rel_err(last, want[s - 1]) < 1e-4
+    assert rt.host_moe_decode  # one sequence on CPU: layer graphs, experts routed on the host
     for i, tok in enumerate(cont[:-1]):
+        whole = _whole_graph_decode(rt, int(tok), s + i)  # writes the same cache rows as the step below
         step = rt.decode(int(tok), s + i, 0, 1).asnumpy()[0]
         assert rel_err(step, want[s + i]) < 1e-4, f"decode step {i}"
+        assert rel_err(whole, want[s + i]) < 1e-4, f"whole-graph decode step {i}"
+
+
+def _whole_graph_decode(rt, token, cache_pos):
+    """The whole-model decode graph (experts gathered in the graph), as batched decode and export use it."""
+    rt.host_moe_decode = False
+    try:
+        return rt.decode(token, cache_pos, 0, 1).asnumpy()[0]
+    finally:
+        rt.host_moe_decode = True
