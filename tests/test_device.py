@@ -12,13 +12,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PROBE = """
 import json, os, threading
+start = os.getpriority(os.PRIO_PROCESS, 0)
 from ms_ocr.device import setup
 setup("cpu", 2)
-nice = {}
-for tid in os.listdir("/proc/self/task"):
-    name = open(f"/proc/self/task/{tid}/comm").read().strip()
-    nice[name if int(tid) != threading.get_native_id() else "main"] = os.getpriority(os.PRIO_PROCESS, int(tid))
-print(json.dumps(nice))
+me = threading.get_native_id()
+others = [os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir("/proc/self/task") if int(t) != me]
+print(json.dumps({"start": start, "main": os.getpriority(os.PRIO_PROCESS, me), "others": others}))
 """
 
 
@@ -27,20 +26,32 @@ def _thread_nice(env_value):
     env.pop("MS_OCR_CPU_MAIN_NICE", None)
     if env_value is not None:
         env["MS_OCR_CPU_MAIN_NICE"] = env_value
-    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1]), os.getpriority(os.PRIO_PROCESS, 0)
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, check=True,
+                         preexec_fn=_reset_nice)
+    nice = json.loads(out.stdout.strip().splitlines()[-1])
+    if nice["start"] >= 19:  # this test process already runs at the lowest priority: nothing to lower
+        pytest.skip("the probe starts at nice 19")
+    return nice, nice.pop("start")
+
+
+def _reset_nice():
+    """The probe starts at nice 0 where permitted (an earlier setup() in this test process may have niced the
+    thread that forks it); otherwise at the inherited value."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
+    except OSError:
+        pass
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux behaviour")
 def test_cpu_setup_lowers_only_the_launching_thread():
-    nice, base = _thread_nice(None)
+    nice, start = _thread_nice(None)
     assert nice["main"] == 19
-    pool = {k: v for k, v in nice.items() if k.startswith(("KernelThread_", "ActorThread_"))}
-    assert "ActorThread_0" in pool and "KernelThread_0" in pool
-    assert set(pool.values()) == {base}
+    # MindSpore's kernel pool (ActorThread_0, KernelThread_0) and its queues keep the starting priority
+    assert len(nice["others"]) >= 2 and set(nice["others"]) == {start}
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux behaviour")
 def test_main_nice_zero_keeps_the_priority():
-    nice, base = _thread_nice("0")
-    assert nice["main"] == base
+    nice, start = _thread_nice("0")
+    assert nice["main"] == start
