@@ -148,7 +148,7 @@ class VLMRuntime:
         self.expert_step = ExpertStep(tspec["act"])
         self.shared_mlp_step = GatedMLPStep(tspec["act"])
         self._router_steps = {}
-        moe = [layer.mlp for layer in model.text_layers() if layer.moe]
+        moe = self._moe_cells = [layer.mlp for layer in model.text_layers() if layer.moe]
         # MoE decode off Ascend, one sequence: layer by layer with the experts routed on the host (see the
         # note above DecodePrepStep); batched decode and the fused (Ascend) kernels keep the whole-model graph
         self.host_moe_decode = bool(moe) and not backend.FUSED
@@ -379,8 +379,7 @@ class VLMRuntime:
         slots = self.model.text_layers()[0].self_attn.k_cache.shape[0] // (len(tokens) * self.model.num_kv_heads)
         args = (Tensor(np.asarray(tokens, np.int32)[:, None]), Tensor(np.ascontiguousarray(pos)),
                 Tensor(cache_pos[:, None]), Tensor(np.arange(slots, dtype=np.int32)))
-        if self.host_moe_decode and len(tokens) == 1 and not any(getattr(layer.mlp, "dense", False)
-                                                                 for layer in self.model.text_layers()):
+        if self.host_moe_decode and len(tokens) == 1 and not any(m.dense for m in self._moe_cells):
             return self._decode_host_moe(*args)
         return self.compiler.call("decode", self.decode_step, *args)
 

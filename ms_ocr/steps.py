@@ -2,11 +2,12 @@
 
 Vision and prefill run layer by layer through one compiled graph per layer type (weights are graph
 inputs), which bounds activation memory to one layer and compiles once; decode runs as one whole graph
-over the KV cache (tiny activations, one launch per token). A model Cell provides:
+over the KV cache (tiny activations, one launch per token; one sequence of an MoE model off Ascend runs it
+layer by layer, see the decode steps at the end). A model Cell provides:
   vision_embed(*inputs) -> (x, cos, sin) with vision rope, or x without; vision_layers (ViTLayer);
   vision_head(x, *inputs) -> image tokens;
-  embed(input_ids); text_rotary(pos) -> (cos, sin); text_layers; text(x, pos, cache_pos) (cached, whole);
-  final_norm(h); logits(h); num_kv_heads.
+  embed(input_ids); text_rotary(pos) -> (cos, sin); text_step_inputs(pos, cache_pos, slot_ids) -> (cos, sin,
+  write_idx, mask); text_layers; text(x, pos, cache_pos) (cached, whole); final_norm(h); logits(h); num_kv_heads.
 Wrappers use auto_prefix=False so they never rename the model's parameters. Layer weights are explicit
 positional inputs: MindSpore 2.7 rejects *args in construct, and 2.10 folds a tuple argument into the
 graph as a constant (a new compile and activation pool per layer).
@@ -17,7 +18,6 @@ from mindspore import ParameterTuple, nn, ops
 
 from ms_ocr import ops as K
 from ms_ocr.nn import functional as F
-from ms_ocr.nn.attention import cache_write_index, causal_cache_mask
 from ms_ocr.nn.moe import route
 
 
@@ -220,9 +220,8 @@ class DecodePrepStep(_Wrap):
     """Embedding, rope tables, cache write rows and mask of one decode step (DecodeStep's inputs)."""
 
     def construct(self, input_ids, pos, cache_pos, slot_ids):
-        cos, sin = self.model.text_rotary(pos)
-        write_idx = cache_write_index(cache_pos, self.model.num_kv_heads, slot_ids.shape[0])
-        return self.model.embed(input_ids), cos, sin, write_idx, causal_cache_mask(cache_pos, slot_ids)
+        cos, sin, write_idx, mask = self.model.text_step_inputs(pos, cache_pos, slot_ids)
+        return self.model.embed(input_ids), cos, sin, write_idx, mask
 
 
 class LayerDecodeStep(nn.Cell):
@@ -237,7 +236,7 @@ class LayerDecodeStep(nn.Cell):
 
     def construct(self, x, cos, sin, write_idx, mask):
         layer = self.layer
-        x = x + layer.self_attn(layer.input_layernorm(x), cos, sin, write_idx, mask)
+        x = layer.attend(x, cos, sin, write_idx, mask)
         h = layer.post_attention_layernorm(x)
         if self.moe:
             moe = layer.mlp

@@ -54,8 +54,12 @@ class DecoderLayer(nn.Cell, WeightOrder):
 
     def construct(self, x, cos, sin, write_idx, mask):
         """Cached step (decode): attends over the cache after writing this step's k/v into it."""
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, write_idx, mask)
+        x = self.attend(x, cos, sin, write_idx, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def attend(self, x, cos, sin, write_idx, mask):
+        """The cached step's attention half: x + self_attn(input_layernorm(x)), the cache updated in place."""
+        return x + self.self_attn(self.input_layernorm(x), cos, sin, write_idx, mask)
 
 
 # Checkpoint names of a pre-LN ViT layer's parts, per family: norm1, norm2, attention out proj, fc1, fc2.

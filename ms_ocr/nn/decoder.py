@@ -33,10 +33,13 @@ class CausalDecoder(nn.Cell):
         slots; slot_ids = arange(T) for a cache of T positions per sequence. T comes in as an input's shape,
         not from the cache Parameter's: a graph is keyed by its inputs, so each cache size gets its own graph
         (MindSpore reuses a compiled graph after a Parameter is resized, with stale shapes)."""
-        slots = slot_ids.shape[0]
-        cos, sin = self.rotary(pos)
-        write_idx = cache_write_index(cache_pos, self.num_kv_heads, slots)
-        mask = causal_cache_mask(cache_pos, slot_ids)
+        cos, sin, write_idx, mask = self.step_inputs(pos, cache_pos, slot_ids)
         for layer in self.layers:
             x = layer(x, cos, sin, write_idx, mask)
         return x
+
+    def step_inputs(self, pos, cache_pos, slot_ids):
+        """What every layer of a cached step takes besides x: rope tables, cache write rows, visibility mask."""
+        cos, sin = self.rotary(pos)
+        write_idx = cache_write_index(cache_pos, self.num_kv_heads, slot_ids.shape[0])
+        return cos, sin, write_idx, causal_cache_mask(cache_pos, slot_ids)
