@@ -152,7 +152,7 @@ def export_pipeline(pipe, out_dir, slots, batch=1):
     vision = (_export_vit_vision if kind == "vit" else _export_view_vision)(pipe, out_dir)
     timings["vision_s"] = time.perf_counter() - t0
     # text: cache sized (batch, slots), dynamic S and image-token count
-    rt.reset_cache(batch, slots)
+    rt.reset_cache(batch, slots, host_writes=False)  # the graph updates its cache in place
     hidden, axes = model.cfg.text.hidden_size, pipe.num_pos_axes
     specs = [_spec([batch, None], ms.int32), _spec([None, hidden], rt.compute_dtype), _spec([batch, None], ms.int32),
              _spec([axes, batch, None], ms.int32), _spec([batch, None], ms.int32), _spec([slots], ms.int32),

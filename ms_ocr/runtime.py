@@ -18,8 +18,8 @@ from ms_ocr.processing.grid import bucket
 from ms_ocr.steps import (AllLogitsStep, CacheWriteStep, DecodeHeadStep, DecodePrepStep, DecodeStep,
                           DecoderAttentionPrefillStep, DecoderPrefillLayerStep, DecoderQKNormPrefillLayerStep,
                           ExpertsDecodeStep, ExpertStep, GatedMLPStep, LastLogitsStep, LayerDecodeStep,
-                          PrefillPrepStep, RouterStep, VisionEmbedStep, VisionHeadStep, ViTAttentionInNoRopeStep,
-                          ViTAttentionInStep, ViTBlockStep)
+                          PrefillPrepStep, ReadOnlyDecodeStep, RouterStep, VisionEmbedStep, VisionHeadStep,
+                          ViTAttentionInNoRopeStep, ViTAttentionInStep, ViTBlockStep)
 
 # Query rows per vision block call (attention + out projection + MLP of those rows): scores [H, 512, N]
 # instead of [H, N, N] (0.8 GB instead of 2.5 GB at 4k patches) and MLP temporaries that fit the cache.
@@ -145,13 +145,20 @@ class VLMRuntime:
         self.all_logits_step = AllLogitsStep(model)
         self.decode_step = DecodeStep(model)
         self.cache_write_step = CacheWriteStep(model)
+        # Off Ascend the host writes the KV caches (numpy views of the cache Parameters) and the decode graphs
+        # only read them: in a CPU graph a scatter_update into a cache Parameter, and a reshape of one, each
+        # copy the whole tensor (~0.3 ms per 5 MB layer tensor; 15 of 122 ms per HunyuanOCR token).
+        self.host_cache = not backend.FUSED
+        self.read_only_decode_step = ReadOnlyDecodeStep(model)
+        self._cache_views = None
+        self.cache_batch = self.cache_slots = 0
         self.expert_step = ExpertStep(tspec["act"])
         self.shared_mlp_step = GatedMLPStep(tspec["act"])
         self._router_steps = {}
         moe = self._moe_cells = [layer.mlp for layer in model.text_layers() if layer.moe]
         # MoE decode off Ascend, one sequence: layer by layer with the experts routed on the host (see the
         # note above DecodePrepStep); batched decode and the fused (Ascend) kernels keep the whole-model graph
-        self.host_moe_decode = bool(moe) and not backend.FUSED
+        self.host_moe_decode = bool(moe) and self.host_cache
         if self.host_moe_decode:
             self.decode_prep_step = DecodePrepStep(model)
             self.layer_decode_steps = [LayerDecodeStep(layer) for layer in model.text_layers()]
@@ -245,9 +252,25 @@ class VLMRuntime:
         padded = bucket(prompt_len, self.buckets.prefill)
         return bucket(max(need, padded), self.buckets.slots)
 
-    def reset_cache(self, batch, slots):
-        """Size the caches for this request (and zero them: stale NaNs would poison masked slots)."""
-        self.model.allocate_cache(batch, slots, self.compute_dtype)
+    def reset_cache(self, batch, slots, host_writes=None):
+        """Size the caches for this request (and zero them: stale NaNs would poison masked slots).
+        host_writes (default: self.host_cache) lays them out [B, Hkv, T, D] for the host to write and keeps
+        numpy views of them; False keeps the in-graph layout (DecodeStep, the exported text graph)."""
+        host = self.host_cache if host_writes is None else host_writes
+        self.model.allocate_cache(batch, slots, self.compute_dtype, flat=not host)
+        self.cache_batch, self.cache_slots = batch, slots
+        # a CPU Parameter's asnumpy() is its own buffer: writes through it are what the next graph reads
+        self._cache_views = [(layer.self_attn.k_cache.asnumpy(), layer.self_attn.v_cache.asnumpy())
+                             for layer in self.model.text_layers()] if host else None
+
+    def store_kv(self, index, k, v, cache_rows, cache_pos):
+        """Write layer `index`'s new k, v [B', Hkv, S, D] (numpy) at positions cache_pos.. of the cache's
+        sequence slots cache_rows [B'] (host-written caches)."""
+        k_view, v_view = self._cache_views[index]
+        s = k.shape[2]
+        for i, (row, pos) in enumerate(zip(cache_rows, cache_pos)):
+            k_view[row, :, pos:pos + s] = k[i]
+            v_view[row, :, pos:pos + s] = v[i]
 
     # ---- prefill / decode ---------------------------------------------------------------------
     def _prefill_args(self, preps, feats, padded_len):
@@ -297,10 +320,13 @@ class VLMRuntime:
             else:
                 x, k, v = self.compiler.call("prefill", self.prefill_layer_step, x, cos, sin,
                                              *layer.weights(layer.weight_names))
+            if self._cache_views is not None:
+                self.store_kv(len(ks), k.asnumpy(), v.asnumpy(), cache_rows, [0] * len(cache_rows))
             ks.append(k)
             vs.append(v)
-        rows = Tensor(np.arange(self.model.text_layers()[0].self_attn.k_cache.shape[0], dtype=np.int32))
-        self.compiler.call("prefill", self.cache_write_step, write_idx, ops.stack(ks), ops.stack(vs), rows)
+        if self._cache_views is None:
+            rows = Tensor(np.arange(self.model.text_layers()[0].self_attn.k_cache.shape[0], dtype=np.int32))
+            self.compiler.call("prefill", self.cache_write_step, write_idx, ops.stack(ks), ops.stack(vs), rows)
         return x
 
     def moe_prefill(self, moe, h):
@@ -376,22 +402,29 @@ class VLMRuntime:
         cache_pos = np.asarray(cache_pos, np.int32)
         pos = np.broadcast_to((cache_pos + np.asarray(rope_delta, np.int32))[None, :, None],
                               (num_axes, len(tokens), 1))
-        slots = self.model.text_layers()[0].self_attn.k_cache.shape[0] // (len(tokens) * self.model.num_kv_heads)
         args = (Tensor(np.asarray(tokens, np.int32)[:, None]), Tensor(np.ascontiguousarray(pos)),
-                Tensor(cache_pos[:, None]), Tensor(np.arange(slots, dtype=np.int32)))
+                Tensor(cache_pos[:, None]), Tensor(np.arange(self.cache_slots, dtype=np.int32)))
+        if self._cache_views is None:
+            return self.compiler.call("decode", self.decode_step, *args)
         if self.host_moe_decode and len(tokens) == 1 and not any(m.dense for m in self._moe_cells):
-            return self._decode_host_moe(*args)
-        return self.compiler.call("decode", self.decode_step, *args)
+            return self._decode_host_moe(cache_pos, *args)
+        logits, ks, vs = self.compiler.call("decode", self.read_only_decode_step, *args)
+        ks, vs, seqs = ks.asnumpy(), vs.asnumpy(), range(len(tokens))
+        for i in range(len(ks)):
+            self.store_kv(i, ks[i], vs[i], seqs, cache_pos)
+        return logits
 
-    def _decode_host_moe(self, *args):
+    def _decode_host_moe(self, cache_pos, *args):
         """decode_batch for one sequence of an MoE model off Ascend: each layer's graph up to its router, then
         the k selected experts (zero-copy views of the stacked weights) and shared experts in one graph."""
-        x, cos, sin, write_idx, mask = self.compiler.call("decode", self.decode_prep_step, *args)
+        x, cos, sin, mask = self.compiler.call("decode", self.decode_prep_step, *args)
         for i, (layer, step) in enumerate(zip(self.model.text_layers(), self.layer_decode_steps)):
             if not layer.moe:
-                x = self.compiler.call("decode", step, x, cos, sin, write_idx, mask)
+                x, k, v = self.compiler.call("decode", step, x, cos, sin, mask)
+                self.store_kv(i, k.asnumpy(), v.asnumpy(), (0,), cache_pos)
                 continue
-            x, h, weights, ids = self.compiler.call("decode", step, x, cos, sin, write_idx, mask)
+            x, h, weights, ids, k, v = self.compiler.call("decode", step, x, cos, sin, mask)
+            self.store_kv(i, k.asnumpy(), v.asnumpy(), (0,), cache_pos)
             gates, ups, downs, shared = self.expert_views(i, layer.mlp)
             chosen = [int(e) for e in ids.asnumpy()[0]]
             x = self.compiler.call("decode", self.experts_decode_step, x, h, weights,

@@ -3,11 +3,13 @@
 Vision and prefill run layer by layer through one compiled graph per layer type (weights are graph
 inputs), which bounds activation memory to one layer and compiles once; decode runs as one whole graph
 over the KV cache (tiny activations, one launch per token; one sequence of an MoE model off Ascend runs it
-layer by layer, see the decode steps at the end). A model Cell provides:
+layer by layer, see the decode steps at the end). Off Ascend the decode graphs only read the caches and
+return each token's k/v, which the host stores (ReadOnlyDecodeStep). A model Cell provides:
   vision_embed(*inputs) -> (x, cos, sin) with vision rope, or x without; vision_layers (ViTLayer);
   vision_head(x, *inputs) -> image tokens;
   embed(input_ids); text_rotary(pos) -> (cos, sin); text_step_inputs(pos, cache_pos, slot_ids) -> (cos, sin,
-  write_idx, mask); text_layers; text(x, pos, cache_pos) (cached, whole); final_norm(h); logits(h); num_kv_heads.
+  write_idx, mask); text_layers; text(x, pos, cache_pos, slot_ids) (cached, whole); text_read_only(...) and
+  text_read_only_inputs(...) (the same over read-only caches); final_norm(h); logits(h); num_kv_heads.
 Wrappers use auto_prefix=False so they never rename the model's parameters. Layer weights are explicit
 positional inputs: MindSpore 2.7 rejects *args in construct, and 2.10 folds a tuple argument into the
 graph as a constant (a new compile and activation pool per layer).
@@ -210,6 +212,15 @@ class DecodeStep(_Wrap):
         return self.model.logits(self.model.final_norm(h[:, 0]))
 
 
+class ReadOnlyDecodeStep(_Wrap):
+    """DecodeStep over caches the graph only reads (allocated flat=False; off Ascend): logits [B, V] and every
+    layer's k, v [L, B, Hkv, 1, D], which the host stores at cache_pos (VLMRuntime.store_kv)."""
+
+    def construct(self, input_ids, pos, cache_pos, slot_ids):
+        h, ks, vs = self.model.text_read_only(self.model.embed(input_ids), pos, cache_pos, slot_ids)
+        return self.model.logits(self.model.final_norm(h[:, 0])), ks, vs
+
+
 # ---- decode with host-routed experts (MoE models off Ascend, one sequence) ---------------------------------
 # The whole-model DecodeStep gathers each token's k experts' weights in the graph (MoE.construct): on CPU
 # that gather copies ~83 MB per DeepSeek layer per token, and the copies plus the products over them took 143
@@ -217,32 +228,32 @@ class DecodeStep(_Wrap):
 # as zero-copy views of the stacked Parameters, and the products read them in place.
 
 class DecodePrepStep(_Wrap):
-    """Embedding, rope tables, cache write rows and mask of one decode step (DecodeStep's inputs)."""
+    """Embedding, rope tables and mask of one read-only decode step (ReadOnlyDecodeStep's inputs)."""
 
     def construct(self, input_ids, pos, cache_pos, slot_ids):
-        cos, sin, write_idx, mask = self.model.text_step_inputs(pos, cache_pos, slot_ids)
-        return self.model.embed(input_ids), cos, sin, write_idx, mask
+        cos, sin, mask = self.model.text_read_only_inputs(pos, cache_pos, slot_ids)
+        return self.model.embed(input_ids), cos, sin, mask
 
 
 class LayerDecodeStep(nn.Cell):
-    """One decoder layer's cached step up to its router (an MoE layer: residual stream x, normed h [B, 1, H],
-    routing weights and expert ids [B, k]), or the whole layer (dense: x). One graph per layer: it owns the
-    layer's KV cache Parameters, which it updates in place."""
+    """One decoder layer's read-only cached step up to its router (an MoE layer: residual stream x, normed
+    h [B, 1, H], routing weights and expert ids [B, k]), or the whole layer (dense: x); then this token's k, v
+    [B, Hkv, 1, D] for the host to store. One graph per layer: it reads the layer's KV cache Parameters."""
 
     def __init__(self, layer):
         super().__init__(auto_prefix=False)
         self.layer = layer
         self.moe = layer.moe
 
-    def construct(self, x, cos, sin, write_idx, mask):
+    def construct(self, x, cos, sin, mask):
         layer = self.layer
-        x = layer.attend(x, cos, sin, write_idx, mask)
+        x, k, v = layer.attend_read_only(x, cos, sin, mask)
         h = layer.post_attention_layernorm(x)
         if self.moe:
             moe = layer.mlp
             weights, ids = route(h.reshape(-1, h.shape[-1]), moe.gate.weight, moe.top_k, moe.scaling)
-            return x, h, weights, ids
-        return x + layer.mlp(h)
+            return x, h, weights, ids, k, v
+        return x + layer.mlp(h), k, v
 
 
 class ExpertsDecodeStep(nn.Cell):

@@ -31,6 +31,12 @@ class VLMCell(nn.Cell):
     def text(self, x, pos, cache_pos, slot_ids):
         return self.model(x, pos, cache_pos, slot_ids)
 
+    def text_read_only(self, x, pos, cache_pos, slot_ids):
+        return self.model.read_only_step(x, pos, cache_pos, slot_ids)
+
+    def text_read_only_inputs(self, pos, cache_pos, slot_ids):
+        return self.model.read_only_step_inputs(pos, cache_pos, slot_ids)
+
     def final_norm(self, h):
         return self.model.norm(h)
 
@@ -38,6 +44,6 @@ class VLMCell(nn.Cell):
         weight = self.model.embed_tokens.weight if self.tied else self.lm_head.weight
         return self.head_matmul(h, weight)
 
-    def allocate_cache(self, batch, slots, dtype):
+    def allocate_cache(self, batch, slots, dtype, flat=True):
         for layer in self.text_layers():
-            layer.self_attn.allocate_cache(batch, slots, dtype)
+            layer.self_attn.allocate_cache(batch, slots, dtype, flat)

@@ -61,6 +61,16 @@ class DecoderLayer(nn.Cell, WeightOrder):
         """The cached step's attention half: x + self_attn(input_layernorm(x)), the cache updated in place."""
         return x + self.self_attn(self.input_layernorm(x), cos, sin, write_idx, mask)
 
+    def read_only_step(self, x, cos, sin, mask):
+        """`construct` over a cache it does not write: (x, k, v), this token's k/v for the host to store."""
+        x, k, v = self.attend_read_only(x, cos, sin, mask)
+        return x + self.mlp(self.post_attention_layernorm(x)), k, v
+
+    def attend_read_only(self, x, cos, sin, mask):
+        """`attend` over a cache it does not write (KVCacheAttention.read_only_step): (x, k, v)."""
+        out, k, v = self.self_attn.read_only_step(self.input_layernorm(x), cos, sin, mask)
+        return x + out, k, v
+
 
 # Checkpoint names of a pre-LN ViT layer's parts, per family: norm1, norm2, attention out proj, fc1, fc2.
 SIGLIP_NAMES = dict(norm1="layer_norm1", norm2="layer_norm2", out="out_proj", fc1="fc1", fc2="fc2")

@@ -4,7 +4,7 @@ Models pick the rope (MultiAxisRotary variant) and whether layers carry q/k norm
 layer through ms_ocr/steps.py, and this Cell's construct is the cached decode step.
 """
 
-from mindspore import nn
+from mindspore import nn, ops
 
 from ms_ocr.nn.attention import cache_write_index, causal_cache_mask
 from ms_ocr.nn.blocks import DecoderLayer
@@ -37,6 +37,23 @@ class CausalDecoder(nn.Cell):
         for layer in self.layers:
             x = layer(x, cos, sin, write_idx, mask)
         return x
+
+    def read_only_step(self, x, pos, cache_pos, slot_ids):
+        """`construct` for one new token per sequence over caches it does not write (allocated flat=False):
+        (x, k, v) with every layer's k and v stacked [L, B, Hkv, 1, D] for the host to store at cache_pos."""
+        cos, sin, mask = self.read_only_step_inputs(pos, cache_pos, slot_ids)
+        ks, vs = [], []
+        for layer in self.layers:
+            x, k, v = layer.read_only_step(x, cos, sin, mask)
+            ks.append(k)
+            vs.append(v)
+        return x, ops.stack(ks), ops.stack(vs)
+
+    def read_only_step_inputs(self, pos, cache_pos, slot_ids):
+        """Rope tables and the mask of a read-only step: the token's own slot is not yet written, so only
+        the slots before it are visible (its own k/v come in beside the cache)."""
+        cos, sin = self.rotary(pos)
+        return cos, sin, causal_cache_mask(cache_pos - 1, slot_ids)
 
     def step_inputs(self, pos, cache_pos, slot_ids):
         """What every layer of a cached step takes besides x: rope tables, cache write rows, visibility mask."""

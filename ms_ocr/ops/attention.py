@@ -56,3 +56,24 @@ def _attention_composed(q, k, v, mask, scale):
     probs = ops.softmax(scores, -1).reshape(b, hkv, rep * s, t).astype(v.dtype)
     out = _bmm(probs, v)
     return out.reshape(b, hq, s, d)
+
+
+def attention_with_new(q, k_cache, v_cache, k_new, v_new, mask, scale):
+    """`attention` of one new token per sequence over its cache plus its own key/value, without writing them
+    into the cache: softmax over [q k_cache^T + mask, q k_new] then the matching sum of values.
+
+    q [B, Hq, 1, D]; k_cache, v_cache [B, Hkv, T, D] (read only); k_new, v_new [B, Hkv, 1, D]; mask from
+    `attention_mask` over the T cache slots ([B|1, 1, 1, T]); the new key is always visible. Returns
+    [B, Hq, 1, D]. Composed only: it serves the off-Ascend decode, whose caches the host writes (on CPU the
+    in-graph scatter_update of a cache copies all of it, ~0.3 ms per 5 MB layer tensor).
+    """
+    b, hq, _, d = q.shape
+    hkv, t = k_cache.shape[1], k_cache.shape[2]
+    rep = hq // hkv
+    qg = (q.reshape(b, hkv, rep, d) * scale).astype(ms.float32)
+    scores = _bmm_t(qg, k_cache.astype(ms.float32)) + mask.astype(ms.float32).reshape(mask.shape[0], 1, 1, t)
+    own = _bmm_t(qg, k_new.astype(ms.float32))  # [B, Hkv, rep, 1]
+    probs = ops.softmax(ops.concat((scores, own), -1), -1)
+    p_cache, p_own = ops.split(probs, (t, 1), -1)
+    out = _bmm(p_cache.astype(v_cache.dtype), v_cache) + p_own.astype(v_new.dtype) * v_new
+    return out.reshape(b, hq, 1, d)

@@ -76,6 +76,26 @@ def test_composed_attention_matches_reference(hq, hkv):
     assert np.abs(got - want).max() < 1e-5
 
 
+@pytest.mark.parametrize("hq,hkv", [(8, 2), (4, 4)])
+def test_attention_with_new_key_equals_attention_over_the_written_cache(hq, hkv):
+    """One new token over a cache it does not write == attention over the cache with the token's k/v written
+    at its slot and the slots up to it visible (what the in-graph scatter_update decode computes)."""
+    rng = np.random.default_rng(3)
+    q, k, v, _ = make_qkv(rng, hq=hq, hkv=hkv, s=1, t=9)
+    k_new, v_new = k[:, :, :1] * 2.0, v[:, :, :1] - 1.0
+    pos = np.array([4, 8])  # per sequence; the last one's own slot is the cache's last
+    visible = np.arange(9)[None, :] < pos[:, None]  # the slots before the token's own
+    got = K.attention_with_new(Tensor(q), Tensor(k), Tensor(v), Tensor(k_new), Tensor(v_new),
+                               K.attention_mask(Tensor(visible[:, None, None])), 0.25).asnumpy()
+    k_written, v_written = k.copy(), v.copy()
+    for b, p in enumerate(pos):
+        k_written[b, :, p], v_written[b, :, p] = k_new[b, :, 0], v_new[b, :, 0]
+    want = np_flash_attention(q, k_written, v_written, hq, attn_mask=~(np.arange(9)[None, :] <= pos[:, None])[
+        :, None, None], scalar_value=0.25, input_layout="BNSD")
+    assert got.shape == want.shape == (2, hq, 1, 16)
+    assert np.abs(got - want).max() < 1e-5
+
+
 def test_composed_attention_causal_mask_excludes_future():
     rng = np.random.default_rng(1)
     q, k, v, _ = make_qkv(rng, b=1, hq=2, hkv=1, s=4, t=4)

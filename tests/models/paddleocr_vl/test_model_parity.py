@@ -65,11 +65,14 @@ def _prepared(pipeline, ids, pos, delta, pix, grids):
                     vision_inputs=pipeline.vision_inputs({"image_grid_thw": np.array(grids), "pixel_values": pix}))
 
 
-@pytest.mark.parametrize("chunk", [256, 8])  # 8: several causal query blocks over growing key prefixes
-def test_prefill_and_cached_decode_logits(chunk, pipeline, reference, monkeypatch):
+# chunk 8: several causal query blocks over growing key prefixes; host_cache False: the caches written in the
+# graph (DecodeStep, as on Ascend and in the exported text graph) instead of by the host
+@pytest.mark.parametrize("chunk,host_cache", [(256, True), (8, True), (256, False)])
+def test_prefill_and_cached_decode_logits(chunk, host_cache, pipeline, reference, monkeypatch):
     """Prefill logits over a multimodal prompt, then 10 cached decode steps, each against the reference's
     full forward; and our cached steps against our own uncached forward."""
     pipeline.runtime.set_prefill_attention_block(chunk)
+    monkeypatch.setattr(pipeline.runtime, "host_cache", host_cache)
     cfg = pipeline.cfg
     grids = [(1, 4, 6), (1, 6, 4)]
     pix = _patches(grids, 7)
@@ -87,6 +90,8 @@ def test_prefill_and_cached_decode_logits(chunk, pipeline, reference, monkeypatc
 
     last = rt.prefill(prep, feats, max_new_tokens=len(cont)).asnumpy()[0]
     assert rel_err(last, ref_logits[s - 1]) < TOL
+    cache = rt.model.text_layers()[0].self_attn.k_cache
+    assert cache.ndim == (4 if host_cache else 2) and (rt._cache_views is not None) == host_cache
     for i, tok in enumerate(cont[:-1]):
         step = rt.decode(int(tok), s + i, delta, 3).asnumpy()[0]
         assert rel_err(step, ref_logits[s + i]) < TOL, f"decode step {i}"
