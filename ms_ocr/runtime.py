@@ -12,14 +12,15 @@ import mindspore as ms
 from mindspore import Tensor, ops
 from mindspore.nn import cell as _cell_module
 
+from ms_ocr.nn.blocks import graph_input
 from ms_ocr.nn.functional import rows
 from ms_ocr.ops import backend
 from ms_ocr.processing.grid import bucket
 from ms_ocr.steps import (AllLogitsStep, CacheWriteStep, DecodeHeadStep, DecodePrepStep, DecodeStep,
                           DecoderAttentionPrefillStep, DecoderPrefillLayerStep, DecoderQKNormPrefillLayerStep,
-                          ExpertsDecodeStep, ExpertStep, GatedMLPStep, LastLogitsStep, LayerDecodeStep,
-                          PrefillPrepStep, ReadOnlyDecodeStep, RouterStep, VisionEmbedStep, VisionHeadStep,
-                          ViTAttentionInNoRopeStep, ViTAttentionInStep, ViTBlockStep)
+                          DenseLayerDecodeStep, ExpertsDecodeStep, ExpertStep, GatedMLPStep, LastLogitsStep,
+                          MoELayerDecodeStep, PrefillPrepStep, ReadOnlyDecodeStep, RouterStep, VisionEmbedStep,
+                          VisionHeadStep, ViTAttentionInNoRopeStep, ViTAttentionInStep, ViTBlockStep)
 
 # Query rows per vision block call (attention + out projection + MLP of those rows): scores [H, 512, N]
 # instead of [H, N, N] (0.8 GB instead of 2.5 GB at 4k patches) and MLP temporaries that fit the cache.
@@ -150,21 +151,23 @@ class VLMRuntime:
         # copy the whole tensor (~0.3 ms per 5 MB layer tensor; 15 of 122 ms per HunyuanOCR token).
         self.host_cache = not backend.FUSED
         self.read_only_decode_step = ReadOnlyDecodeStep(model)
-        self._cache_views = None
+        self._cache_views = self._cache_tensors = None
         self.cache_batch = self.cache_slots = 0
         self.expert_step = ExpertStep(tspec["act"])
         self.shared_mlp_step = GatedMLPStep(tspec["act"])
         self._router_steps = {}
+        self._expert_views = {}
         moe = self._moe_cells = [layer.mlp for layer in model.text_layers() if layer.moe]
         # MoE decode off Ascend, one sequence: layer by layer with the experts routed on the host (see the
         # note above DecodePrepStep); batched decode and the fused (Ascend) kernels keep the whole-model graph
-        self.host_moe_decode = bool(moe) and self.host_cache
+        self.host_moe_decode = bool(moe) and self.host_cache and not tspec["qk_norm"]
         if self.host_moe_decode:
+            attn = (tspec["heads"], tspec["kv_heads"], tspec["dim"], tspec["eps"])
             self.decode_prep_step = DecodePrepStep(model)
-            self.layer_decode_steps = [LayerDecodeStep(layer) for layer in model.text_layers()]
+            self.dense_decode_step = DenseLayerDecodeStep(*attn, tspec["act"], tspec["paired"])
+            self.moe_decode_step = MoELayerDecodeStep(*attn, moe[0].top_k, moe[0].scaling, tspec["paired"])
             self.experts_decode_step = ExpertsDecodeStep(tspec["act"], moe[0].top_k)
             self.decode_head_step = DecodeHeadStep(model)
-            self._expert_views = {}
         self.compiler = CompileTimer()
 
     # ---- vision -------------------------------------------------------------------------------
@@ -262,6 +265,9 @@ class VLMRuntime:
         # a CPU Parameter's asnumpy() is its own buffer: writes through it are what the next graph reads
         self._cache_views = [(layer.self_attn.k_cache.asnumpy(), layer.self_attn.v_cache.asnumpy())
                              for layer in self.model.text_layers()] if host else None
+        # the same buffers as graph inputs (the shared layer graphs of _decode_host_moe)
+        self._cache_tensors = [(Tensor.from_numpy(k), Tensor.from_numpy(v))
+                               for k, v in self._cache_views] if host else None
 
     def store_kv(self, index, k, v, cache_rows, cache_pos):
         """Write layer `index`'s new k, v [B', Hkv, S, D] (numpy) at positions cache_pos.. of the cache's
@@ -304,11 +310,8 @@ class VLMRuntime:
         to the cache rows of sequence slots `cache_rows` (one per prompt) of a cache of `slots` positions."""
         ids, image_feats, image_index, pos = self._prefill_args(preps, feats, padded_len)
         x, cos, sin = self.compiler.call("prefill", self.prefill_prep_step, ids, image_feats, image_index, pos)
-        kv_heads = self.model.num_kv_heads
-        heads = np.asarray(cache_rows, np.int32)[:, None] * kv_heads + np.arange(kv_heads, dtype=np.int32)[None]
-        write_idx = Tensor((heads[:, :, None] * slots + np.arange(padded_len, dtype=np.int32)).reshape(-1))
         ks, vs = [], []
-        for layer in self.model.text_layers():
+        for index, layer in enumerate(self.model.text_layers()):
             if layer.moe:
                 x, h, k, v = self.compiler.call("prefill", self.attention_prefill_step, x, cos, sin,
                                                 *layer.weights(layer.weight_names))
@@ -320,11 +323,15 @@ class VLMRuntime:
             else:
                 x, k, v = self.compiler.call("prefill", self.prefill_layer_step, x, cos, sin,
                                              *layer.weights(layer.weight_names))
-            if self._cache_views is not None:
-                self.store_kv(len(ks), k.asnumpy(), v.asnumpy(), cache_rows, [0] * len(cache_rows))
-            ks.append(k)
-            vs.append(v)
+            if self._cache_views is not None:  # host-written caches: store now, keep nothing
+                self.store_kv(index, k.asnumpy(), v.asnumpy(), cache_rows, [0] * len(cache_rows))
+            else:
+                ks.append(k)
+                vs.append(v)
         if self._cache_views is None:
+            kv_heads = self.model.num_kv_heads
+            heads = np.asarray(cache_rows, np.int32)[:, None] * kv_heads + np.arange(kv_heads, dtype=np.int32)[None]
+            write_idx = Tensor((heads[:, :, None] * slots + np.arange(padded_len, dtype=np.int32)).reshape(-1))
             rows = Tensor(np.arange(self.model.text_layers()[0].self_attn.k_cache.shape[0], dtype=np.int32))
             self.compiler.call("prefill", self.cache_write_step, write_idx, ops.stack(ks), ops.stack(vs), rows)
         return x
@@ -334,24 +341,20 @@ class VLMRuntime:
         run each used expert once over its rows (padded to EXPERT_ROWS buckets), sum the weighted results."""
         b, s, d = h.shape
         h2 = h.reshape(b * s, d)
-        weights, ids = self.compiler.call("prefill", self.router_step(moe), h2, moe.gate.weight.value())
+        weights, ids = self.compiler.call("prefill", self.router_step(moe), h2, graph_input(moe.gate.weight))
         weights, ids = weights.asnumpy(), ids.asnumpy()
-        # One expert's slices of the stacked weights per call (a few MB each): `Parameter.value()` of the whole
-        # [E, I, H] stack would copy it (293 MB per tensor at DeepSeek-OCR's size).
-        experts = (moe.experts.gate_proj, moe.experts.up_proj, moe.experts.down_proj)
+        gates, ups, downs, shared = self.expert_views(moe)
         out = np.zeros((b * s, d), np.float32)
         for e in np.unique(ids):
             tok, slot = np.nonzero(ids == e)
             rows = np.zeros(bucket(len(tok), EXPERT_ROWS), np.int32)
             rows[:len(tok)] = tok
-            y = self.compiler.call("prefill", self.expert_step, h2, Tensor(rows),
-                                   *[w[int(e)] for w in experts]).asnumpy()
+            y = self.compiler.call("prefill", self.expert_step, h2, Tensor(rows), gates[e], ups[e],
+                                   downs[e]).asnumpy()
             # a token picks an expert at most once, so `tok` has no repeats: a plain indexed add (np.add.at,
             # the unbuffered form, took 0.9 s of a 9.6 s DeepSeek-OCR-2 prefill) does the same additions
             out[tok] += y[:len(tok)] * weights[tok, slot, None]
-        shared = moe.shared_experts
-        y = self.compiler.call("prefill", self.shared_mlp_step, h2, shared.gate_proj.weight.value(),
-                               shared.up_proj.weight.value(), shared.down_proj.weight.value())
+        y = self.compiler.call("prefill", self.shared_mlp_step, h2, *shared)
         return (y + Tensor(out, y.dtype)).reshape(b, s, d)
 
     def router_step(self, moe):
@@ -418,29 +421,32 @@ class VLMRuntime:
         """decode_batch for one sequence of an MoE model off Ascend: each layer's graph up to its router, then
         the k selected experts (zero-copy views of the stacked weights) and shared experts in one graph."""
         x, cos, sin, mask = self.compiler.call("decode", self.decode_prep_step, *args)
-        for i, (layer, step) in enumerate(zip(self.model.text_layers(), self.layer_decode_steps)):
+        for i, layer in enumerate(self.model.text_layers()):
+            inputs = (x, cos, sin, mask) + self._cache_tensors[i] + layer.weights(layer.weight_names)
             if not layer.moe:
-                x, k, v = self.compiler.call("decode", step, x, cos, sin, mask)
+                x, k, v = self.compiler.call("decode", self.dense_decode_step, *inputs)
                 self.store_kv(i, k.asnumpy(), v.asnumpy(), (0,), cache_pos)
                 continue
-            x, h, weights, ids, k, v = self.compiler.call("decode", step, x, cos, sin, mask)
+            x, h, weights, ids, k, v = self.compiler.call("decode", self.moe_decode_step, *inputs,
+                                                          graph_input(layer.mlp.gate.weight))
             self.store_kv(i, k.asnumpy(), v.asnumpy(), (0,), cache_pos)
-            gates, ups, downs, shared = self.expert_views(i, layer.mlp)
+            gates, ups, downs, shared = self.expert_views(layer.mlp)
             chosen = [int(e) for e in ids.asnumpy()[0]]
             x = self.compiler.call("decode", self.experts_decode_step, x, h, weights,
                                    *[gates[e] for e in chosen], *[ups[e] for e in chosen],
                                    *[downs[e] for e in chosen], *shared)
         return self.compiler.call("decode", self.decode_head_step, x)
 
-    def expert_views(self, index, moe):
-        """Per-expert Tensors sharing memory with layer `index`'s stacked expert Parameters (no copy: a CPU
-        Parameter's asnumpy() is its own buffer, and Tensor.from_numpy keeps it), plus the shared experts'
-        weights. Built on first use."""
-        if index not in self._expert_views:
+    def expert_views(self, moe):
+        """Per-expert Tensors sharing memory with MoE cell `moe`'s stacked expert Parameters (off Ascend, no
+        copy: a CPU Parameter's asnumpy() is its own buffer, and Tensor.from_numpy keeps it; slicing the
+        Parameter would copy each expert, and its value() would copy the whole stack, 293 MB per tensor at
+        DeepSeek-OCR's size), plus the shared experts' weights. Built on first use."""
+        if id(moe) not in self._expert_views:
             stacks = [p.asnumpy() for p in (moe.experts.gate_proj, moe.experts.up_proj, moe.experts.down_proj)]
             views = [[Tensor.from_numpy(a[e]) for e in range(a.shape[0])] for a in stacks]
             shared = moe.shared_experts
-            views.append((shared.gate_proj.weight.value(), shared.up_proj.weight.value(),
-                          shared.down_proj.weight.value()))
-            self._expert_views[index] = views
-        return self._expert_views[index]
+            views.append(tuple(graph_input(w) for w in (shared.gate_proj.weight, shared.up_proj.weight,
+                                                        shared.down_proj.weight)))
+            self._expert_views[id(moe)] = views
+        return self._expert_views[id(moe)]

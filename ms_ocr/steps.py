@@ -225,7 +225,9 @@ class ReadOnlyDecodeStep(_Wrap):
 # The whole-model DecodeStep gathers each token's k experts' weights in the graph (MoE.construct): on CPU
 # that gather copies ~83 MB per DeepSeek layer per token, and the copies plus the products over them took 143
 # of 250 ms per token (profiler). Routed on the host instead, the selected experts' weights go into a graph
-# as zero-copy views of the stacked Parameters, and the products read them in place.
+# as zero-copy views of the stacked Parameters, and the products read them in place. The layers share two
+# graphs (dense, MoE up to the router) with weights and KV caches as inputs: one graph per layer, owning its
+# cache Parameters, compiled 13 s longer at DeepSeek-OCR-2's 12 layers.
 
 class DecodePrepStep(_Wrap):
     """Embedding, rope tables and mask of one read-only decode step (ReadOnlyDecodeStep's inputs)."""
@@ -235,25 +237,35 @@ class DecodePrepStep(_Wrap):
         return self.model.embed(input_ids), cos, sin, mask
 
 
-class LayerDecodeStep(nn.Cell):
-    """One decoder layer's read-only cached step up to its router (an MoE layer: residual stream x, normed
-    h [B, 1, H], routing weights and expert ids [B, k]), or the whole layer (dense: x); then this token's k, v
-    [B, Hkv, 1, D] for the host to store. One graph per layer: it reads the layer's KV cache Parameters."""
+class DenseLayerDecodeStep(nn.Cell):
+    """A dense decoder layer's read-only cached step for one token, shared by every such layer: weights
+    (DecoderLayer.weight_names order) and the layer's caches [B, Hkv, T, D] are inputs (the caches as zero-copy
+    views of the host-written Parameters). Returns x and this token's k, v [B, Hkv, 1, D] for the host."""
 
-    def __init__(self, layer):
-        super().__init__(auto_prefix=False)
-        self.layer = layer
-        self.moe = layer.moe
+    def __init__(self, heads, kv_heads, dim, eps, act, paired=True):
+        super().__init__()
+        self.heads, self.kv_heads, self.dim, self.eps, self.act, self.paired = heads, kv_heads, dim, eps, act, paired
 
-    def construct(self, x, cos, sin, mask):
-        layer = self.layer
-        x, k, v = layer.attend_read_only(x, cos, sin, mask)
-        h = layer.post_attention_layernorm(x)
-        if self.moe:
-            moe = layer.mlp
-            weights, ids = route(h.reshape(-1, h.shape[-1]), moe.gate.weight, moe.top_k, moe.scaling)
-            return x, h, weights, ids, k, v
-        return x + layer.mlp(h), k, v
+    def construct(self, x, cos, sin, mask, k_cache, v_cache, inw, qw, kw, vw, ow, postw, gw, uw, dw):
+        x, h, k, v = F.decoder_attention_decode(x, cos, sin, mask, k_cache, v_cache, (inw, qw, kw, vw, ow, postw),
+                                                self.heads, self.kv_heads, self.dim, self.eps, self.paired)
+        return x + F.gated_mlp(h, gw, uw, dw, self.act), k, v
+
+
+class MoELayerDecodeStep(nn.Cell):
+    """The same for an MoE decoder layer up to its router (gate_w = mlp.gate.weight): residual stream x,
+    normed h [B, 1, H], routing weights and expert ids [B, k], and this token's k, v."""
+
+    def __init__(self, heads, kv_heads, dim, eps, top_k, scaling, paired=True):
+        super().__init__()
+        self.heads, self.kv_heads, self.dim, self.eps, self.paired = heads, kv_heads, dim, eps, paired
+        self.top_k, self.scaling = top_k, scaling
+
+    def construct(self, x, cos, sin, mask, k_cache, v_cache, inw, qw, kw, vw, ow, postw, gate_w):
+        x, h, k, v = F.decoder_attention_decode(x, cos, sin, mask, k_cache, v_cache, (inw, qw, kw, vw, ow, postw),
+                                                self.heads, self.kv_heads, self.dim, self.eps, self.paired)
+        weights, ids = route(h.reshape(-1, h.shape[-1]), gate_w, self.top_k, self.scaling)
+        return x, h, weights, ids, k, v
 
 
 class ExpertsDecodeStep(nn.Cell):

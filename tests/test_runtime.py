@@ -43,3 +43,28 @@ def test_compile_timer_reuses_compiled_graphs_without_cell_call(graph_mode, monk
     x3 = np.ones((4, 3), np.float32)
     np.testing.assert_array_equal(timer.call("step", cell, Tensor(x3), Tensor(b))[0].asnumpy(), x3 * w * 10 + b)
     assert timer.seconds["step"] > seconds and len(timer._phases) == 2
+
+
+class _Scale(nn.Cell):
+    def construct(self, x, w):
+        return x * w
+
+
+def test_graph_input_is_the_parameters_own_buffer_off_ascend(graph_mode, monkeypatch):
+    """Layer graphs take weights and host-written KV caches as graph_input views: the graph reads the
+    Parameter's current buffer (host writes through asnumpy() included), with no copy taken at the call."""
+    from ms_ocr.nn.blocks import graph_input
+    from ms_ocr.ops import backend
+    timer, cell = CompileTimer(), _Scale()
+    p = Parameter(Tensor(np.array([1.0, 2.0, 3.0], np.float32)), name="p")
+    q = Parameter(Tensor(np.array([-1.0, 0.5, 4.0], np.float32)), name="q")
+    x = Tensor(np.ones(3, np.float32))
+    view = graph_input(p)
+    assert view.asnumpy().ctypes.data == p.asnumpy().ctypes.data
+    np.testing.assert_array_equal(timer.call("s", cell, x, view).asnumpy(), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(timer.call("s", cell, x, graph_input(q)).asnumpy(), [-1.0, 0.5, 4.0])
+    p.asnumpy()[1] = 7.0  # a host write (store_kv) is what the next call reads
+    np.testing.assert_array_equal(timer.call("s", cell, x, view).asnumpy(), [1.0, 7.0, 3.0])
+    monkeypatch.setattr(backend, "FUSED", True)  # Ascend: the device tensor, Parameter.value()
+    device_tensor = object()
+    assert graph_input(type("P", (), {"value": lambda self: device_tensor})()) is device_tensor

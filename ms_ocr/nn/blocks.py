@@ -4,21 +4,31 @@ The math lives in nn/functional.py; `weights(names)` hands a layer's weights to 
 in the order the functions take them.
 """
 
-from mindspore import nn
+from mindspore import Tensor, nn
 
 from ms_ocr.nn import functional as F
 from ms_ocr.nn.attention import KVCacheAttention, VisionSelfAttention
 from ms_ocr.nn.layers import LayerNorm, RMSNorm
 from ms_ocr.nn.mlp import MLP, GatedMLP
-from ms_ocr.ops import get_activation
+from ms_ocr.ops import backend, get_activation
+
+
+def graph_input(param):
+    """A Parameter's data as a plain Tensor for a graph input (a graph called with different Parameter
+    objects compiles a new executable per Parameter set, each with its own activation pool).
+
+    Off Ascend: a zero-copy view of the Parameter's own host buffer (Tensor.from_numpy of asnumpy()). Not
+    `Parameter.value()`: the CPU runtime copies a value() input (an Identity kernel, ~0.4 ms per 6 MB weight)
+    on every call whose inputs changed — every call of a layer graph shared by several layers. On Ascend the
+    device tensor, value()."""
+    if backend.FUSED:
+        return param.value()
+    return Tensor.from_numpy(param.asnumpy())
 
 
 class WeightOrder:
-    """Mixin: `weights(names)` -> this layer's weight Tensors in the order of `names` (F.*_WEIGHTS).
-
-    They are handed over as plain Tensors (`Parameter.value()`, no copy): a graph called with different
-    Parameter objects compiles a new executable per layer, each with its own activation pool.
-    """
+    """Mixin: `weights(names)` -> this layer's weight Tensors in the order of `names` (F.*_WEIGHTS), as
+    `graph_input`s."""
 
     def weights(self, names):
         out = []
@@ -26,7 +36,7 @@ class WeightOrder:
             obj = self
             for part in name.split("."):
                 obj = getattr(obj, part)
-            out.append(obj.value())
+            out.append(graph_input(obj))
         return tuple(out)
 
 
@@ -62,14 +72,11 @@ class DecoderLayer(nn.Cell, WeightOrder):
         return x + self.self_attn(self.input_layernorm(x), cos, sin, write_idx, mask)
 
     def read_only_step(self, x, cos, sin, mask):
-        """`construct` over a cache it does not write: (x, k, v), this token's k/v for the host to store."""
-        x, k, v = self.attend_read_only(x, cos, sin, mask)
-        return x + self.mlp(self.post_attention_layernorm(x)), k, v
-
-    def attend_read_only(self, x, cos, sin, mask):
-        """`attend` over a cache it does not write (KVCacheAttention.read_only_step): (x, k, v)."""
+        """`construct` over a cache it does not write (KVCacheAttention.read_only_step): (x, k, v), this
+        token's k/v for the host to store."""
         out, k, v = self.self_attn.read_only_step(self.input_layernorm(x), cos, sin, mask)
-        return x + out, k, v
+        x = x + out
+        return x + self.mlp(self.post_attention_layernorm(x)), k, v
 
 
 # Checkpoint names of a pre-LN ViT layer's parts, per family: norm1, norm2, attention out proj, fc1, fc2.

@@ -151,6 +151,17 @@ def decoder_layer_prefill(x, cos, sin, weights, heads, kv_heads, dim, eps, act, 
     return decoder_out_mlp(x, attn, weights[n_in:], eps, act), k, v
 
 
+def decoder_attention_decode(x, cos, sin, mask, k_cache, v_cache, weights, heads, kv_heads, dim, eps, paired=True):
+    """The attention half of a decoder layer for one new token per sequence over a cache it only reads
+    (k_cache, v_cache [B, Hkv, T, D]; see ops.attention_with_new): weights = attention-in group + (o_proj,
+    post_attention_layernorm). Returns x + attention, its post_attention_layernorm, and the token's k, v
+    [B, Hkv, 1, D] for the host to store."""
+    n_in = len(weights) - 2
+    q, k, v = decoder_attention_in(x, cos, sin, weights[:n_in], heads, kv_heads, dim, eps, paired)
+    x = x + linear(merge_heads(K.attention_with_new(q, k_cache, v_cache, k, v, mask, dim ** -0.5)), weights[n_in])
+    return x, K.rms_norm(x, weights[n_in + 1], eps), k, v
+
+
 def decoder_attention_prefill(x, cos, sin, weights, heads, kv_heads, dim, eps, block, paired=True):
     """The attention half of a decoder layer over a whole prompt, for layers whose FFN runs apart (MoE):
     weights = attention-in group + (o_proj, post_attention_layernorm). Returns x + attention, its
