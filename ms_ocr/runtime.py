@@ -152,7 +152,7 @@ class VLMRuntime:
         self.host_cache = not backend.FUSED
         self.read_only_decode_step = ReadOnlyDecodeStep(model)
         self._cache_views = self._cache_tensors = None
-        self.cache_batch = self.cache_slots = 0
+        self.cache_slots = 0
         self.expert_step = ExpertStep(tspec["act"])
         self.shared_mlp_step = GatedMLPStep(tspec["act"])
         self._router_steps = {}
@@ -261,7 +261,7 @@ class VLMRuntime:
         numpy views of them; False keeps the in-graph layout (DecodeStep, the exported text graph)."""
         host = self.host_cache if host_writes is None else host_writes
         self.model.allocate_cache(batch, slots, self.compute_dtype, flat=not host)
-        self.cache_batch, self.cache_slots = batch, slots
+        self.cache_slots = slots
         # a CPU Parameter's asnumpy() is its own buffer: writes through it are what the next graph reads
         self._cache_views = [(layer.self_attn.k_cache.asnumpy(), layer.self_attn.v_cache.asnumpy())
                              for layer in self.model.text_layers()] if host else None

@@ -7,9 +7,9 @@ layer by layer, see the decode steps at the end). Off Ascend the decode graphs o
 return each token's k/v, which the host stores (ReadOnlyDecodeStep). A model Cell provides:
   vision_embed(*inputs) -> (x, cos, sin) with vision rope, or x without; vision_layers (ViTLayer);
   vision_head(x, *inputs) -> image tokens;
-  embed(input_ids); text_rotary(pos) -> (cos, sin); text_step_inputs(pos, cache_pos, slot_ids) -> (cos, sin,
-  write_idx, mask); text_layers; text(x, pos, cache_pos, slot_ids) (cached, whole); text_read_only(...) and
-  text_read_only_inputs(...) (the same over read-only caches); final_norm(h); logits(h); num_kv_heads.
+  embed(input_ids); text_rotary(pos) -> (cos, sin); text_layers; text(x, pos, cache_pos, slot_ids) (cached,
+  whole); text_read_only(...) and text_read_only_inputs(...) -> (cos, sin, mask) (the same over read-only
+  caches); final_norm(h); logits(h); num_kv_heads.
 Wrappers use auto_prefix=False so they never rename the model's parameters. Layer weights are explicit
 positional inputs: MindSpore 2.7 rejects *args in construct, and 2.10 folds a tuple argument into the
 graph as a constant (a new compile and activation pool per layer).

@@ -25,9 +25,6 @@ class VLMCell(nn.Cell):
     def text_rotary(self, pos):
         return self.model.rotary(pos)
 
-    def text_step_inputs(self, pos, cache_pos, slot_ids):
-        return self.model.step_inputs(pos, cache_pos, slot_ids)
-
     def text(self, x, pos, cache_pos, slot_ids):
         return self.model(x, pos, cache_pos, slot_ids)
 

@@ -37,8 +37,8 @@ class KVCacheAttention(nn.Cell):
 
     def allocate_cache(self, batch, slots, dtype, flat=True):
         """(Re)size the caches to `batch` sequences of `slots` positions, zero-filled: [B*Hkv*T, D] rows for
-        `construct`'s in-graph writes (flat), or [B, Hkv, T, D] for `read_only_step`, whose caches the host
-        writes (a reshape of a cache Parameter in a CPU graph copies it)."""
+        `construct`'s in-graph writes (flat), or [B, Hkv, T, D] for the read-only decode steps
+        (F.decoder_attention_decode), whose caches the host writes (a reshape of a cache Parameter in a CPU graph copies it)."""
         if flat:
             shape = (batch * self.num_kv_heads * slots, self.head_dim)
         else:
@@ -61,19 +61,6 @@ class KVCacheAttention(nn.Cell):
         v_all = v_all.reshape(b, self.num_kv_heads, slots, self.head_dim)
         out = K.attention(q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask, self.head_dim ** -0.5)
         return F.linear(F.merge_heads(out), self.o_proj.weight)
-
-    def read_only_step(self, x, cos, sin, mask):
-        """One new token per sequence (x [B, 1, C]) over the cache without writing it: (output, k, v), k and v
-        [B, Hkv, 1, D] for the caller to store at the token's slot (the host, off Ascend: see
-        ops.attention_with_new). Caches allocated with flat=False; mask hides the slots at and after the
-        token's own position (`causal_cache_mask(cache_pos - 1, ..)`)."""
-        norms = None
-        if self.qk_norm:
-            norms = (self.query_layernorm.weight, self.key_layernorm.weight)
-        q, k, v = F.project_qkv(x, cos, sin, self.q_proj.weight, self.k_proj.weight, self.v_proj.weight,
-                                self.num_heads, self.num_kv_heads, self.head_dim, norms, self.eps, self.paired)
-        out = K.attention_with_new(q, self.k_cache, self.v_cache, k, v, mask, self.head_dim ** -0.5)
-        return F.linear(F.merge_heads(out), self.o_proj.weight), k, v
 
 
 def cache_write_index(cache_pos, num_kv_heads, slots):

@@ -64,19 +64,22 @@ class DecoderLayer(nn.Cell, WeightOrder):
 
     def construct(self, x, cos, sin, write_idx, mask):
         """Cached step (decode): attends over the cache after writing this step's k/v into it."""
-        x = self.attend(x, cos, sin, write_idx, mask)
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, write_idx, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def attend(self, x, cos, sin, write_idx, mask):
-        """The cached step's attention half: x + self_attn(input_layernorm(x)), the cache updated in place."""
-        return x + self.self_attn(self.input_layernorm(x), cos, sin, write_idx, mask)
-
     def read_only_step(self, x, cos, sin, mask):
-        """`construct` over a cache it does not write (KVCacheAttention.read_only_step): (x, k, v), this
-        token's k/v for the host to store."""
-        out, k, v = self.self_attn.read_only_step(self.input_layernorm(x), cos, sin, mask)
-        x = x + out
-        return x + self.mlp(self.post_attention_layernorm(x)), k, v
+        """`construct` over a cache it does not write, through the same F.decoder_attention_decode as the
+        shared MoE-decode layer graphs (caches allocated flat=False): (x, k, v), this token's k/v for the host
+        to store."""
+        attn = self.self_attn
+        weights = (self.input_layernorm.weight, attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight)
+        if attn.qk_norm:
+            weights = weights + (attn.query_layernorm.weight, attn.key_layernorm.weight)
+        weights = weights + (attn.o_proj.weight, self.post_attention_layernorm.weight)
+        x, h, k, v = F.decoder_attention_decode(x, cos, sin, mask, attn.k_cache, attn.v_cache, weights,
+                                                attn.num_heads, attn.num_kv_heads, attn.head_dim, attn.eps,
+                                                attn.paired)
+        return x + self.mlp(h), k, v
 
 
 # Checkpoint names of a pre-LN ViT layer's parts, per family: norm1, norm2, attention out proj, fc1, fc2.
