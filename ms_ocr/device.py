@@ -40,35 +40,8 @@ def setup(device="auto", threads=None):
         ms.set_context(runtime_num_threads=threads)
     ops.configure(target)
     if target == "CPU":
-        if threads:  # first: OpenBLAS starts its worker threads now, at the current nice value
-            set_blas_threads(threads)
         lower_launcher_priority()
     return target
-
-
-def set_blas_threads(threads):
-    """Limit every OpenBLAS loaded in this process (numpy's; SciPy's when MindSpore pulled it in) to `threads`
-    threads, like MindSpore's kernels: off Ascend the runtime's lm_head GEMV runs on numpy (VLMRuntime.head).
-    Returns how many libraries were set (0: another BLAS, or none loaded; left as it is)."""
-    if not sys.platform.startswith("linux"):
-        return 0
-    import ctypes
-    with open("/proc/self/maps") as maps:
-        paths = {line.split()[-1] for line in maps if "openblas" in line.rsplit("/", 1)[-1].lower()}
-    done = 0
-    for path in sorted(paths):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for name in ("openblas_set_num_threads64_", "scipy_openblas_set_num_threads64_",
-                     "openblas_set_num_threads", "scipy_openblas_set_num_threads"):
-            setter = getattr(lib, name, None)
-            if setter is not None:
-                setter(ctypes.c_int(int(threads)))
-                done += 1
-                break
-    return done
 
 
 MAIN_NICE_ENV = "MS_OCR_CPU_MAIN_NICE"

@@ -16,7 +16,7 @@ from ms_ocr.nn.blocks import graph_input
 from ms_ocr.nn.functional import rows
 from ms_ocr.ops import backend
 from ms_ocr.processing.grid import bucket
-from ms_ocr.steps import (AllLogitsStep, CacheWriteStep, DecodeNormStep, DecodePrepStep, DecodeStep,
+from ms_ocr.steps import (AllLogitsStep, CacheWriteStep, DecodeHeadStep, DecodePrepStep, DecodeStep,
                           DecoderAttentionPrefillStep, DecoderPrefillLayerStep, DecoderQKNormPrefillLayerStep,
                           DenseLayerDecodeStep, ExpertsDecodeStep, ExpertStep, GatedMLPStep, LastLogitsStep,
                           MoELayerDecodeStep, PrefillPrepStep, ReadOnlyDecodeStep, RouterStep, VisionEmbedStep,
@@ -142,11 +142,7 @@ class VLMRuntime:
         tspec = model.text_layers()[0].spec
         self.tspec = tspec
         self.set_prefill_attention_block(PREFILL_ATTENTION_CHUNK)
-        # Off Ascend the lm_head runs on the host, a numpy GEMV over the head Parameter's own buffer: MindSpore's
-        # CPU MatMul reads a [1, C] x [V, C]^T product at one thread's bandwidth (27.8 ms for PaddleOCR-VL's
-        # 424 MB head, profiler and in-process timing), numpy's OpenBLAS on two threads in 16.6 ms.
-        self.host_head = not backend.FUSED
-        self.last_logits_step = LastLogitsStep(model, head=not self.host_head)
+        self.last_logits_step = LastLogitsStep(model)
         self.all_logits_step = AllLogitsStep(model)
         self.decode_step = DecodeStep(model)
         self.cache_write_step = CacheWriteStep(model)
@@ -171,7 +167,7 @@ class VLMRuntime:
             self.dense_decode_step = DenseLayerDecodeStep(*attn, tspec["act"], tspec["paired"])
             self.moe_decode_step = MoELayerDecodeStep(*attn, moe[0].top_k, moe[0].scaling, tspec["paired"])
             self.experts_decode_step = ExpertsDecodeStep(tspec["act"], moe[0].top_k)
-            self.decode_norm_step = DecodeNormStep(model)
+            self.decode_head_step = DecodeHeadStep(model)
         self.compiler = CompileTimer()
 
     # ---- vision -------------------------------------------------------------------------------
@@ -388,15 +384,7 @@ class VLMRuntime:
         if padded > slots:
             raise RequestTooLong(f"prompt of {max(lengths)} tokens does not fit a cache of {slots} positions")
         h = self._prefill_hidden(preps, feats, padded, slots, cache_rows)
-        out = self.compiler.call("prefill", self.last_logits_step, h, Tensor(np.array(lengths, np.int32) - 1))
-        return self.head(out) if self.host_head else out
-
-    def head(self, h):
-        """Final-normed hidden states [B, C] -> logits [B, V] on the host (off Ascend; see host_head): a numpy
-        product with a view of the head Parameter's own buffer (tied: embed_tokens), no copy."""
-        model = self.model
-        weight = model.model.embed_tokens.weight if model.tied else model.lm_head.weight
-        return Tensor.from_numpy(h.asnumpy() @ weight.asnumpy().T)
+        return self.compiler.call("prefill", self.last_logits_step, h, Tensor(np.array(lengths, np.int32) - 1))
 
     def full_logits(self, prep, image_feats):
         """Logits at every prompt position [S, V] from a fresh cache (tests and dumps)."""
@@ -423,11 +411,11 @@ class VLMRuntime:
             return self.compiler.call("decode", self.decode_step, *args)
         if self.host_moe_decode and len(tokens) == 1 and not any(m.dense for m in self._moe_cells):
             return self._decode_host_moe(cache_pos, *args)
-        h, ks, vs = self.compiler.call("decode", self.read_only_decode_step, *args)
+        logits, ks, vs = self.compiler.call("decode", self.read_only_decode_step, *args)
         ks, vs, seqs = ks.asnumpy(), vs.asnumpy(), range(len(tokens))
         for i in range(len(ks)):
             self.store_kv(i, ks[i], vs[i], seqs, cache_pos)
-        return self.head(h)
+        return logits
 
     def _decode_host_moe(self, cache_pos, *args):
         """decode_batch for one sequence of an MoE model off Ascend: each layer's graph up to its router, then
@@ -447,7 +435,7 @@ class VLMRuntime:
             x = self.compiler.call("decode", self.experts_decode_step, x, h, weights,
                                    *[gates[e] for e in chosen], *[ups[e] for e in chosen],
                                    *[downs[e] for e in chosen], *shared)
-        return self.head(self.compiler.call("decode", self.decode_norm_step, x))
+        return self.compiler.call("decode", self.decode_head_step, x)
 
     def expert_views(self, moe):
         """Per-expert Tensors sharing memory with MoE cell `moe`'s stacked expert Parameters (off Ascend, no

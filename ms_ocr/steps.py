@@ -187,18 +187,12 @@ class CacheWriteStep(nn.Cell):
 
 
 class LastLogitsStep(_Wrap):
-    """Final norm + head for each sequence's last real token: [B, S, C], last_idx [B] -> [B, V]. With
-    head=False it stops after the norm ([B, C]; the host applies the head, VLMRuntime.head)."""
-
-    def __init__(self, model, head=True):
-        super().__init__(model)
-        self.head = head
+    """Final norm + head for each sequence's last real token: [B, S, C], last_idx [B] -> [B, V]."""
 
     def construct(self, h, last_idx):
         b, s, d = h.shape
         rows = ops.arange(b, dtype=ms.int32) * s + last_idx.astype(ms.int32)
-        normed = self.model.final_norm(ops.gather(h.reshape(b * s, d), rows, 0))
-        return self.model.logits(normed) if self.head else normed
+        return self.model.logits(self.model.final_norm(ops.gather(h.reshape(b * s, d), rows, 0)))
 
 
 class AllLogitsStep(_Wrap):
@@ -219,13 +213,12 @@ class DecodeStep(_Wrap):
 
 
 class ReadOnlyDecodeStep(_Wrap):
-    """DecodeStep over caches the graph only reads (allocated flat=False; off Ascend) and without the head:
-    the final-normed hidden states [B, C] (the host applies the head, VLMRuntime.head) and every layer's k, v
-    [L, B, Hkv, 1, D], which the host stores at cache_pos (VLMRuntime.store_kv)."""
+    """DecodeStep over caches the graph only reads (allocated flat=False; off Ascend): logits [B, V] and every
+    layer's k, v [L, B, Hkv, 1, D], which the host stores at cache_pos (VLMRuntime.store_kv)."""
 
     def construct(self, input_ids, pos, cache_pos, slot_ids):
         h, ks, vs = self.model.text_read_only(self.model.embed(input_ids), pos, cache_pos, slot_ids)
-        return self.model.final_norm(h[:, 0]), ks, vs
+        return self.model.logits(self.model.final_norm(h[:, 0])), ks, vs
 
 
 # ---- decode with host-routed experts (MoE models off Ascend, one sequence) ---------------------------------
@@ -295,8 +288,8 @@ class ExpertsDecodeStep(nn.Cell):
         return x + (y + shared).reshape(x.shape)
 
 
-class DecodeNormStep(_Wrap):
-    """Final norm of a decode step's hidden states [B, 1, H] -> [B, H] (the host applies the head)."""
+class DecodeHeadStep(_Wrap):
+    """Final norm + head of a decode step's hidden states [B, 1, H] -> [B, V]."""
 
     def construct(self, x):
-        return self.model.final_norm(x[:, 0])
+        return self.model.logits(self.model.final_norm(x[:, 0]))

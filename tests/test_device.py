@@ -55,29 +55,3 @@ def test_cpu_setup_lowers_only_the_launching_thread():
 def test_main_nice_zero_keeps_the_priority():
     nice, start = _thread_nice("0")
     assert nice["main"] == start
-
-
-BLAS_PROBE = """
-import ctypes, json
-import numpy as np
-from ms_ocr.device import setup
-setup("cpu", {threads})
-counts = []
-for path in sorted({{line.split()[-1] for line in open("/proc/self/maps") if "openblas" in line.rsplit("/", 1)[-1]}}):
-    getter = getattr(ctypes.CDLL(path), "openblas_get_num_threads64_", None)
-    if getter is not None:
-        counts.append(getter())
-print(json.dumps(counts))
-"""
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds OpenBLAS through /proc/self/maps")
-@pytest.mark.parametrize("threads", [1, 2])
-def test_cpu_setup_gives_numpy_blas_the_thread_count(threads):
-    # the host lm_head GEMV (VLMRuntime.head) runs on numpy's OpenBLAS with --threads threads
-    env = dict(os.environ, PYTHONPATH=ROOT, GLOG_v="3")
-    env.pop("OPENBLAS_NUM_THREADS", None)
-    out = subprocess.run([sys.executable, "-c", BLAS_PROBE.format(threads=threads)], capture_output=True, text=True,
-                         env=env, check=True)
-    counts = json.loads(out.stdout.strip().splitlines()[-1])
-    assert counts and set(counts) == {threads}
