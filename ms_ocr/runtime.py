@@ -18,8 +18,8 @@ from ms_ocr.ops import backend
 from ms_ocr.processing.grid import bucket
 from ms_ocr.steps import (AllLogitsStep, CacheWriteStep, DecodeHeadStep, DecodePrepStep, DecodeStep,
                           DecoderAttentionPrefillStep, DecoderPrefillLayerStep, DecoderQKNormPrefillLayerStep,
-                          DenseLayerDecodeStep, ExpertsDecodeStep, ExpertStep, GatedMLPStep, LastLogitsStep,
-                          MoELayerDecodeStep, PrefillPrepStep, ReadOnlyDecodeStep, RouterStep, VisionEmbedStep,
+                          DenseLayerDecodeStep, ExpertsDecodeStep, ExpertsHeadStep, ExpertsMoELayerDecodeStep,
+                          ExpertStep, GatedMLPStep, LastLogitsStep, MoELayerDecodeStep, PrefillPrepStep, ReadOnlyDecodeStep, RouterStep, VisionEmbedStep,
                           VisionHeadStep, ViTAttentionInNoRopeStep, ViTAttentionInStep, ViTBlockStep)
 
 # Query rows per vision block call (attention + out projection + MLP of those rows): scores [H, 512, N]
@@ -167,6 +167,9 @@ class VLMRuntime:
             self.dense_decode_step = DenseLayerDecodeStep(*attn, tspec["act"], tspec["paired"])
             self.moe_decode_step = MoELayerDecodeStep(*attn, moe[0].top_k, moe[0].scaling, tspec["paired"])
             self.experts_decode_step = ExpertsDecodeStep(tspec["act"], moe[0].top_k)
+            self.experts_moe_decode_step = ExpertsMoELayerDecodeStep(*attn, moe[0].top_k, moe[0].scaling,
+                                                                     tspec["act"], tspec["paired"])
+            self.experts_head_step = ExpertsHeadStep(model, tspec["act"], moe[0].top_k)
             self.decode_head_step = DecodeHeadStep(model)
         self.compiler = CompileTimer()
 
@@ -419,22 +422,32 @@ class VLMRuntime:
 
     def _decode_host_moe(self, cache_pos, *args):
         """decode_batch for one sequence of an MoE model off Ascend: each layer's graph up to its router, then
-        the k selected experts (zero-copy views of the stacked weights) and shared experts in one graph."""
+        the k selected experts (zero-copy views of the stacked weights) and shared experts. An MoE layer's
+        experts run in the same graph call as the next MoE layer's attention and router, or as the head."""
         x, cos, sin, mask = self.compiler.call("decode", self.decode_prep_step, *args)
+        pending = ()  # (h, routing weights, expert weight views) of an MoE layer whose experts have not run
         for i, layer in enumerate(self.model.text_layers()):
             inputs = (x, cos, sin, mask) + self._cache_tensors[i] + layer.weights(layer.weight_names)
             if not layer.moe:
+                if pending:
+                    x = self.compiler.call("decode", self.experts_decode_step, x, *pending)
+                    inputs, pending = (x,) + inputs[1:], ()
                 x, k, v = self.compiler.call("decode", self.dense_decode_step, *inputs)
                 self.store_kv(i, k.asnumpy(), v.asnumpy(), (0,), cache_pos)
                 continue
-            x, h, weights, ids, k, v = self.compiler.call("decode", self.moe_decode_step, *inputs,
-                                                          graph_input(layer.mlp.gate.weight))
+            gate_w = graph_input(layer.mlp.gate.weight)
+            if pending:
+                x, h, weights, ids, k, v = self.compiler.call("decode", self.experts_moe_decode_step, x, *pending,
+                                                              *inputs[1:], gate_w)
+            else:
+                x, h, weights, ids, k, v = self.compiler.call("decode", self.moe_decode_step, *inputs, gate_w)
             self.store_kv(i, k.asnumpy(), v.asnumpy(), (0,), cache_pos)
             gates, ups, downs, shared = self.expert_views(layer.mlp)
             chosen = [int(e) for e in ids.asnumpy()[0]]
-            x = self.compiler.call("decode", self.experts_decode_step, x, h, weights,
-                                   *[gates[e] for e in chosen], *[ups[e] for e in chosen],
-                                   *[downs[e] for e in chosen], *shared)
+            pending = (h, weights, *[gates[e] for e in chosen], *[ups[e] for e in chosen],
+                       *[downs[e] for e in chosen], *shared)
+        if pending:
+            return self.compiler.call("decode", self.experts_head_step, x, *pending)
         return self.compiler.call("decode", self.decode_head_step, x)
 
     def expert_views(self, moe):

@@ -262,30 +262,66 @@ class MoELayerDecodeStep(nn.Cell):
         self.top_k, self.scaling = top_k, scaling
 
     def construct(self, x, cos, sin, mask, k_cache, v_cache, inw, qw, kw, vw, ow, postw, gate_w):
+        return self.attend_route(x, cos, sin, mask, k_cache, v_cache, inw, qw, kw, vw, ow, postw, gate_w)
+
+    def attend_route(self, x, cos, sin, mask, k_cache, v_cache, inw, qw, kw, vw, ow, postw, gate_w):
         x, h, k, v = F.decoder_attention_decode(x, cos, sin, mask, k_cache, v_cache, (inw, qw, kw, vw, ow, postw),
                                                 self.heads, self.kv_heads, self.dim, self.eps, self.paired)
         weights, ids = route(h.reshape(-1, h.shape[-1]), gate_w, self.top_k, self.scaling)
         return x, h, weights, ids, k, v
 
 
-class ExpertsDecodeStep(nn.Cell):
-    """x + the shared experts of h + sum_j weights[:, j] * expert_j(h) for k experts given as weight inputs:
+def experts_ffn(x, h, weights, expert_weights, top_k, act):
+    """x + the shared experts of h + sum_j weights[:, j] * expert_j(h) for k experts given as weights:
     h [1, 1, H], weights [1, k]; expert_weights = k gate, then k up, then k down projections, then the shared
     experts' gate, up, down."""
+    k = top_k
+    hs = h.reshape(-1, h.shape[-1])
+    ys = [F.gated_mlp(hs, expert_weights[j], expert_weights[k + j], expert_weights[2 * k + j], act)
+          for j in range(k)]
+    y = (ops.stack(ys, 1) * weights.astype(hs.dtype)[..., None]).sum(1)  # [1, k, H] -> [1, H]
+    shared = F.gated_mlp(hs, expert_weights[3 * k], expert_weights[3 * k + 1], expert_weights[3 * k + 2], act)
+    return x + (y + shared).reshape(x.shape)
+
+
+class ExpertsDecodeStep(nn.Cell):
+    """An MoE layer's experts for one token (experts_ffn) as a graph of its own."""
 
     def __init__(self, act, top_k):
         super().__init__()
         self.act, self.top_k = act, top_k
 
     def construct(self, x, h, weights, *expert_weights):
-        k = self.top_k
-        hs = h.reshape(-1, h.shape[-1])
-        ys = [F.gated_mlp(hs, expert_weights[j], expert_weights[k + j], expert_weights[2 * k + j], self.act)
-              for j in range(k)]
-        y = (ops.stack(ys, 1) * weights.astype(hs.dtype)[..., None]).sum(1)  # [1, k, H] -> [1, H]
-        shared = F.gated_mlp(hs, expert_weights[3 * k], expert_weights[3 * k + 1], expert_weights[3 * k + 2],
-                             self.act)
-        return x + (y + shared).reshape(x.shape)
+        return experts_ffn(x, h, weights, expert_weights, self.top_k, self.act)
+
+
+class ExpertsMoELayerDecodeStep(MoELayerDecodeStep):
+    """One MoE layer's experts (experts_ffn) and the next MoE layer up to its router in one graph, shared by
+    every such pair: inputs x, h, weights, the 3k + 3 expert weights, then MoELayerDecodeStep's inputs after x.
+    The host-routed decode made two graph calls per MoE layer (25 per DeepSeek-OCR-2 token, ~30 ms of the step
+    outside its kernels); pairing them leaves 14 calls: 183.4 vs 195.2 and 217.7 vs 223.4 ms/token (medians,
+    the two forms alternating in one process), logits bit-identical."""
+
+    def __init__(self, heads, kv_heads, dim, eps, top_k, scaling, act, paired=True):
+        super().__init__(heads, kv_heads, dim, eps, top_k, scaling, paired)
+        self.act = act
+
+    def construct(self, x, h, weights, *rest):
+        n = 3 * self.top_k + 3
+        x = experts_ffn(x, h, weights, rest[:n], self.top_k, self.act)
+        return self.attend_route(x, *rest[n:])
+
+
+class ExpertsHeadStep(_Wrap):
+    """The last MoE layer's experts (experts_ffn), final norm and head: logits [1, V]."""
+
+    def __init__(self, model, act, top_k):
+        super().__init__(model)
+        self.act, self.top_k = act, top_k
+
+    def construct(self, x, h, weights, *expert_weights):
+        x = experts_ffn(x, h, weights, expert_weights, self.top_k, self.act)
+        return self.model.logits(self.model.final_norm(x[:, 0]))
 
 
 class DecodeHeadStep(_Wrap):

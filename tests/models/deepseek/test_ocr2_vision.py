@@ -62,15 +62,18 @@ def test_multimodal_prefill_and_decode_logits(pair):
     last = rt.prefill(prep, feats, max_new_tokens=len(cont)).asnumpy()[0]
     assert rel_err(last, want[s - 1]) < 1e-4
     assert rt.host_moe_decode  # one sequence on CPU: layer graphs, experts routed on the host
-    before = len(rt.moe_decode_step.compile_cache)
+    steps = (rt.moe_decode_step, rt.experts_moe_decode_step, rt.experts_head_step)
+    before = [len(step.compile_cache) for step in steps]
     for i, tok in enumerate(cont[:-1]):
         whole = _whole_graph_decode(rt, int(tok), s + i)  # writes the same cache rows as the step below
         step = rt.decode(int(tok), s + i, 0, 1).asnumpy()[0]
         assert rel_err(step, want[s + i]) < 1e-4, f"decode step {i}"
         assert rel_err(whole, want[s + i]) < 1e-4, f"whole-graph decode step {i}"
-    # every MoE layer ran through one shared graph (weights and KV caches as inputs), not a graph per layer
+    # every MoE layer ran through one shared graph (weights and KV caches as inputs), not a graph per layer: the
+    # first MoE layer through moe_decode_step, each later one through experts_moe_decode_step, which also runs
+    # the experts of the layer before it (the last layer's experts run with the head)
     assert sum(layer.moe for layer in rt.model.text_layers()) > 1
-    assert len(rt.moe_decode_step.compile_cache) - before == 1
+    assert [len(step.compile_cache) - b for step, b in zip(steps, before)] == [1, 1, 1]
 
 
 def _whole_graph_decode(rt, token, cache_pos):
