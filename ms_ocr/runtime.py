@@ -19,8 +19,9 @@ from ms_ocr.processing.grid import bucket
 from ms_ocr.steps import (AllLogitsStep, CacheWriteStep, DecodeHeadStep, DecodePrepStep, DecodeStep,
                           DecoderAttentionPrefillStep, DecoderPrefillLayerStep, DecoderQKNormPrefillLayerStep,
                           DenseLayerDecodeStep, ExpertsDecodeStep, ExpertsHeadStep, ExpertsMoELayerDecodeStep,
-                          ExpertStep, GatedMLPStep, LastLogitsStep, MoELayerDecodeStep, PrefillPrepStep, ReadOnlyDecodeStep, RouterStep, VisionEmbedStep,
-                          VisionHeadStep, ViTAttentionInNoRopeStep, ViTAttentionInStep, ViTBlockStep)
+                          ExpertStep, GatedMLPStep, LastLogitsStep, MoELayerDecodeStep, PrefillPrepStep,
+                          ReadOnlyDecodeStep, RouterStep, VisionEmbedStep, VisionHeadStep, ViTAttentionInNoRopeStep,
+                          ViTAttentionInStep, ViTBlockStep)
 
 # Query rows per vision block call (attention + out projection + MLP of those rows): scores [H, 512, N]
 # instead of [H, N, N] (0.8 GB instead of 2.5 GB at 4k patches) and MLP temporaries that fit the cache.
@@ -268,9 +269,9 @@ class VLMRuntime:
         # a CPU Parameter's asnumpy() is its own buffer: writes through it are what the next graph reads
         self._cache_views = [(layer.self_attn.k_cache.asnumpy(), layer.self_attn.v_cache.asnumpy())
                              for layer in self.model.text_layers()] if host else None
-        # the same buffers as graph inputs (the shared layer graphs of _decode_host_moe)
+        # the same buffers as graph inputs, for the shared layer graphs of _decode_host_moe (MoE models only)
         self._cache_tensors = [(Tensor.from_numpy(k), Tensor.from_numpy(v))
-                               for k, v in self._cache_views] if host else None
+                               for k, v in self._cache_views] if host and self.host_moe_decode else None
 
     def store_kv(self, index, k, v, cache_rows, cache_pos):
         """Write layer `index`'s new k, v [B', Hkv, S, D] (numpy) at positions cache_pos.. of the cache's

@@ -38,7 +38,8 @@ class KVCacheAttention(nn.Cell):
     def allocate_cache(self, batch, slots, dtype, flat=True):
         """(Re)size the caches to `batch` sequences of `slots` positions, zero-filled: [B*Hkv*T, D] rows for
         `construct`'s in-graph writes (flat), or [B, Hkv, T, D] for the read-only decode steps
-        (F.decoder_attention_decode), whose caches the host writes (a reshape of a cache Parameter in a CPU graph copies it)."""
+        (F.decoder_attention_decode), whose caches the host writes (a reshape of a cache Parameter in a CPU
+        graph copies it)."""
         if flat:
             shape = (batch * self.num_kv_heads * slots, self.head_dim)
         else:
