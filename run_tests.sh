@@ -10,5 +10,5 @@ cd "$repo"
 workers=${MS_OCR_TEST_WORKERS:-$(( $(nproc) < 2 ? 1 : 2 ))}
 case " $* " in *slow*) workers=1 ;; esac
 par=()
-[ "$workers" -gt 1 ] && par=(-n "$workers" --dist loadfile)
+[ "$workers" -gt 1 ] && par=(-n "$workers" --dist loadfile --no-loadscope-reorder)  # order: tests/conftest.py
 MS_OCR_OFFLINE=1 GLOG_v=3 exec "$venv/bin/python" -m pytest -q "${par[@]}" "$@"
