@@ -1,0 +1,29 @@
+"""scripts/benchmark.py's summary over repeated rounds (the workers themselves run in the benchmarks)."""
+
+import pytest
+
+from scripts.benchmark import median_result, round_ratios
+
+
+def _run(vision, prefill, tok_s, rss, compile_vision, tokens):
+    return {"framework": "x", "vision_ms": vision, "prefill_ms": prefill, "decode_tokens_per_s": tok_s,
+            "decode_ms_per_token": 1000.0 / tok_s, "peak_rss_gb": rss, "prompt_tokens": 1019,
+            "compile_s": {"vision": compile_vision}, "tokens": tokens}
+
+
+def test_median_result_takes_each_figure_median_and_first_round_tokens():
+    runs = [_run(50.0, 5.0, 10.0, 5.1, 3.0, [1, 2]), _run(40.0, 7.0, 12.0, 5.0, 4.0, [1, 3]),
+            _run(60.0, 6.0, 11.0, 5.2, 2.0, [1, 2])]
+    out = median_result(runs)
+    assert out["vision_ms"] == 50.0 and out["prefill_ms"] == 6.0 and out["decode_tokens_per_s"] == 11.0
+    assert out["peak_rss_gb"] == 5.1 and out["compile_s"] == {"vision": 3.0}
+    assert out["prompt_tokens"] == 1019.0 and out["tokens"] == [1, 2] and out["framework"] == "x"
+    assert runs[0]["vision_ms"] == 50.0  # inputs untouched
+
+
+def test_round_ratios():
+    r = round_ratios({"ms_ocr": _run(45.0, 5.0, 12.0, 5.0, 3.0, []),
+                      "transformers": _run(40.0, 10.0, 8.0, 5.2, 0.0, [])})
+    assert r["vision_prefill"] == pytest.approx(1.0)
+    assert r["decode_speedup"] == pytest.approx(1.5)
+    assert r["rss"] == pytest.approx(5.0 / 5.2)
