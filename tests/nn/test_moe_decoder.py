@@ -29,7 +29,7 @@ class TextOnly(VLMCell):
         super().__init__(cfg)
         t = cfg.text
         moe = lambda i: (MoE(t.hidden_size, t.moe_intermediate_size, t.n_routed_experts, t.num_experts_per_tok,
-                             t.n_shared_experts, t.routed_scaling_factor) if TEXT["mlp_layer_types"][i] == "sparse"
+                             t.n_shared_experts, t.routed_scaling_factor) if t.mlp_layer_types[i] == "sparse"
                          else None)
         self.model = CausalDecoder(t, MultiAxisRotary(t.head_dim, 10000.0), ffn=moe)
 
@@ -37,11 +37,16 @@ class TextOnly(VLMCell):
         return []
 
 
-@pytest.fixture(scope="module")
-def setup(graph_mode):
+def _text_config(spec):
+    return SimpleNamespace(**{k: v for k, v in spec.items() if k != "rope_parameters"}, head_dim=16,
+                           hidden_act="silu", tie_word_embeddings=False)
+
+
+def build(spec):
+    """(reference text model, lm_head, our runtime, checkpoint tensors) for the text config `spec`."""
     from transformers import DeepseekOcr2TextConfig, DeepseekOcr2TextModel
 
-    ref = randomize_(DeepseekOcr2TextModel(DeepseekOcr2TextConfig(**TEXT)).eval(), 3)
+    ref = randomize_(DeepseekOcr2TextModel(DeepseekOcr2TextConfig(**spec)).eval(), 3)
     head = torch.randn(TEXT["vocab_size"], TEXT["hidden_size"], generator=torch.Generator().manual_seed(4)) * 0.2
     # the checkpoint layout: one tensor per expert (transformers stacks them in memory as gate_up_proj)
     tensors = [("lm_head.weight", head.numpy(), "F32")]
@@ -58,25 +63,41 @@ def setup(graph_mode):
                 tensors.append((f"model.{name[:-len('down_proj')]}{e}.down_proj.weight", arr[e], "F32"))
         else:
             tensors.append((f"model.{name}", arr, "F32"))
-    text = SimpleNamespace(**{k: v for k, v in TEXT.items() if k != "rope_parameters"}, head_dim=16,
-                           hidden_act="silu", tie_word_embeddings=False)
-    net = TextOnly(SimpleNamespace(text=text))
+    net = TextOnly(SimpleNamespace(text=_text_config(spec)))
     load_weights(net, tensors, RenameTable(stacks=STACKS), source="tiny")
     return ref, head, VLMRuntime(net, 512, buckets=Buckets(prefill=16, slots=64)), tensors
+
+
+@pytest.fixture(scope="module")
+def setup(graph_mode):
+    return build(TEXT)
 
 
 def test_loader_stacks_experts_and_reports_missing_slices(setup):
     from ms_ocr.config_utils import CheckpointError
     *_, tensors = setup
-    text = SimpleNamespace(**{k: v for k, v in TEXT.items() if k != "rope_parameters"}, head_dim=16,
-                           hidden_act="silu", tie_word_embeddings=False)
     dropped = [t for t in tensors if t[0] != "model.layers.2.mlp.experts.5.up_proj.weight"]
     with pytest.raises(CheckpointError, match=r"up_proj\[5\]"):
-        load_weights(TextOnly(SimpleNamespace(text=text)), dropped, RenameTable(stacks=STACKS), source="tiny")
+        load_weights(TextOnly(SimpleNamespace(text=_text_config(TEXT))), dropped, RenameTable(stacks=STACKS),
+                     source="tiny")
 
 
 def test_prefill_and_cached_decode_match_reference(setup):
-    ref, head, rt, _ = setup
+    _check_prefill_and_decode(*setup[:3])
+
+
+def test_decode_with_dense_layers_after_moe_layers(graph_mode):
+    """mlp_layer_types is a free list in transformers' config: a dense layer after an MoE layer runs that MoE
+    layer's experts in a graph of their own (ExpertsDecodeStep) before the dense layer's graph, and a dense last
+    layer ends the token with DecodeHeadStep (the hub's DeepSeek layouts, dense layers first, take neither)."""
+    ref, head, rt, _ = build(dict(TEXT, num_hidden_layers=4, mlp_layer_types=["sparse", "dense", "sparse", "dense"]))
+    assert rt.host_moe_decode
+    _check_prefill_and_decode(ref, head, rt)
+    assert len(rt.experts_decode_step.compile_cache) == 1 and len(rt.decode_head_step.compile_cache) == 1
+    assert len(rt.experts_head_step.compile_cache) == 0
+
+
+def _check_prefill_and_decode(ref, head, rt):
     ids = np.random.default_rng(0).integers(0, 300, 37)
     cont = np.random.default_rng(1).integers(0, 300, 9)
     full = np.concatenate([ids, cont])
