@@ -65,6 +65,13 @@ def test_graph_input_is_the_parameters_own_buffer_off_ascend(graph_mode, monkeyp
     np.testing.assert_array_equal(timer.call("s", cell, x, graph_input(q)).asnumpy(), [-1.0, 0.5, 4.0])
     p.asnumpy()[1] = 7.0  # a host write (store_kv) is what the next call reads
     np.testing.assert_array_equal(timer.call("s", cell, x, view).asnumpy(), [1.0, 7.0, 3.0])
+    # one view per buffer: the same Tensor again until set_data replaces the buffer
+    assert graph_input(p) is view
+    p.set_data(Tensor(np.array([5.0, 6.0, 8.0], np.float32)))
+    fresh = graph_input(p)
+    assert fresh is not view and fresh.asnumpy().ctypes.data == p.asnumpy().ctypes.data
+    np.testing.assert_array_equal(timer.call("s", cell, x, fresh).asnumpy(), [5.0, 6.0, 8.0])
+    assert graph_input(p) is fresh
     monkeypatch.setattr(backend, "FUSED", True)  # Ascend: the device tensor, Parameter.value()
     device_tensor = object()
     assert graph_input(type("P", (), {"value": lambda self: device_tensor})()) is device_tensor
