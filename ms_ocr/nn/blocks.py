@@ -25,7 +25,8 @@ def graph_input(param):
     The view is made once per Parameter buffer and kept on the Parameter (rebuilt if set_data replaced the
     buffer): a graph call that gets a new Tensor object for an input costs more than one that gets the same
     Tensor again. Measured on DeepSeek-OCR-2's host-routed MoE decode (14 graph calls per token, ~100 weight
-    inputs): 169.3 vs 185.3 ms/token, medians of blocks of 6 tokens alternating in one process."""
+    inputs): 174.6 vs 195.2 and 200.0 vs 208.0 ms/token, medians of blocks of 6 tokens alternating in one
+    process."""
     if backend.FUSED:
         return param.value()
     ptr = param.data_ptr() if hasattr(param, "data_ptr") else None
