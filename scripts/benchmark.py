@@ -198,12 +198,12 @@ def run_worker(framework, args):
 
 
 def median_result(runs):
-    """One framework's figures over rounds: the median of every number (and of every compile time); tokens and
-    sizes from the first round."""
+    """One framework's figures over rounds: the median of every measured (float) figure and of every compile
+    time; counts (patches, prompt tokens) and tokens from the first round."""
     import numpy as np
     out = dict(runs[0])
     for key, value in runs[0].items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, float):
             out[key] = float(np.median([r[key] for r in runs]))
     if "compile_s" in out:
         out["compile_s"] = {k: float(np.median([r["compile_s"][k] for r in runs])) for k in runs[0]["compile_s"]}
@@ -238,6 +238,9 @@ def report(results, bound_ms, rounds=()):
         same = sum(a == b for a, b in zip(ms["tokens"], tf["tokens"]))
         print(f"greedy tokens identical: {same}/{len(ms['tokens'])}")
         if len(rounds) > 1:
+            print("per round greedy tokens identical: " + ", ".join(
+                f"{sum(a == b for a, b in zip(r['ms_ocr']['tokens'], r['transformers']['tokens']))}"
+                f"/{len(r['ms_ocr']['tokens'])}" for r in rounds))
             per = [round_ratios(r) for r in rounds]
             for key, label in (("vision_prefill", "vision+prefill ms/tf"), ("decode_speedup", "decode tokens/s ms/tf"),
                                ("rss", "peak RSS ms/tf")):
