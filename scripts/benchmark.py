@@ -218,6 +218,12 @@ def round_ratios(results):
             "rss": ms["peak_rss_gb"] / tf["peak_rss_gb"]}
 
 
+def tokens_agreement(results):
+    """How many of the greedy tokens ms_ocr and transformers agree on, as "same/total"."""
+    ms, tf = results["ms_ocr"]["tokens"], results["transformers"]["tokens"]
+    return f"{sum(a == b for a, b in zip(ms, tf))}/{len(ms)}"
+
+
 def report(results, bound_ms, rounds=()):
     ms, tf = results.get("ms_ocr"), results.get("transformers")
     if len(rounds) > 1:
@@ -234,13 +240,10 @@ def report(results, bound_ms, rounds=()):
     if ms and tf:
         vp_ms = ms["vision_ms"] + ms["prefill_ms"]
         vp_tf = tf["vision_ms"] + tf["prefill_ms"]
-        print(f"{'vision+prefill ms':<18}{vp_ms:>12.1f}{vp_tf:>14.1f}{vp_ms / vp_tf:9.2f}")
-        same = sum(a == b for a, b in zip(ms["tokens"], tf["tokens"]))
-        print(f"greedy tokens identical: {same}/{len(ms['tokens'])}")
+        print(f"{'vision+prefill ms':<18}{vp_ms:>12.1f}{vp_tf:>14.1f}{round_ratios(results)['vision_prefill']:9.2f}")
+        print(f"greedy tokens identical: {tokens_agreement(results)}")
         if len(rounds) > 1:
-            print("per round greedy tokens identical: " + ", ".join(
-                f"{sum(a == b for a, b in zip(r['ms_ocr']['tokens'], r['transformers']['tokens']))}"
-                f"/{len(r['ms_ocr']['tokens'])}" for r in rounds))
+            print("per round greedy tokens identical: " + ", ".join(tokens_agreement(r) for r in rounds))
             per = [round_ratios(r) for r in rounds]
             for key, label in (("vision_prefill", "vision+prefill ms/tf"), ("decode_speedup", "decode tokens/s ms/tf"),
                                ("rss", "peak RSS ms/tf")):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from scripts.benchmark import median_result, round_ratios
+from scripts.benchmark import median_result, round_ratios, tokens_agreement
 
 
 def _run(vision, prefill, tok_s, rss, compile_vision, tokens):
@@ -28,3 +28,7 @@ def test_round_ratios():
     assert r["vision_prefill"] == pytest.approx(1.0)
     assert r["decode_speedup"] == pytest.approx(1.5)
     assert r["rss"] == pytest.approx(5.0 / 5.2)
+
+
+def test_tokens_agreement_counts_positions_that_match():
+    assert tokens_agreement({"ms_ocr": {"tokens": [5, 6, 7, 8]}, "transformers": {"tokens": [5, 9, 7, 8]}}) == "3/4"

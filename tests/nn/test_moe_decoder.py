@@ -47,7 +47,7 @@ def build(spec):
     from transformers import DeepseekOcr2TextConfig, DeepseekOcr2TextModel
 
     ref = randomize_(DeepseekOcr2TextModel(DeepseekOcr2TextConfig(**spec)).eval(), 3)
-    head = torch.randn(TEXT["vocab_size"], TEXT["hidden_size"], generator=torch.Generator().manual_seed(4)) * 0.2
+    head = torch.randn(spec["vocab_size"], spec["hidden_size"], generator=torch.Generator().manual_seed(4)) * 0.2
     # the checkpoint layout: one tensor per expert (transformers stacks them in memory as gate_up_proj)
     tensors = [("lm_head.weight", head.numpy(), "F32")]
     for name, p in ref.state_dict().items():
