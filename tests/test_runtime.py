@@ -75,3 +75,29 @@ def test_graph_input_is_the_parameters_own_buffer_off_ascend(graph_mode, monkeyp
     monkeypatch.setattr(backend, "FUSED", True)  # Ascend: the device tensor, Parameter.value()
     device_tensor = object()
     assert graph_input(type("P", (), {"value": lambda self: device_tensor})()) is device_tensor
+
+
+def test_next_request_frees_graphs_the_last_requests_did_not_use(graph_mode):
+    """Shapes of an evictable group unused for more than keep_requests requests lose their compiled graph
+    (and its memory); they compile again, with the same results, if they come back. Other groups stay."""
+    from mindspore.nn import cell as cell_module
+    executor = cell_module._cell_graph_executor
+    timer, cell, kept = CompileTimer(evictable=("vision",), keep_requests=1), _Affine(), _Affine()
+    w = np.array([2.0, -1.0, 0.5], np.float32)
+    b = Tensor(np.zeros(3, np.float32))
+    a, a_rows = Tensor(np.ones((2, 3), np.float32)), np.ones((2, 3), np.float32) * w
+    timer.call("vision", cell, a, b)
+    timer.call("decode", kept, a, b)
+    phase_a = timer._phases[("vision", id(cell), ((2, 3), "Float32"), ((3,), "Float32"))][0]
+    decode_phase = timer._phases[("decode", id(kept), ((2, 3), "Float32"), ((3,), "Float32"))][0]
+    assert timer.next_request() == 0  # used by the request that just ended
+    timer.call("vision", cell, Tensor(np.ones((5, 3), np.float32)), b)  # another shape, the next request
+    assert timer.next_request() == 1  # (2, 3) was last used two requests ago
+    assert not executor.has_compiled(phase_a) and phase_a not in cell.compile_cache
+    assert executor.has_compiled(decode_phase) and len(timer._phases) == 2
+    seconds = timer.seconds["vision"]
+    np.testing.assert_array_equal(timer.call("vision", cell, a, b)[0].asnumpy(), a_rows)
+    assert timer.seconds["vision"] > seconds  # compiled again, timed as compile
+    assert timer.next_request() == 1  # (5, 3): unused by the last request and the one before
+    assert timer.next_request() == 1 and len(timer._phases) == 1  # (2, 3) in turn; decode stays
+    np.testing.assert_array_equal(timer.call("decode", kept, a, b)[0].asnumpy(), a_rows)
