@@ -494,12 +494,14 @@ class VLMRuntime:
         """Per-expert Tensors sharing memory with MoE cell `moe`'s stacked expert Parameters (off Ascend, no
         copy: a CPU Parameter's asnumpy() is its own buffer, and Tensor.from_numpy keeps it; slicing the
         Parameter would copy each expert, and its value() would copy the whole stack, 293 MB per tensor at
-        DeepSeek-OCR's size), plus the shared experts' weights. Built on first use."""
-        if id(moe) not in self._expert_views:
-            stacks = [p.asnumpy() for p in (moe.experts.gate_proj, moe.experts.up_proj, moe.experts.down_proj)]
-            views = [[Tensor.from_numpy(a[e]) for e in range(a.shape[0])] for a in stacks]
-            shared = moe.shared_experts
-            views.append(tuple(graph_input(w) for w in (shared.gate_proj.weight, shared.up_proj.weight,
-                                                        shared.down_proj.weight)))
-            self._expert_views[id(moe)] = views
-        return self._expert_views[id(moe)]
+        DeepSeek-OCR's size), plus the shared experts' weights. Made once per buffer, like graph_input's views:
+        rebuilt if set_data replaced a stack (a kept view would read the freed buffer)."""
+        stacks = (moe.experts.gate_proj, moe.experts.up_proj, moe.experts.down_proj)
+        ptrs = tuple(p.data_ptr() if hasattr(p, "data_ptr") else None for p in stacks)
+        known = self._expert_views.get(id(moe))
+        if known is None or known[0] != ptrs:
+            views = [[Tensor.from_numpy(a[e]) for e in range(a.shape[0])] for a in (p.asnumpy() for p in stacks)]
+            self._expert_views[id(moe)] = known = (ptrs, views)
+        shared = moe.shared_experts
+        return known[1] + [tuple(graph_input(w) for w in (shared.gate_proj.weight, shared.up_proj.weight,
+                                                          shared.down_proj.weight))]

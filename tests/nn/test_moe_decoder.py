@@ -137,3 +137,25 @@ def test_dense_expert_path_matches_reference(setup):
                 want = ref.layers[i].mlp(torch.tensor(x)[None])[0].numpy()
             got = dense(Tensor(x)).asnumpy()
             assert rel_err(got, want) < 1e-5, (i, t)
+
+
+def test_expert_views_follow_a_replaced_stack(setup):
+    """The host-routed decode's per-expert views share the stacked Parameter's buffer, and are made again when
+    set_data replaces it (a view kept from before would read freed memory)."""
+    from mindspore import Tensor
+    rt = setup[2]
+    moe = rt.model.text_layers()[1].mlp
+    stack = moe.experts.up_proj
+    before = rt.expert_views(moe)
+    assert rt.expert_views(moe)[1][2] is before[1][2]  # kept while the buffer stays
+    assert before[1][2].asnumpy().ctypes.data == stack.asnumpy()[2].ctypes.data
+    values = stack.asnumpy().copy()
+    stack.set_data(Tensor(values * 2))
+    try:
+        after = rt.expert_views(moe)
+        assert after[1][2] is not before[1][2]
+        assert after[1][2].asnumpy().ctypes.data == stack.asnumpy()[2].ctypes.data
+        np.testing.assert_array_equal(after[1][2].asnumpy(), values[2] * 2)
+    finally:
+        stack.set_data(Tensor(values))
+    np.testing.assert_array_equal(rt.expert_views(moe)[1][5].asnumpy(), values[5])
