@@ -132,14 +132,15 @@ class CompileTimer:
             return 0
         freed = 0
         for key, (last, cell) in list(self._used.items()):
-            known = self._phases.get(key)
-            if self.requests - last <= self.keep_requests or not isinstance(known, tuple):
+            if self.requests - last <= self.keep_requests:
                 continue
-            phase = known[0]
-            executor.del_net_res(cell, {phase})
-            cell.compile_cache.discard(phase)
-            del self._phases[key], self._used[key]
-            freed += 1
+            del self._used[key]
+            known = self._phases.get(key)
+            if isinstance(known, tuple):  # not a shape that runs through Cell.__call__ (_NO_FAST_PATH)
+                executor.del_net_res(cell, {known[0]})
+                cell.compile_cache.discard(known[0])
+                del self._phases[key]
+                freed += 1
         return freed
 
 
