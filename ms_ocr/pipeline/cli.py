@@ -25,9 +25,10 @@ def build_parser():
     p.add_argument("--recognizer", default="paddleocr-vl", choices=RECOGNIZERS, help="VLM that reads the regions")
     p.add_argument("--model-path", help="recogniser checkpoint folder")
     p.add_argument("--layout-model-path", help="PP-DocLayoutV2 checkpoint folder (PP-DocLayoutV2_safetensors)")
-    p.add_argument("--layout-mode", default="graph", choices=["graph", "eager"],
-                   help="layout model as one compiled graph (faster per page, ~7 GB on CPU) or op by op (no "
-                        "compile, ~1.4 GB, ~3x slower per page)")
+    p.add_argument("--layout-mode", default="auto", choices=["auto", "graph", "eager"],
+                   help="layout model as one compiled graph (faster per page after a ~34 s compile, ~7 GB on CPU) "
+                        "or op by op (no compile, ~1.4 GB, ~3x slower per page); auto: eager on the CPU for fewer "
+                        "than 5 pages, else graph")
     p.add_argument("--charts", action="store_true", help="recognise charts (default: kept as pictures)")
     p.add_argument("--keep-all-labels", action="store_true",
                    help="also put headers, footers, page numbers, footnotes and side text into the Markdown")
@@ -69,14 +70,16 @@ def _inputs(args):
     return [(path, (lambda img=img: img)) for path, img in images]
 
 
-def load(args):
-    """DocumentPipeline for the parsed options."""
+def load(args, pages=None):
+    """DocumentPipeline for the parsed options; `pages`: how many pages the run will parse (for --layout-mode
+    auto)."""
     from ms_ocr.infer import sampling_config
     from ms_ocr.pipeline.document import DocumentPipeline
     from ms_ocr.pipeline.markdown import IGNORED_LABELS
     return DocumentPipeline.load(args.recognizer, args.model_path, args.layout_model_path, args.device, args.dtype,
                                  args.threads, sampling=lambda package, vlm: sampling_config(args, package, vlm),
-                                 layout_mode=args.layout_mode, charts=args.charts, max_batch_size=args.max_batch_size,
+                                 layout_mode=args.layout_mode, pages=pages, charts=args.charts,
+                                 max_batch_size=args.max_batch_size,
                                  ignore=() if args.keep_all_labels else IGNORED_LABELS)
 
 
@@ -90,7 +93,7 @@ def run(argv):
         raise CliError("--max-new-tokens, --max-batch-size and --dpi must be at least 1")
     pages = _inputs(args)
     os.makedirs(args.out, exist_ok=True)
-    doc = load(args)
+    doc = load(args, len(pages))
     failed = 0
     if args.pdf:
         stem = _stem(args.pdf)

@@ -61,21 +61,24 @@ class DocumentPipeline:
 
     @classmethod
     def load(cls, recognizer="paddleocr-vl", model_path=None, layout_path=None, device="auto", dtype="auto",
-             threads=None, max_new_tokens=4096, sampling=None, layout_mode="graph", **options):
+             threads=None, max_new_tokens=4096, sampling=None, layout_mode="graph", pages=None, **options):
         """Load the layout model and the recogniser (weights located as the command line does). `sampling`: a
         SamplingConfig or a function (package, vlm) -> SamplingConfig; default greedy with the recogniser's
-        n-gram blocking. `layout_mode`: LayoutDetector's ("graph" or "eager"). `options`: the constructor's."""
+        n-gram blocking. `layout_mode`: LayoutDetector's ("graph" or "eager"), or "auto" (eager on the CPU
+        when `pages`, the number of pages the run will parse, is below EAGER_BELOW_PAGES). `options`: the
+        constructor's."""
         from types import SimpleNamespace
         from ms_ocr.device import setup
         from ms_ocr.infer import sampling_config
         from ms_ocr.models import model_package
         from ms_ocr.models.pp_doclayout_v2 import LayoutDetector
+        from ms_ocr.models.pp_doclayout_v2.runner import layout_mode_for
         from ms_ocr.weights import locate, locate_layout
         layout_dir = locate_layout(layout_path)
         model_dir = locate(recognizer, model_path)
         target = setup(device, threads)
         package = model_package(recognizer)
-        layout = LayoutDetector(layout_dir, mode=layout_mode)
+        layout = LayoutDetector(layout_dir, mode=layout_mode_for(layout_mode, target, pages))
         vlm = package.load(model_dir, target, dtype)
         if sampling is None:
             defaults = SimpleNamespace(max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0, top_k=0,

@@ -186,6 +186,15 @@ def test_cli_image(tiny_dir, layout_dir, layout_detector, vlm, tmp_path, monkeyp
     before = (out / "page.json").stat().st_mtime_ns
     assert _cli("--image", page, "--out", out, "--model-path", tiny_dir, "--layout-model-path", layout_dir) == 0
     assert (out / "page.json").stat().st_mtime_ns == before and "already done" in capsys.readouterr().err
+    assert calls[2] == (layout_dir, "eager")  # the default, --layout-mode auto, for one page on the CPU
+
+
+def test_layout_mode_auto_is_eager_for_a_few_pages_on_the_cpu():
+    from ms_ocr.models.pp_doclayout_v2.runner import EAGER_BELOW_PAGES, layout_mode_for
+    assert EAGER_BELOW_PAGES == 5
+    assert [layout_mode_for("auto", "CPU", n) for n in (1, 4, 5, 40)] == ["eager", "eager", "graph", "graph"]
+    assert layout_mode_for("auto", "Ascend", 1) == "graph" and layout_mode_for("auto", "CPU", None) == "graph"
+    assert layout_mode_for("graph", "CPU", 1) == "graph" and layout_mode_for("eager", "Ascend", 40) == "eager"
 
 
 def test_cli_pdf_with_a_corrupt_page(blind_doc, tmp_path, monkeypatch, capsys):
