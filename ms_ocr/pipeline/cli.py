@@ -26,7 +26,7 @@ def build_parser():
     p.add_argument("--model-path", help="recogniser checkpoint folder")
     p.add_argument("--layout-model-path", help="PP-DocLayoutV2 checkpoint folder (PP-DocLayoutV2_safetensors)")
     p.add_argument("--layout-mode", default="auto", choices=["auto", "graph", "eager"],
-                   help="layout model as one compiled graph (faster per page after a ~34 s compile, ~7 GB on CPU) "
+                   help="layout model as one compiled graph (faster per page after a 35-60 s compile, ~7 GB on CPU) "
                         "or op by op (no compile, ~1.4 GB, ~3x slower per page); auto: eager on the CPU for fewer "
                         "than 5 pages, else graph")
     p.add_argument("--charts", action="store_true", help="recognise charts (default: kept as pictures)")
