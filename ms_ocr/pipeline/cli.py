@@ -93,12 +93,16 @@ def run(argv):
         raise CliError("--max-new-tokens, --max-batch-size and --dpi must be at least 1")
     pages = _inputs(args)
     os.makedirs(args.out, exist_ok=True)
-    doc = load(args, len(pages))
+    if args.pdf:
+        done = _finished_pages(args.out, _stem(args.pdf), args.pdf)
+        todo = sum(page_no not in done for page_no, _ in pages)
+    else:
+        todo = sum(not _finished_image(args.out, _stem(path), path) for path, _ in pages)
+    doc = load(args, todo)  # pages left to parse: a resumed run of a long PDF may take the eager layout
     failed = 0
     if args.pdf:
         stem = _stem(args.pdf)
         records, markdown = [], []
-        done = _finished_pages(args.out, stem, args.pdf)
         if done:
             print(f"{len(done)} page(s) already done in {args.out}, kept", file=sys.stderr)
         for page_no, get in pages:

@@ -213,7 +213,8 @@ def test_cli_pdf_with_a_corrupt_page(blind_doc, tmp_path, monkeypatch, capsys):
     assert good.count(kids) == 1 and b"7 0 obj" in good and b"/Subtype /Image" in good
     pdf = tmp_path / "doc.pdf"
     pdf.write_bytes(good.replace(kids, b"/Kids [ 1 0 R 7 0 R ]"))  # page 2 -> an image XObject
-    monkeypatch.setattr(cli, "load", lambda args: blind_doc)
+    todo = []  # pages each run has left to parse (what --layout-mode auto decides by)
+    monkeypatch.setattr(cli, "load", lambda args, pages: todo.append(pages) or blind_doc)
     out = tmp_path / "out"
     code = _cli("--pdf", pdf, "--out", out, "--dpi", 72)
     assert code == 3  # a page failed; the rest is written
@@ -229,6 +230,7 @@ def test_cli_pdf_with_a_corrupt_page(blind_doc, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(blind_doc, "parse", lambda page, _parse=blind_doc.parse: parsed.append(page) or _parse(page))
     assert _cli("--pdf", pdf, "--out", out, "--dpi", 72) == 0
     assert len(parsed) == 1 and "1 page(s) already done" in capsys.readouterr().err
+    assert todo == [2, 1]
     record = json.loads((out / "doc.json").read_text())
     assert [p["page"] for p in record["pages"]] == [1, 2] and all("error" not in p for p in record["pages"])
 
