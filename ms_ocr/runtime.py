@@ -91,7 +91,7 @@ class CompileTimer:
     (peak 6.27) with vision and prefill evictable and keep_requests 2, against 4.82, 5.74, 6.19, 6.72, 7.28
     while every shape stayed."""
 
-    def __init__(self, evictable=(), keep_requests=2):
+    def __init__(self, evictable=(), keep_requests=KEEP_GRAPHS_REQUESTS):
         self.seconds = {}
         self._phases = {}
         self.evictable = frozenset(evictable)
@@ -211,7 +211,7 @@ class VLMRuntime:
             self.decode_head_step = DecodeHeadStep(model)
         # Vision and prefill graphs are compiled per image size and prompt bucket; those the last two requests
         # did not use are freed (see CompileTimer.next_request). The decode graphs stay (one per cache size).
-        self.compiler = CompileTimer(evictable=("vision", "prefill"), keep_requests=KEEP_GRAPHS_REQUESTS)
+        self.compiler = CompileTimer(evictable=("vision", "prefill"))
 
     # ---- vision -------------------------------------------------------------------------------
     def tensor(self, array):
