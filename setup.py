@@ -15,6 +15,7 @@ setup(
     version="0.1.0",
     description="MindSpore-native inference for open OCR vision-language models (PaddleOCR-VL, ...)",
     packages=find_packages(include=["ms_ocr", "ms_ocr.*"]),
+    package_data={"ms_ocr.ops.native": ["kernels.cc"]},  # compiled on first use (ms_ocr/ops/native)
     python_requires=">=3.9",
     install_requires=reqs("requirements.txt"),
     extras_require={"test": reqs("requirements-test.txt"), "download": ["huggingface_hub"]},

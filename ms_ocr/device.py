@@ -40,6 +40,9 @@ def setup(device="auto", threads=None):
         ms.set_context(runtime_num_threads=threads)
     ops.configure(target)
     if target == "CPU":
+        kernels = ops.backend.native_kernels()
+        if kernels is not None:  # its OpenMP pool starts before this thread's priority is lowered
+            kernels.set_threads(threads or len(os.sched_getaffinity(0)))
         lower_launcher_priority()
     return target
 

@@ -142,6 +142,11 @@ def _moe_layers(model):
 
 def export_pipeline(pipe, out_dir, slots, batch=1):
     """Write the vision graphs, text.mindir, the host-side files and meta.json for a loaded VLMPipeline."""
+    with K.backend.without_native():  # an exported graph must not name a kernel library of this machine
+        return _export_pipeline(pipe, out_dir, slots, batch)
+
+
+def _export_pipeline(pipe, out_dir, slots, batch):
     rt, model = pipe.runtime, pipe.runtime.model
     if slots > rt.max_positions:
         raise ExportError(f"--slots {slots} exceeds the model's max_position_embeddings ({rt.max_positions})")

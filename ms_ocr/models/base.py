@@ -1,8 +1,9 @@
 """The text-side interface every VLM Cell shares (see ms_ocr/steps.py): a CausalDecoder under `model`
 and an optional untied `lm_head`. Model Cells add their vision tower and vision_embed / vision_head."""
 
-from mindspore import nn, ops
+from mindspore import nn
 
+from ms_ocr import ops as K
 from ms_ocr.nn import Linear
 
 
@@ -13,7 +14,6 @@ class VLMCell(nn.Cell):
         self.tied = cfg.text.tie_word_embeddings
         if not self.tied:
             self.lm_head = Linear(cfg.text.hidden_size, cfg.text.vocab_size, bias=False)
-        self.head_matmul = ops.MatMul(transpose_b=True)
         self.num_kv_heads = cfg.text.num_key_value_heads
 
     def text_layers(self):
@@ -39,7 +39,7 @@ class VLMCell(nn.Cell):
 
     def logits(self, h):
         weight = self.model.embed_tokens.weight if self.tied else self.lm_head.weight
-        return self.head_matmul(h, weight)
+        return K.matmul_t(h, weight)
 
     def allocate_cache(self, batch, slots, dtype, flat=True):
         for layer in self.text_layers():

@@ -13,13 +13,10 @@ from mindspore import ops
 
 from ms_ocr import ops as K
 
-_mm = ops.MatMul(transpose_b=True)
-
-
 def linear(x, w, b=None):
-    """x W^T (+ b) with W [out, in]; MatMul(transpose_b) never materialises W^T."""
+    """x W^T (+ b) with W [out, in]; MatMul(transpose_b) never materialises W^T (kernel in ops/linear.py)."""
     shape = x.shape
-    y = _mm(x.reshape(-1, shape[-1]), w)
+    y = K.matmul_t(x.reshape(-1, shape[-1]), w)
     if b is not None:
         y = y + b
     return y.reshape(shape[:-1] + (w.shape[0],))

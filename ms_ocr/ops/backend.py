@@ -7,6 +7,9 @@ from mindspore import ops
 FUSED = False
 # ONNX export: formulations built only from operators MindSpore's ONNX exporter converts.
 PORTABLE = False
+# CPU: the native matrix-vector Custom op (ms_ocr/ops/native, ops/linear.py), None where unavailable, on
+# Ascend, and while graphs are built for export (the op names a library on this machine).
+NATIVE_MATMUL_T = None
 _configured = None
 
 
@@ -24,11 +27,27 @@ class portable:
     def __enter__(self):
         global PORTABLE
         self._saved, PORTABLE = PORTABLE, True
+        self._native = without_native().__enter__()
         return self
 
     def __exit__(self, *exc):
         global PORTABLE
         PORTABLE = self._saved
+        self._native.__exit__(*exc)
+
+
+class without_native:
+    """Context for building graphs to export (MindIR, ONNX): MindSpore's kernels only, no Custom ops that name a
+    library of this machine."""
+
+    def __enter__(self):
+        global NATIVE_MATMUL_T
+        self._saved, NATIVE_MATMUL_T = NATIVE_MATMUL_T, None
+        return self
+
+    def __exit__(self, *exc):
+        global NATIVE_MATMUL_T
+        NATIVE_MATMUL_T = self._saved
 
 
 def configure(device_target=None):
@@ -36,11 +55,35 @@ def configure(device_target=None):
 
     Called once by the model loader after the MindSpore context is set. Returns the target used.
     """
-    global FUSED, _configured
+    global FUSED, NATIVE_MATMUL_T, _configured
     target = device_target or ms.get_context("device_target")
     FUSED = target == "Ascend"
+    NATIVE_MATMUL_T = native_matmul_t() if target == "CPU" else None
     _configured = target
     return target
+
+
+def native_kernels():
+    """The loaded native kernel library when the configured CPU kernels use it, else None."""
+    from ms_ocr.ops import native
+
+    return native.load() if NATIVE_MATMUL_T is not None else None
+
+
+def native_matmul_t():
+    """The native x [M, K] w [N, K]^T Custom op (M <= 8, fp32), or None where the library is unavailable."""
+    from ms_ocr.ops import native
+
+    kernels = native.load()
+    if kernels is None:
+        return None
+    if "matmul_t" not in _native_ops:
+        _native_ops["matmul_t"] = ops.Custom(kernels.func("MatMulT"), out_shape=lambda x, w: [x[0], w[0]],
+                                             out_dtype=lambda x, w: x, func_type="aot")
+    return _native_ops["matmul_t"]
+
+
+_native_ops = {}
 
 
 def configured_target():

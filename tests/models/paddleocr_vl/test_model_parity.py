@@ -105,6 +105,36 @@ def test_prefill_and_cached_decode_logits(chunk, host_cache, pipeline, reference
     pipeline.runtime.set_prefill_attention_block(256)
 
 
+def test_decode_through_native_products_matches_reference(tiny_dir, graph_mode, reference, monkeypatch):
+    """The CPU decode step with its products on the native kernel (ops/linear.py; the weight-size threshold
+    lowered so the tiny model's weights take it, as the real head does): cached decode logits and greedy tokens
+    against the reference's full forward."""
+    from ms_ocr.models import paddleocr_vl
+    from ms_ocr.ops import backend, linear
+    from ms_ocr.runtime import Buckets
+    kernels = backend.native_kernels()
+    assert kernels is not None, "native kernels unavailable (no C++ compiler?)"
+    monkeypatch.setattr(linear, "NATIVE_MIN_WEIGHT", 1)
+    pipeline = paddleocr_vl.load(tiny_dir, "CPU", "auto", Buckets(prefill=32, slots=64))  # its own graphs
+    cfg = pipeline.cfg
+    grids = [(1, 4, 6)]
+    pix = _patches(grids, 11)
+    prompt = _multimodal_prompt(cfg, grids, seed=3)
+    cont = np.random.default_rng(2).integers(10, 250, 9)
+    full = np.concatenate([prompt, cont])
+    ref_logits, ref_pos, delta = _ref_logits(reference, full, pix, grids, cfg.image_token_id)
+    rt, s = pipeline.runtime, len(prompt)
+    prep = _prepared(pipeline, prompt, ref_pos[:, :s], delta, pix, grids)
+    rt.prefill(prep, pipeline.encode_images(prep), max_new_tokens=len(cont))
+    before = kernels.matmul_t_calls
+    for i, tok in enumerate(cont[:-1]):
+        step = rt.decode(int(tok), s + i, delta, 3).asnumpy()[0]
+        assert rel_err(step, ref_logits[s + i]) < TOL, f"decode step {i}"
+        assert np.argmax(step) == np.argmax(ref_logits[s + i])
+    # every step: q, k, v, o, gate, up, down of each layer and the head
+    assert kernels.matmul_t_calls - before == (len(cont) - 1) * (7 * cfg.text.num_hidden_layers + 1)
+
+
 def test_shared_layer_steps_compile_once_for_all_layers(pipeline, monkeypatch):
     """Every layer runs through the same compiled graph: a new graph per layer (as happens when weights are
     passed as Parameters or as a tuple) gives each layer its own activation pool (24 GB at full size)."""

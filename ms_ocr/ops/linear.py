@@ -1,0 +1,25 @@
+"""Products with a weight stored [out, in]: MindSpore's MatMul(transpose_b), or on the CPU the native
+matrix-vector kernel (ms_ocr/ops/native) for a few rows against a very large weight."""
+
+import mindspore as ms
+from mindspore import ops
+
+from ms_ocr.ops import backend
+
+_mm = ops.MatMul(transpose_b=True)
+
+# The native kernel serves x [M, K] with M <= NATIVE_MAX_ROWS (a decode step's rows) and weights of at least
+# NATIVE_MIN_WEIGHT elements: measured in graph mode here, it read the 103,424 x 1,024 PaddleOCR-VL head in
+# 15-19 ms against MatMul's 26-28 ms, while for the decoder's 1-12 MB layer weights MatMul was as fast or faster
+# (0.39 vs 0.47 ms at 2,048 x 1,024): MindSpore's kernel threads and the OpenMP pool share the two cores, and
+# only a long product amortises handing work over.
+NATIVE_MAX_ROWS = 8
+NATIVE_MIN_WEIGHT = 1 << 25
+
+
+def matmul_t(x, w):
+    """x [M, K] times w [N, K] transposed: [M, N]."""
+    if (backend.NATIVE_MATMUL_T is not None and x.shape[0] <= NATIVE_MAX_ROWS
+            and w.shape[0] * w.shape[1] >= NATIVE_MIN_WEIGHT and x.dtype == ms.float32 and w.dtype == ms.float32):
+        return backend.NATIVE_MATMUL_T(x, w)
+    return _mm(x, w)
