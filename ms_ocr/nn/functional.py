@@ -13,6 +13,7 @@ from mindspore import ops
 
 from ms_ocr import ops as K
 
+
 def linear(x, w, b=None):
     """x W^T (+ b) with W [out, in]; MatMul(transpose_b) never materialises W^T (kernel in ops/linear.py)."""
     shape = x.shape

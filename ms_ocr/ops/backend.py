@@ -3,6 +3,8 @@
 import mindspore as ms
 from mindspore import ops
 
+from ms_ocr.ops import native
+
 # Read by the ops at graph-compile time; set by `configure` before any model graph is built.
 FUSED = False
 # ONNX export: formulations built only from operators MindSpore's ONNX exporter converts.
@@ -10,6 +12,7 @@ PORTABLE = False
 # CPU: the native matrix-vector Custom op (ms_ocr/ops/native, ops/linear.py), None where unavailable, on
 # Ascend, and while graphs are built for export (the op names a library on this machine).
 NATIVE_MATMUL_T = None
+_native_ops = {}  # Custom ops over the loaded library, made once per process
 _configured = None
 
 
@@ -65,15 +68,11 @@ def configure(device_target=None):
 
 def native_kernels():
     """The loaded native kernel library when the configured CPU kernels use it, else None."""
-    from ms_ocr.ops import native
-
     return native.load() if NATIVE_MATMUL_T is not None else None
 
 
 def native_matmul_t():
     """The native x [M, K] w [N, K]^T Custom op (M <= 8, fp32), or None where the library is unavailable."""
-    from ms_ocr.ops import native
-
     kernels = native.load()
     if kernels is None:
         return None
@@ -81,9 +80,6 @@ def native_matmul_t():
         _native_ops["matmul_t"] = ops.Custom(kernels.func("MatMulT"), out_shape=lambda x, w: [x[0], w[0]],
                                              out_dtype=lambda x, w: x, func_type="aot")
     return _native_ops["matmul_t"]
-
-
-_native_ops = {}
 
 
 def configured_target():

@@ -2,12 +2,13 @@
 in graph mode against NumPy, and the fallbacks when they cannot be built or are switched off."""
 
 import os
+import platform
 import shutil
 
 import numpy as np
 import pytest
 import mindspore as ms
-from mindspore import Tensor, nn
+from mindspore import Tensor, nn, ops
 
 from ms_ocr.ops import backend, native
 from ms_ocr.ops import linear as linear_mod
@@ -44,7 +45,7 @@ def test_library_builds_once_into_its_cache(tmp_path):
     mtime = os.path.getmtime(first)
     assert native.build(str(tmp_path)) == first and os.path.getmtime(first) == mtime
     assert os.path.basename(first) == native.LIB_NAME
-    assert [p for p in os.listdir(os.path.dirname(first))] == [native.LIB_NAME]  # no temporary left behind
+    assert os.listdir(os.path.dirname(first)) == [native.LIB_NAME]  # no temporary left behind
 
 
 @needs_compiler
@@ -65,6 +66,23 @@ def test_matmul_t_kernel_matches_numpy(graph_cpu, threads, m, n, k):
         assert np.abs(out - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max())
     finally:
         kernels.set_threads(len(os.sched_getaffinity(0)))
+
+
+@needs_compiler
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64-v2 is an x86 target")
+def test_portable_loops_match_numpy(graph_cpu, tmp_path):
+    """The loops compiled where AVX-512 is missing (built here for x86-64-v2) give the same products."""
+    kernels = native.NativeKernels(native.build(str(tmp_path), arch="x86-64-v2"))
+    assert not kernels.avx512
+    kernels.set_threads(2)
+    op = ops.Custom(kernels.func("MatMulT"), out_shape=lambda x, w: [x[0], w[0]], out_dtype=lambda x, w: x,
+                    func_type="aot")
+    for m, n, k in [(1, 1030, 1000), (3, 5, 37), (8, 257, 1152)]:
+        x, w = _case(np.random.default_rng(m + n), m, n, k)
+        ref = x.astype(np.float64) @ w.astype(np.float64).T
+        out = _Apply(op)(Tensor(x), Tensor(w)).asnumpy()
+        assert np.abs(out - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max())
+    assert kernels.matmul_t_calls == 3
 
 
 @needs_compiler

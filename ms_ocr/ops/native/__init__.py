@@ -19,7 +19,7 @@ import tempfile
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels.cc")
 ENV_SWITCH = "MS_OCR_NATIVE"
 LIB_NAME = "libms_ocr_kernels.so"
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 
 _state = {}
 
@@ -76,14 +76,16 @@ def cache_dir():
     return os.path.join(home, "kernels")
 
 
-def build(dst_dir=None, cxx=None):
-    """Compile kernels.cc (once per source, compiler and CPU) and return the library's path.
+def build(dst_dir=None, cxx=None, arch="native"):
+    """Compile kernels.cc for `-march=arch` (once per source, compiler, flags and CPU) and return the library's
+    path. Tests build other targets (e.g. x86-64-v2, no AVX-512) to run the portable loops.
 
     Raises OSError / subprocess.CalledProcessError / subprocess.TimeoutExpired when it cannot be built."""
     cxx = cxx or os.environ.get("CXX", "g++")
     with open(SOURCE, "rb") as f:
         source = f.read()
-    key = hashlib.sha256(b"\0".join([source, _compiler_version(cxx).encode(), " ".join(FLAGS).encode(),
+    flags = (f"-march={arch}",) + FLAGS
+    key = hashlib.sha256(b"\0".join([source, _compiler_version(cxx).encode(), " ".join(flags).encode(),
                                      _cpu_tag().encode()])).hexdigest()[:16]
     folder = os.path.join(dst_dir or cache_dir(), key)
     path = os.path.join(folder, LIB_NAME)
@@ -94,7 +96,7 @@ def build(dst_dir=None, cxx=None):
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
     os.close(fd)
     try:
-        subprocess.run([cxx, *FLAGS, SOURCE, "-o", tmp], capture_output=True, text=True, timeout=300, check=True)
+        subprocess.run([cxx, *flags, SOURCE, "-o", tmp], capture_output=True, text=True, timeout=300, check=True)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

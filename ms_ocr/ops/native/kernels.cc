@@ -1,13 +1,11 @@
-// CPU kernels for MindSpore Custom(func_type="aot") operators, built on first use by ms_ocr/ops/native.py.
+// CPU kernels for MindSpore Custom(func_type="aot") operators, built on first use by ms_ocr/ops/native/__init__.py.
 //
 // Entry points follow MindSpore's AOT CPU ABI: params holds the inputs then the outputs; ndims/shapes/dtypes
 // describe each. Every kernel is fp32 and reads contiguous (row-major) tensors.
 #include <omp.h>
 
 #include <atomic>
-#include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -89,12 +87,6 @@ void gemv(const float* x, const float* w, float* y, int64_t out, int64_t in) {
 
 using GemvFn = void (*)(const float*, const float*, float*, int64_t, int64_t);
 const GemvFn kGemv[] = {nullptr, gemv<1>, gemv<2>, gemv<3>, gemv<4>, gemv<5>, gemv<6>, gemv<7>, gemv<8>};
-
-int64_t numel(int ndim, const int64_t* shape) {
-  int64_t n = 1;
-  for (int i = 0; i < ndim; ++i) n *= shape[i];
-  return n;
-}
 
 }  // namespace
 
