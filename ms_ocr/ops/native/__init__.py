@@ -42,10 +42,6 @@ class NativeKernels:
         self.lib.ms_ocr_set_threads(int(n))
 
     @property
-    def threads(self):
-        return self.lib.ms_ocr_get_threads()
-
-    @property
     def matmul_t_calls(self):
         """How many MatMulT products ran in this process (diagnostics and tests)."""
         return self.lib.ms_ocr_matmul_t_calls()

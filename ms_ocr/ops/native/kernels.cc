@@ -100,7 +100,6 @@ void ms_ocr_set_threads(int n) {
 #pragma omp parallel num_threads(g_threads)
   { }
 }
-int ms_ocr_get_threads() { return g_threads; }
 int64_t ms_ocr_matmul_t_calls() { return g_matmul_t_calls.load(); }
 int ms_ocr_has_avx512() {
 #if defined(__AVX512F__)
