@@ -21,6 +21,7 @@ from mindspore import ParameterTuple, nn, ops
 from ms_ocr import ops as K
 from ms_ocr.nn import functional as F
 from ms_ocr.nn.moe import route
+from ms_ocr.ops import decode_layer
 
 
 class _Wrap(nn.Cell):
@@ -245,8 +246,12 @@ class DenseLayerDecodeStep(nn.Cell):
     def __init__(self, heads, kv_heads, dim, eps, act, paired=True):
         super().__init__()
         self.heads, self.kv_heads, self.dim, self.eps, self.act, self.paired = heads, kv_heads, dim, eps, act, paired
+        self.silu_mlp = act is K.silu
 
     def construct(self, x, cos, sin, mask, k_cache, v_cache, inw, qw, kw, vw, ow, postw, gw, uw, dw):
+        weights = (inw, qw, kw, vw, ow, postw, gw, uw, dw)
+        if decode_layer.available(x, k_cache, weights, self.silu_mlp):
+            return decode_layer.decoder_layer_decode(x, cos, sin, mask, k_cache, v_cache, weights, self.eps)
         x, h, k, v = F.decoder_attention_decode(x, cos, sin, mask, k_cache, v_cache, (inw, qw, kw, vw, ow, postw),
                                                 self.heads, self.kv_heads, self.dim, self.eps, self.paired)
         return x + F.gated_mlp(h, gw, uw, dw, self.act), k, v

@@ -10,7 +10,7 @@ from ms_ocr.nn import functional as F
 from ms_ocr.nn.attention import KVCacheAttention, VisionSelfAttention
 from ms_ocr.nn.layers import LayerNorm, RMSNorm
 from ms_ocr.nn.mlp import MLP, GatedMLP
-from ms_ocr.ops import backend, get_activation
+from ms_ocr.ops import backend, decode_layer, get_activation
 
 
 def graph_input(param):
@@ -71,6 +71,8 @@ class DecoderLayer(nn.Cell, WeightOrder):
         self.moe = mlp is not None
         self.spec = dict(heads=num_heads, kv_heads=num_kv_heads, dim=head_dim, eps=eps, act=get_activation(act),
                          qk_norm=qk_norm, paired=paired)
+        # the native decode-layer kernel (CPU) serves dense SiLU-gated layers
+        self.silu_mlp = mlp is None and get_activation(act) is get_activation("silu")
         attn_in = F.DECODER_ATTN_IN_WEIGHTS + (F.QK_NORM_WEIGHTS if qk_norm else ())
         # MoE layers run their FFN outside the shared prefill layer graph (see runtime.VLMRuntime.moe_prefill)
         self.weight_names = attn_in + (F.DECODER_OUT_WEIGHTS[:2] if self.moe else F.DECODER_OUT_WEIGHTS)
@@ -89,6 +91,11 @@ class DecoderLayer(nn.Cell, WeightOrder):
         if attn.qk_norm:
             weights = weights + (attn.query_layernorm.weight, attn.key_layernorm.weight)
         weights = weights + (attn.o_proj.weight, self.post_attention_layernorm.weight)
+        if not self.moe:
+            mlp = (self.mlp.gate_proj.weight, self.mlp.up_proj.weight, self.mlp.down_proj.weight)
+            if decode_layer.available(x, attn.k_cache, weights + mlp, self.silu_mlp):
+                return decode_layer.decoder_layer_decode(x, cos, sin, mask, attn.k_cache, attn.v_cache, weights + mlp,
+                                                         attn.eps)
         x, h, k, v = F.decoder_attention_decode(x, cos, sin, mask, attn.k_cache, attn.v_cache, weights,
                                                 attn.num_heads, attn.num_kv_heads, attn.head_dim, attn.eps,
                                                 attn.paired)

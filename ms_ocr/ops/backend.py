@@ -12,6 +12,9 @@ PORTABLE = False
 # CPU: the native matrix-vector Custom op (ms_ocr/ops/native, ops/linear.py), None where unavailable, on
 # Ascend, and while graphs are built for export (the op names a library on this machine).
 NATIVE_MATMUL_T = None
+# CPU: the native fused decoder layer of a decode step (ops/decode_layer.py) as Custom ops for layers without
+# and with q/k norms, None where the native matrix-vector op is (both come from the same library).
+NATIVE_DECODE_LAYER = None
 _native_ops = {}  # Custom ops over the loaded library, made once per process
 _configured = None
 
@@ -44,13 +47,14 @@ class without_native:
     library of this machine."""
 
     def __enter__(self):
-        global NATIVE_MATMUL_T
-        self._saved, NATIVE_MATMUL_T = NATIVE_MATMUL_T, None
+        global NATIVE_MATMUL_T, NATIVE_DECODE_LAYER
+        self._saved = NATIVE_MATMUL_T, NATIVE_DECODE_LAYER
+        NATIVE_MATMUL_T = NATIVE_DECODE_LAYER = None
         return self
 
     def __exit__(self, *exc):
-        global NATIVE_MATMUL_T
-        NATIVE_MATMUL_T = self._saved
+        global NATIVE_MATMUL_T, NATIVE_DECODE_LAYER
+        NATIVE_MATMUL_T, NATIVE_DECODE_LAYER = self._saved
 
 
 def configure(device_target=None):
@@ -58,10 +62,11 @@ def configure(device_target=None):
 
     Called once by the model loader after the MindSpore context is set. Returns the target used.
     """
-    global FUSED, NATIVE_MATMUL_T, _configured
+    global FUSED, NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, _configured
     target = device_target or ms.get_context("device_target")
     FUSED = target == "Ascend"
     NATIVE_MATMUL_T = native_matmul_t() if target == "CPU" else None
+    NATIVE_DECODE_LAYER = native_decode_layers() if NATIVE_MATMUL_T is not None else None
     _configured = target
     return target
 
@@ -80,6 +85,22 @@ def native_matmul_t():
         _native_ops["matmul_t"] = ops.Custom(kernels.func("MatMulT"), out_shape=lambda x, w: [x[0], w[0]],
                                              out_dtype=lambda x, w: x, func_type="aot")
     return _native_ops["matmul_t"]
+
+
+def _decode_layer_out_shape(*shapes):
+    # x [B, 1, H]; this token's k and v [B, Hkv, 1, D] (k_cache, input 4, is [B, Hkv, T, D])
+    b, hkv, _, d = shapes[4]
+    return list(shapes[0]), [b, hkv, 1, d], [b, hkv, 1, d]
+
+
+def native_decode_layers():
+    """The native DecodeLayer Custom ops (ops/decode_layer.py) for layers (without, with) q/k norms."""
+    if "decode_layer" not in _native_ops:
+        func = native.load().func("DecodeLayer")
+        _native_ops["decode_layer"] = tuple(
+            ops.Custom(func, out_shape=_decode_layer_out_shape, out_dtype=lambda *dtypes: (dtypes[0],) * 3,
+                       func_type="aot") for _ in range(2))
+    return _native_ops["decode_layer"]
 
 
 def configured_target():

@@ -32,6 +32,7 @@ class NativeKernels:
         self.lib = ctypes.CDLL(path)
         self.lib.ms_ocr_set_threads.argtypes = [ctypes.c_int]
         self.lib.ms_ocr_matmul_t_calls.restype = ctypes.c_int64
+        self.lib.ms_ocr_decode_layer_calls.restype = ctypes.c_int64
 
     def func(self, name):
         return f"{self.path}:{name}"
@@ -45,6 +46,11 @@ class NativeKernels:
     def matmul_t_calls(self):
         """How many MatMulT products ran in this process (diagnostics and tests)."""
         return self.lib.ms_ocr_matmul_t_calls()
+
+    @property
+    def decode_layer_calls(self):
+        """How many DecodeLayer kernels (one decoder layer of a decode step each) ran in this process."""
+        return self.lib.ms_ocr_decode_layer_calls()
 
     @property
     def avx512(self):

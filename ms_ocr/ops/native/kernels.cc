@@ -5,7 +5,9 @@
 #include <omp.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
+#include <vector>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -15,6 +17,7 @@ namespace {
 
 int g_threads = 1;
 std::atomic<int64_t> g_matmul_t_calls{0};  // read by tests: which products took this kernel
+std::atomic<int64_t> g_decode_layer_calls{0};
 
 // y[m, o] = sum_i x[m, i] W[o, i] for rows o in [o0, o1): R weight rows at a time against all M (<= 8)
 // activation rows. Memory bound: each weight row is read once, and R concurrent row streams keep more
@@ -88,6 +91,148 @@ void gemv(const float* x, const float* w, float* y, int64_t out, int64_t in) {
 using GemvFn = void (*)(const float*, const float*, float*, int64_t, int64_t);
 const GemvFn kGemv[] = {nullptr, gemv<1>, gemv<2>, gemv<3>, gemv<4>, gemv<5>, gemv<6>, gemv<7>, gemv<8>};
 
+
+// ---- the fused decoder layer of one decode step ----------------------------------------------------------
+
+#if defined(__AVX512F__)
+// e^x for x <= 0 in the softmax and sigmoid (Cephes' expf polynomial; ~1 ulp), lanes clamped to [-87.3, 88.7].
+inline __m512 exp512(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
+  const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+  const __m512 y = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+  return _mm512_scalef_ps(y, fx);
+}
+#endif
+
+float dot(const float* a, const float* b, int64_t n) {
+#if defined(__AVX512F__)
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+  if (i < n) {
+    const __mmask16 t = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(t, a + i), _mm512_maskz_loadu_ps(t, b + i), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+#else
+  float acc[16] = {0};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += a[i + l] * b[i + l];
+  float s = 0.f;
+  for (; i < n; ++i) s += a[i] * b[i];
+  for (int l = 0; l < 16; ++l) s += acc[l];
+  return s;
+#endif
+}
+
+// y += a * x
+void axpy(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// out = w * x / sqrt(mean(x^2) + eps)
+void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps) {
+  const float inv = 1.f / std::sqrt(dot(x, x, n) / static_cast<float>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv);
+}
+
+// x <- x * cos + rotate_half(x) * sin, rotate_half(x) = concat(-x[D/2:], x[:D/2]) (the general form: XD-RoPE's
+// halves differ too)
+void rope(float* x, const float* cos, const float* sin, int64_t d) {
+  const int64_t half = d / 2;
+  float rot[512];
+  for (int64_t i = 0; i < half; ++i) {
+    rot[i] = -x[half + i];
+    rot[half + i] = x[i];
+  }
+  for (int64_t i = 0; i < d; ++i) x[i] = x[i] * cos[i] + rot[i] * sin[i];
+}
+
+// x <- silu(g) * u = g / (1 + e^-g) * u
+void silu_mul(const float* g, const float* u, float* out, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 one = _mm512_set1_ps(1.f);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 gv = _mm512_loadu_ps(g + i);
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)), _mm512_loadu_ps(u + i)));
+  }
+#endif
+  for (; i < n; ++i) out[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+}
+
+// e[i] = exp(s[i] - mx) for i < n; returns the sum
+float exp_sum(float* s, int64_t n, float mx) {
+  float sum = 0.f;
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  __m512 acc = _mm512_setzero_ps();
+  const __m512 m = _mm512_set1_ps(mx);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + i), m));
+    _mm512_storeu_ps(s + i, e);
+    acc = _mm512_add_ps(acc, e);
+  }
+  sum = _mm512_reduce_add_ps(acc);
+#endif
+  for (; i < n; ++i) {
+    s[i] = std::exp(s[i] - mx);
+    sum += s[i];
+  }
+  return sum;
+}
+
+// Rows [o, o1) of y [m, out] = x [m, in] w [out, in]^T, inside a parallel region's worksharing loop.
+template <int M>
+void gemv_rows_m(const float* x, const float* w, float* y, int64_t out, int64_t in, int64_t o, int64_t o1) {
+  constexpr int R = M <= 3 ? 8 : (M <= 6 ? 4 : 3);
+  const int64_t rest = gemv_block<M, R>(x, w, y, out, in, o, o1);
+  gemv_block<M, 1>(x, w, y, out, in, rest, o1);
+}
+
+using GemvRowsFn = void (*)(const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t);
+const GemvRowsFn kGemvRows[] = {nullptr, gemv_rows_m<1>, gemv_rows_m<2>, gemv_rows_m<3>, gemv_rows_m<4>,
+                                gemv_rows_m<5>, gemv_rows_m<6>, gemv_rows_m<7>, gemv_rows_m<8>};
+
+// One product y [m, out] = x [m, in] w^T (+ res [m, out] when given) of a group run by parallel_products.
+struct Product {
+  const float* x;
+  const float* w;
+  float* y;
+  int64_t out, in;
+  const float* res;
+};
+
+// Runs the products of a group over the threads of the enclosing parallel region, in chunks of rows handed
+// out on demand (the niced launcher thread takes fewer); ends with the worksharing loop's barrier.
+void parallel_products(int m, const Product* ps, int n) {
+  constexpr int64_t kChunk = 64;
+  int64_t first[4] = {0, 0, 0, 0};
+  for (int j = 0; j < n; ++j) first[j + 1] = first[j] + (ps[j].out + kChunk - 1) / kChunk;
+#pragma omp for schedule(dynamic, 1)
+  for (int64_t c = 0; c < first[n]; ++c) {
+    int j = 0;
+    while (c >= first[j + 1]) ++j;
+    const Product& p = ps[j];
+    const int64_t o = (c - first[j]) * kChunk, o1 = o + kChunk < p.out ? o + kChunk : p.out;
+    kGemvRows[m](p.x, p.w, p.y, p.out, p.in, o, o1);
+    if (p.res)
+      for (int r = 0; r < m; ++r)
+        for (int64_t i = o; i < o1; ++i) p.y[r * p.out + i] += p.res[r * p.out + i];
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -117,6 +262,119 @@ int MatMulT(int nparam, void** params, int* ndims, int64_t** shapes, const char*
   if (m < 1 || m > 8 || shapes[1][1] != k) return 1;
   g_matmul_t_calls.fetch_add(1);
   kGemv[m](static_cast<const float*>(params[0]), static_cast<const float*>(params[1]), static_cast<float*>(params[2]), n, k);
+  return 0;
+}
+
+int64_t ms_ocr_decode_layer_calls() { return g_decode_layer_calls.load(); }
+
+// DecodeLayer: one dense pre-norm decoder layer (RMSNorm -> GQA attention with rope -> residual -> RMSNorm ->
+// SiLU-gated MLP -> residual) for one new token per sequence over KV caches it only reads, as
+// F.decoder_attention_decode + F.gated_mlp compose it (ms_ocr/ops/decode_layer.py describes the operands).
+// Inputs: x [B, 1, H]; cos, sin [B|1, 1, 1, D]; mask [B|1, 1, 1, T] (additive); k_cache, v_cache [B, Hkv, T, D];
+// input_layernorm [H]; q_proj [Hq*D, H]; k_proj, v_proj [Hkv*D, H]; (query/key norms [D] when qk-normed);
+// o_proj [H, Hq*D]; post_attention_layernorm [H]; gate_proj, up_proj [I, H]; down_proj [H, I]; eps [1].
+// Outputs: x [B, 1, H] and this token's k, v [B, Hkv, 1, D].
+int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+                void* extra) {
+  (void)stream; (void)extra; (void)dtypes;
+  if (nparam != 19 && nparam != 21) return 1;
+  const bool qk_norm = nparam == 21;
+  const int n_in = nparam - 3;
+  auto in = [&](int i) { return static_cast<const float*>(params[i]); };
+  const float *x = in(0), *cos = in(1), *sin = in(2), *mask = in(3), *kc = in(4), *vc = in(5), *inw = in(6),
+              *qw = in(7), *kw = in(8), *vw = in(9);
+  const int w = qk_norm ? 12 : 10;
+  const float *qnw = qk_norm ? in(10) : nullptr, *knw = qk_norm ? in(11) : nullptr;
+  const float *ow = in(w), *postw = in(w + 1), *gw = in(w + 2), *uw = in(w + 3), *dw = in(w + 4);
+  const float eps = in(n_in - 1)[0];
+  float* x_out = static_cast<float*>(params[n_in]);
+  float* k_out = static_cast<float*>(params[n_in + 1]);
+  float* v_out = static_cast<float*>(params[n_in + 2]);
+  if (ndims[0] != 3 || ndims[4] != 4 || shapes[0][1] != 1) return 1;
+  const int64_t b = shapes[0][0], hidden = shapes[0][2], hkv = shapes[4][1], t = shapes[4][2], d = shapes[4][3];
+  const int64_t hq = shapes[7][0] / d, inter = shapes[w + 2][0];
+  if (b < 1 || b > 8 || d > 512 || hq % hkv != 0 || shapes[4][0] != b) return 1;
+  const int64_t rep = hq / hkv;
+  const int64_t rope_stride = shapes[1][0] == 1 ? 0 : d, mask_stride = shapes[3][0] == 1 ? 0 : t;
+  const float scale = 1.f / std::sqrt(static_cast<float>(d));
+  g_decode_layer_calls.fetch_add(1);
+
+  std::vector<float> h(b * hidden), q(b * hq * d), k(b * hkv * d), v(b * hkv * d), attn(b * hq * d),
+      x1(b * hidden), g(b * inter), u(b * inter);
+  const int m = static_cast<int>(b);
+#pragma omp parallel num_threads(g_threads)
+  {
+#pragma omp single
+    for (int64_t r = 0; r < b; ++r) rms_norm(x + r * hidden, inw, h.data() + r * hidden, hidden, eps);
+    {
+      const Product ps[] = {{h.data(), qw, q.data(), hq * d, hidden, nullptr},
+                            {h.data(), kw, k.data(), hkv * d, hidden, nullptr},
+                            {h.data(), vw, v.data(), hkv * d, hidden, nullptr}};
+      parallel_products(m, ps, 3);
+    }
+#pragma omp single
+    for (int64_t r = 0; r < b; ++r) {
+      const float *c = cos + r * rope_stride, *s = sin + r * rope_stride;
+      for (int64_t i = 0; i < hq; ++i) {
+        float* qi = q.data() + (r * hq + i) * d;
+        rope(qi, c, s, d);
+        if (qk_norm) rms_norm(qi, qnw, qi, d, eps);
+        for (int64_t j = 0; j < d; ++j) qi[j] *= scale;
+      }
+      for (int64_t i = 0; i < hkv; ++i) {
+        float* ki = k.data() + (r * hkv + i) * d;
+        rope(ki, c, s, d);
+        if (qk_norm) rms_norm(ki, knw, ki, d, eps);
+      }
+    }
+    {
+      // softmax over [q k_cache^T + mask, q k_new] and the matching sum of [v_cache, v_new], one head a task;
+      // slots the mask hides (NEG_BIAS) would weigh exactly 0 and are skipped
+      std::vector<float> scores(t + 1);
+      std::vector<int64_t> seen(t);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < b * hq; ++task) {
+        const int64_t r = task / hq, i = task % hq, g_kv = r * hkv + i / rep;
+        const float *qi = q.data() + task * d, *kcache = kc + g_kv * t * d, *vcache = vc + g_kv * t * d;
+        const float* mrow = mask + r * mask_stride;
+        int64_t n = 0;
+        for (int64_t s = 0; s < t; ++s)
+          if (mrow[s] > -1e38f) {
+            seen[n] = s;
+            scores[n++] = dot(qi, kcache + s * d, d) + mrow[s];
+          }
+        scores[n] = dot(qi, k.data() + g_kv * d, d);
+        float mx = scores[n];
+        for (int64_t j = 0; j < n; ++j) mx = scores[j] > mx ? scores[j] : mx;
+        const float inv = 1.f / exp_sum(scores.data(), n + 1, mx);
+        float* out = attn.data() + task * d;
+        for (int64_t j = 0; j < d; ++j) out[j] = 0.f;
+        for (int64_t j = 0; j < n; ++j) axpy(scores[j] * inv, vcache + seen[j] * d, out, d);
+        axpy(scores[n] * inv, v.data() + g_kv * d, out, d);
+      }
+    }
+    {
+      const Product ps[] = {{attn.data(), ow, x1.data(), hidden, hq * d, x}};
+      parallel_products(m, ps, 1);
+    }
+#pragma omp single
+    for (int64_t r = 0; r < b; ++r) rms_norm(x1.data() + r * hidden, postw, h.data() + r * hidden, hidden, eps);
+    {
+      const Product ps[] = {{h.data(), gw, g.data(), inter, hidden, nullptr},
+                            {h.data(), uw, u.data(), inter, hidden, nullptr}};
+      parallel_products(m, ps, 2);
+    }
+#pragma omp single
+    silu_mul(g.data(), u.data(), g.data(), b * inter);
+    {
+      const Product ps[] = {{g.data(), dw, x_out, hidden, inter, x1.data()}};
+      parallel_products(m, ps, 1);
+    }
+  }
+  for (int64_t i = 0; i < b * hkv * d; ++i) {
+    k_out[i] = k[i];
+    v_out[i] = v[i];
+  }
   return 0;
 }
 

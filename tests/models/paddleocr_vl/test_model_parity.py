@@ -105,16 +105,24 @@ def test_prefill_and_cached_decode_logits(chunk, host_cache, pipeline, reference
     pipeline.runtime.set_prefill_attention_block(256)
 
 
-def test_decode_through_native_products_matches_reference(tiny_dir, graph_mode, reference, monkeypatch):
-    """The CPU decode step with its products on the native kernel (ops/linear.py; the weight-size threshold
-    lowered so the tiny model's weights take it, as the real head does): cached decode logits and greedy tokens
-    against the reference's full forward."""
+@pytest.mark.parametrize("route", ["fused_layers", "products", "composed"])
+def test_decode_through_native_kernels_matches_reference(tiny_dir, graph_mode, reference, monkeypatch, route):
+    """The CPU decode step on each kernel route, against the reference's full forward (cached decode logits and
+    greedy tokens): every decoder layer as one native DecodeLayer kernel (ops/decode_layer.py; the default on
+    the CPU), the composed layer with its products on the native matrix-vector kernel (ops/linear.py), and
+    MindSpore's kernels only (the route of Ascend's graphs and of machines without a compiler). The weight-size
+    threshold is lowered so the tiny model's products take the native kernel, as the real head does; the
+    library's call counters prove which kernels ran."""
     from ms_ocr.models import paddleocr_vl
     from ms_ocr.ops import backend, linear
     from ms_ocr.runtime import Buckets
     kernels = backend.native_kernels()
     assert kernels is not None, "native kernels unavailable (no C++ compiler?)"
     monkeypatch.setattr(linear, "NATIVE_MIN_WEIGHT", 1)
+    if route != "fused_layers":
+        monkeypatch.setattr(backend, "NATIVE_DECODE_LAYER", None)
+    if route == "composed":
+        monkeypatch.setattr(backend, "NATIVE_MATMUL_T", None)
     pipeline = paddleocr_vl.load(tiny_dir, "CPU", "auto", Buckets(prefill=32, slots=64))  # its own graphs
     cfg = pipeline.cfg
     grids = [(1, 4, 6)]
@@ -126,13 +134,15 @@ def test_decode_through_native_products_matches_reference(tiny_dir, graph_mode, 
     rt, s = pipeline.runtime, len(prompt)
     prep = _prepared(pipeline, prompt, ref_pos[:, :s], delta, pix, grids)
     rt.prefill(prep, pipeline.encode_images(prep), max_new_tokens=len(cont))
-    before = kernels.matmul_t_calls
+    before = kernels.matmul_t_calls, kernels.decode_layer_calls
     for i, tok in enumerate(cont[:-1]):
         step = rt.decode(int(tok), s + i, delta, 3).asnumpy()[0]
         assert rel_err(step, ref_logits[s + i]) < TOL, f"decode step {i}"
         assert np.argmax(step) == np.argmax(ref_logits[s + i])
-    # every step: q, k, v, o, gate, up, down of each layer and the head
-    assert kernels.matmul_t_calls - before == (len(cont) - 1) * (7 * cfg.text.num_hidden_layers + 1)
+    steps, layers = len(cont) - 1, cfg.text.num_hidden_layers
+    products = {"fused_layers": 1, "products": 7 * layers + 1, "composed": 0}[route]  # per step; 1 = the head
+    assert kernels.matmul_t_calls - before[0] == steps * products
+    assert kernels.decode_layer_calls - before[1] == (steps * layers if route == "fused_layers" else 0)
 
 
 def test_shared_layer_steps_compile_once_for_all_layers(pipeline, monkeypatch):

@@ -1,0 +1,44 @@
+"""A dense decoder layer's decode step (one new token per sequence over KV caches it only reads) as one native
+CPU kernel: `DecodeLayer` in ms_ocr/ops/native/kernels.cc.
+
+What it computes is F.decoder_attention_decode followed by F.gated_mlp with SiLU: input RMSNorm, q/k/v
+products, rope (the general rotate-half form), optional per-head q/k RMSNorm, GQA softmax attention over the
+cache slots the additive mask leaves visible plus the token's own key, o_proj and residual, post-attention
+RMSNorm, the gated MLP and residual. Composed from MindSpore kernels that is ~45 kernels per layer, and on
+the CPU the launches between them cost more than their arithmetic (measured: 807 kernels and 20-30 ms of gaps
+per PaddleOCR-VL token); the kernel does the layer in one OpenMP region whose matrix-vector products read
+each weight once at the bandwidth the native head reaches. Decode only: prefill products are compute bound
+and stay on MindSpore's MatMul.
+"""
+
+import numpy as np
+import mindspore as ms
+from mindspore import Tensor
+
+from ms_ocr.ops import backend
+
+MAX_ROWS = 8      # sequences per step the kernel takes (its matrix-vector products hold 8 rows of x)
+MAX_HEAD_DIM = 512
+
+
+def available(x, k_cache, weights, silu_mlp):
+    """Whether `decoder_layer_decode` serves this layer (decided at graph-compile time): the native library is
+    in use, the MLP is SiLU-gated (silu_mlp), everything is fp32, and the shapes are within the kernel's
+    limits."""
+    ok = backend.NATIVE_DECODE_LAYER is not None and silu_mlp
+    ok = ok and x.shape[0] <= MAX_ROWS and k_cache.shape[-1] <= MAX_HEAD_DIM
+    ok = ok and x.dtype == ms.float32 and k_cache.dtype == ms.float32
+    for w in weights:
+        ok = ok and w.dtype == ms.float32
+    return ok
+
+
+def decoder_layer_decode(x, cos, sin, mask, k_cache, v_cache, weights, eps):
+    """x [B, 1, H]; cos, sin [B|1, 1, 1, D]; mask [B|1, 1, 1, T] (fp32 additive, ops.attention_mask);
+    k_cache, v_cache [B, Hkv, T, D]; weights = (input_layernorm, q_proj, k_proj, v_proj[, query_layernorm,
+    key_layernorm], o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj). Returns x after the
+    layer and this token's k, v [B, Hkv, 1, D] (after the rope and q/k norm) for the host to store."""
+    if len(weights) == 11:
+        return backend.NATIVE_DECODE_LAYER[1](x, cos, sin, mask, k_cache, v_cache, *weights,
+                                              Tensor(np.array([eps], np.float32)))
+    return backend.NATIVE_DECODE_LAYER[0](x, cos, sin, mask, k_cache, v_cache, *weights, Tensor(np.array([eps], np.float32)))

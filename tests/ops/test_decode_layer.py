@@ -1,0 +1,169 @@
+"""The native fused decoder layer of a decode step (DecodeLayer in ms_ocr/ops/native/kernels.cc, used through
+ops/decode_layer.py) against a float64 NumPy implementation of what the composed layer computes, and its
+routing. The model parity tests run it inside the real decode graphs against transformers."""
+
+import os
+import platform
+import shutil
+
+import numpy as np
+import pytest
+import mindspore as ms
+from mindspore import Tensor, nn, ops
+
+from ms_ocr.ops import backend, decode_layer, native
+from ms_ocr.ops.attention import NEG_BIAS
+
+needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
+                                    reason="no C++ compiler on this machine")
+
+
+@pytest.fixture
+def graph_cpu():
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    backend.configure("CPU")
+    yield
+    ms.set_context(mode=mode)
+
+
+def _rms(x, w, eps):
+    return w * (x / np.sqrt((x * x).mean(-1, keepdims=True) + eps))
+
+
+def _rope(x, cos, sin):
+    half = x.shape[-1] // 2
+    return x * cos + np.concatenate((-x[..., half:], x[..., :half]), -1) * sin
+
+
+def reference(x, cos, sin, mask, k_cache, v_cache, weights, eps):
+    """float64: input RMSNorm -> q/k/v -> rope (-> q/k RMSNorm) -> softmax over [cache slots + mask, own key] ->
+    o_proj + residual -> post RMSNorm -> down(silu(gate) * up) + residual. Returns x, k, v."""
+    x, cos, sin, mask, k_cache, v_cache = (np.asarray(a, np.float64) for a in (x, cos, sin, mask, k_cache, v_cache))
+    weights = [np.asarray(w, np.float64) for w in weights]
+    qk_norm = len(weights) == 11
+    inw, qw, kw, vw = weights[:4]
+    ow, postw, gw, uw, dw = weights[-5:]
+    b, hkv, t, d = k_cache.shape
+    hq = qw.shape[0] // d
+    h = _rms(x[:, 0], inw, eps)
+    q = (h @ qw.T).reshape(b, hq, d)
+    k = (h @ kw.T).reshape(b, hkv, d)
+    v = (h @ vw.T).reshape(b, hkv, d)
+    c, s = np.broadcast_to(cos[:, 0, 0], (b, d))[:, None], np.broadcast_to(sin[:, 0, 0], (b, d))[:, None]
+    q, k = _rope(q, c, s), _rope(k, c, s)
+    if qk_norm:
+        q, k = _rms(q, weights[4], eps), _rms(k, weights[5], eps)
+    m = np.broadcast_to(mask[:, 0, 0], (b, t))
+    out = np.zeros((b, hq, d))
+    for r in range(b):
+        for i in range(hq):
+            g = i // (hq // hkv)
+            scores = np.concatenate((k_cache[r, g] @ q[r, i] / np.sqrt(d) + m[r], [k[r, g] @ q[r, i] / np.sqrt(d)]))
+            p = np.exp(scores - scores.max())
+            p /= p.sum()
+            out[r, i] = p[:t] @ v_cache[r, g] + p[t] * v[r, g]
+    x1 = x[:, 0] + out.reshape(b, hq * d) @ ow.T
+    h2 = _rms(x1, postw, eps)
+    gate, up = h2 @ gw.T, h2 @ uw.T
+    x2 = x1 + (gate / (1 + np.exp(-gate)) * up) @ dw.T
+    return x2[:, None], k[:, :, None], v[:, :, None]
+
+
+def make_case(rng, b, hidden, hq, hkv, d, inter, t, qk_norm, rope_rows, visible):
+    f = lambda *shape, scale=0.3: (rng.standard_normal(shape) * scale).astype(np.float32)
+    x = f(b, 1, hidden, scale=1.0)
+    angles = rng.uniform(0, 6, (rope_rows, 1, 1, d)).astype(np.float32)  # halves differ: the general rope
+    mask = np.full((b, 1, 1, t), NEG_BIAS, np.float32)
+    for r in range(b):
+        mask[r, ..., :visible[r]] = 0.0
+        mask[r, ..., 1] = -2.0 if visible[r] > 1 else NEG_BIAS  # a finite bias is added, not skipped
+    weights = [1 + f(hidden, scale=0.1), f(hq * d, hidden), f(hkv * d, hidden), f(hkv * d, hidden)]
+    if qk_norm:
+        weights += [1 + f(d, scale=0.1), 1 + f(d, scale=0.1)]
+    weights += [f(hidden, hq * d), 1 + f(hidden, scale=0.1), f(inter, hidden), f(inter, hidden), f(hidden, inter)]
+    return (x, np.cos(angles), np.sin(angles), mask, f(b, hkv, t, d, scale=1.0), f(b, hkv, t, d, scale=1.0),
+            weights)
+
+
+class _Layer(nn.Cell):
+    def __init__(self, n_weights, eps, op=None):
+        super().__init__()
+        self.n_weights, self.eps, self.op = n_weights, eps, op
+
+    def construct(self, x, cos, sin, mask, k_cache, v_cache, *weights):
+        if self.op is not None:
+            return self.op(x, cos, sin, mask, k_cache, v_cache, *weights, Tensor(np.array([self.eps], np.float32)))
+        return decode_layer.decoder_layer_decode(x, cos, sin, mask, k_cache, v_cache, weights, self.eps)
+
+
+def _check(outs, ref):
+    for got, want in zip(outs, ref):
+        got = got.asnumpy()
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() <= 2e-5 * max(1.0, np.abs(want).max())
+
+
+CASES = [
+    # b, hidden, hq, hkv, d, inter, t, qk_norm, rope_rows, visible slots per sequence
+    (1, 64, 4, 2, 16, 96, 40, False, 1, [17]),
+    (1, 40, 6, 3, 24, 70, 33, True, 1, [0]),     # widths off the 16-lane grid; an empty cache (first step)
+    (3, 48, 4, 1, 32, 64, 20, False, 3, [20, 5, 1]),  # per-sequence rope rows and masks, MQA
+    (8, 32, 2, 2, 16, 48, 9, True, 1, [9, 8, 7, 6, 5, 4, 3, 2]),
+]
+
+
+@needs_compiler
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", CASES)
+def test_decode_layer_kernel_matches_numpy(graph_cpu, threads, case):
+    kernels = native.load()
+    assert kernels is not None and backend.NATIVE_DECODE_LAYER is not None
+    kernels.set_threads(threads)
+    try:
+        args = make_case(np.random.default_rng(sum(case[:7])), *case)
+        *tensors, weights = args
+        before = kernels.decode_layer_calls
+        outs = _Layer(len(weights), 1e-5)(*(Tensor(a) for a in tensors), *(Tensor(w) for w in weights))
+        _check(outs, reference(*tensors, weights, 1e-5))
+        assert kernels.decode_layer_calls == before + 1
+    finally:
+        kernels.set_threads(len(os.sched_getaffinity(0)))
+
+
+@needs_compiler
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64-v2 is an x86 target")
+def test_decode_layer_portable_loops_match_numpy(graph_cpu, tmp_path):
+    """The loops compiled where AVX-512 is missing (built here for x86-64-v2) compute the same layer."""
+    kernels = native.NativeKernels(native.build(str(tmp_path), arch="x86-64-v2"))
+    assert not kernels.avx512
+    kernels.set_threads(2)
+    op = ops.Custom(kernels.func("DecodeLayer"), out_shape=backend._decode_layer_out_shape,
+                    out_dtype=lambda *dtypes: (dtypes[0],) * 3, func_type="aot")
+    for case in CASES[1:3]:
+        *tensors, weights = make_case(np.random.default_rng(7), *case)
+        outs = _Layer(len(weights), 1e-6, op)(*(Tensor(a) for a in tensors), *(Tensor(w) for w in weights))
+        _check(outs, reference(*tensors, weights, 1e-6))
+    assert kernels.decode_layer_calls == 2
+
+
+@needs_compiler
+def test_decode_layer_routing(graph_cpu, monkeypatch):
+    """The kernel serves fp32 SiLU-gated layers of at most 8 sequences and head_dim <= 512, with the library in
+    use; anything else keeps the composed layer."""
+    *tensors, weights = make_case(np.random.default_rng(0), *CASES[0])
+    x, k_cache = Tensor(tensors[0]), Tensor(tensors[4])
+    ws = [Tensor(w) for w in weights]
+    assert decode_layer.available(x, k_cache, ws, True)
+    assert not decode_layer.available(x, k_cache, ws, False)
+    assert not decode_layer.available(Tensor(np.zeros((9, 1, 64), np.float32)), k_cache, ws, True)
+    assert not decode_layer.available(x, Tensor(np.zeros((1, 2, 4, 520), np.float32)), ws, True)
+    assert not decode_layer.available(x, k_cache, ws[:-1] + [ws[-1].astype(ms.bfloat16)], True)
+    assert not decode_layer.available(x, k_cache.astype(ms.float16), ws, True)
+    with backend.without_native():
+        assert backend.NATIVE_DECODE_LAYER is None and not decode_layer.available(x, k_cache, ws, True)
+    assert backend.NATIVE_DECODE_LAYER is not None
+    monkeypatch.setattr(backend, "NATIVE_MATMUL_T", None)
+    assert backend.configure("Ascend") == "Ascend" and backend.NATIVE_DECODE_LAYER is None
+    backend.configure("CPU")
+    assert backend.NATIVE_DECODE_LAYER is not None
