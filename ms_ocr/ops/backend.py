@@ -15,6 +15,8 @@ NATIVE_MATMUL_T = None
 # CPU: the native fused decoder layer of a decode step (ops/decode_layer.py) as Custom ops for layers without
 # and with q/k norms, None where the native matrix-vector op is (both come from the same library).
 NATIVE_DECODE_LAYER = None
+# CPU: the native bidirectional attention (vision encoders; ops/attention.py), None where the others are.
+NATIVE_ATTENTION = None
 _native_ops = {}  # Custom ops over the loaded library, made once per process
 _configured = None
 
@@ -47,14 +49,14 @@ class without_native:
     library of this machine."""
 
     def __enter__(self):
-        global NATIVE_MATMUL_T, NATIVE_DECODE_LAYER
-        self._saved = NATIVE_MATMUL_T, NATIVE_DECODE_LAYER
-        NATIVE_MATMUL_T = NATIVE_DECODE_LAYER = None
+        global NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION
+        self._saved = NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION
+        NATIVE_MATMUL_T = NATIVE_DECODE_LAYER = NATIVE_ATTENTION = None
         return self
 
     def __exit__(self, *exc):
-        global NATIVE_MATMUL_T, NATIVE_DECODE_LAYER
-        NATIVE_MATMUL_T, NATIVE_DECODE_LAYER = self._saved
+        global NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION
+        NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION = self._saved
 
 
 def configure(device_target=None):
@@ -62,11 +64,12 @@ def configure(device_target=None):
 
     Called once by the model loader after the MindSpore context is set. Returns the target used.
     """
-    global FUSED, NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, _configured
+    global FUSED, NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, _configured
     target = device_target or ms.get_context("device_target")
     FUSED = target == "Ascend"
     NATIVE_MATMUL_T = native_matmul_t() if target == "CPU" else None
     NATIVE_DECODE_LAYER = native_decode_layers() if NATIVE_MATMUL_T is not None else None
+    NATIVE_ATTENTION = native_attention() if NATIVE_MATMUL_T is not None else None
     _configured = target
     return target
 
@@ -101,6 +104,14 @@ def native_decode_layers():
             ops.Custom(func, out_shape=_decode_layer_out_shape, out_dtype=lambda *dtypes: (dtypes[0],) * 3,
                        func_type="aot") for _ in range(2))
     return _native_ops["decode_layer"]
+
+
+def native_attention():
+    """The native VisionAttention Custom op: q [B, H, S, D], k, v [B, H, T, D], scale [1] -> [B, H, S, D]."""
+    if "attention" not in _native_ops:
+        _native_ops["attention"] = ops.Custom(native.load().func("VisionAttention"), out_shape=lambda q, k, v, s: q,
+                                              out_dtype=lambda q, k, v, s: q, func_type="aot")
+    return _native_ops["attention"]
 
 
 def configured_target():

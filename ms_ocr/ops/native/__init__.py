@@ -33,6 +33,7 @@ class NativeKernels:
         self.lib.ms_ocr_set_threads.argtypes = [ctypes.c_int]
         self.lib.ms_ocr_matmul_t_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_decode_layer_calls.restype = ctypes.c_int64
+        self.lib.ms_ocr_vision_attention_calls.restype = ctypes.c_int64
 
     def func(self, name):
         return f"{self.path}:{name}"
@@ -51,6 +52,11 @@ class NativeKernels:
     def decode_layer_calls(self):
         """How many DecodeLayer kernels (one decoder layer of a decode step each) ran in this process."""
         return self.lib.ms_ocr_decode_layer_calls()
+
+    @property
+    def attention_calls(self):
+        """How many VisionAttention kernels ran in this process."""
+        return self.lib.ms_ocr_vision_attention_calls()
 
     @property
     def avx512(self):

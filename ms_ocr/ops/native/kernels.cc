@@ -18,6 +18,7 @@ namespace {
 int g_threads = 1;
 std::atomic<int64_t> g_matmul_t_calls{0};  // read by tests: which products took this kernel
 std::atomic<int64_t> g_decode_layer_calls{0};
+std::atomic<int64_t> g_vision_attention_calls{0};
 
 // y[m, o] = sum_i x[m, i] W[o, i] for rows o in [o0, o1): R weight rows at a time against all M (<= 8)
 // activation rows. Memory bound: each weight row is read once, and R concurrent row streams keep more
@@ -233,6 +234,114 @@ void parallel_products(int m, const Product* ps, int n) {
   }
 }
 
+// ---- bidirectional attention (vision encoders) -------------------------------------------------------------
+// One task = 32 query rows of one (batch, head): their scores against every key are kept transposed, st[j][i]
+// (key j, row i), so that q (packed [D][32], scaled) and the keys and values are all read in their natural
+// layouts: the scores and the output are 8-key (8-dim) x 32-row register tiles of broadcast-and-FMA, with no
+// lanes wasted on head dims that are not multiples of 16. The 32 rows' scores (T x 128 bytes) stay in L2; the
+// softmax runs down the columns, 32 rows at once; the output accumulates over chunks of keys.
+
+constexpr int kAttnRows = 32;
+constexpr int64_t kAttnKeyChunk = 128;
+
+#if defined(__AVX512F__)
+template <int JR>
+inline void attn_scores_tile(const float* k, const float* qt, float* st, int64_t d) {
+  __m512 a[JR][2];
+  for (int r = 0; r < JR; ++r) a[r][0] = a[r][1] = _mm512_setzero_ps();
+  for (int64_t e = 0; e < d; ++e) {
+    const __m512 q0 = _mm512_loadu_ps(qt + e * kAttnRows), q1 = _mm512_loadu_ps(qt + e * kAttnRows + 16);
+    for (int r = 0; r < JR; ++r) {
+      const __m512 kv = _mm512_set1_ps(k[r * d + e]);
+      a[r][0] = _mm512_fmadd_ps(kv, q0, a[r][0]);
+      a[r][1] = _mm512_fmadd_ps(kv, q1, a[r][1]);
+    }
+  }
+  for (int r = 0; r < JR; ++r) {
+    _mm512_storeu_ps(st + r * kAttnRows, a[r][0]);
+    _mm512_storeu_ps(st + r * kAttnRows + 16, a[r][1]);
+  }
+}
+
+// acc[e][i] += sum_{j in [j0, j1)} v[j][e] p[j][i] for the 8 dims e of one group
+inline void attn_values_tile(const float* v, const float* st, float* acc, int64_t d, int64_t j0, int64_t j1) {
+  __m512 a[8][2];
+  for (int r = 0; r < 8; ++r) {
+    a[r][0] = _mm512_loadu_ps(acc + r * kAttnRows);
+    a[r][1] = _mm512_loadu_ps(acc + r * kAttnRows + 16);
+  }
+  for (int64_t j = j0; j < j1; ++j) {
+    const __m512 p0 = _mm512_loadu_ps(st + j * kAttnRows), p1 = _mm512_loadu_ps(st + j * kAttnRows + 16);
+    const float* vj = v + j * d;
+    for (int r = 0; r < 8; ++r) {
+      const __m512 vv = _mm512_set1_ps(vj[r]);
+      a[r][0] = _mm512_fmadd_ps(vv, p0, a[r][0]);
+      a[r][1] = _mm512_fmadd_ps(vv, p1, a[r][1]);
+    }
+  }
+  for (int r = 0; r < 8; ++r) {
+    _mm512_storeu_ps(acc + r * kAttnRows, a[r][0]);
+    _mm512_storeu_ps(acc + r * kAttnRows + 16, a[r][1]);
+  }
+}
+#endif
+
+// out[i][e] for the task's rows: softmax(q k^T * scale) v; qt = q^T * scale [d][32] (rows past `rows` zero);
+// st [t][32] and acc [d][32] scratch
+void attn_task(const float* qt, const float* k, const float* v, float* out, int64_t rows, int64_t t, int64_t d,
+               float* st, float* acc) {
+#if defined(__AVX512F__)
+  int64_t j = 0;
+  for (; j + 8 <= t; j += 8) attn_scores_tile<8>(k + j * d, qt, st + j * kAttnRows, d);
+  for (; j < t; ++j) attn_scores_tile<1>(k + j * d, qt, st + j * kAttnRows, d);
+  __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
+  for (j = 0; j < t; ++j) {
+    m0 = _mm512_max_ps(m0, _mm512_loadu_ps(st + j * kAttnRows));
+    m1 = _mm512_max_ps(m1, _mm512_loadu_ps(st + j * kAttnRows + 16));
+  }
+  __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+  for (j = 0; j < t; ++j) {
+    const __m512 e0 = exp512(_mm512_sub_ps(_mm512_loadu_ps(st + j * kAttnRows), m0));
+    const __m512 e1 = exp512(_mm512_sub_ps(_mm512_loadu_ps(st + j * kAttnRows + 16), m1));
+    _mm512_storeu_ps(st + j * kAttnRows, e0);
+    _mm512_storeu_ps(st + j * kAttnRows + 16, e1);
+    s0 = _mm512_add_ps(s0, e0);
+    s1 = _mm512_add_ps(s1, e1);
+  }
+  float inv[kAttnRows];
+  _mm512_storeu_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.f), s0));
+  _mm512_storeu_ps(inv + 16, _mm512_div_ps(_mm512_set1_ps(1.f), s1));
+  for (int64_t i = 0; i < d * kAttnRows; ++i) acc[i] = 0.f;
+  for (int64_t j0 = 0; j0 < t; j0 += kAttnKeyChunk) {
+    const int64_t j1 = j0 + kAttnKeyChunk < t ? j0 + kAttnKeyChunk : t;
+    for (int64_t g = 0; g < d; g += 8) attn_values_tile(v + g, st, acc + g * kAttnRows, d, j0, j1);
+  }
+#else
+  for (int64_t j = 0; j < t; ++j)
+    for (int i = 0; i < kAttnRows; ++i) {
+      float s = 0.f;
+      for (int64_t e = 0; e < d; ++e) s += k[j * d + e] * qt[e * kAttnRows + i];
+      st[j * kAttnRows + i] = s;
+    }
+  float inv[kAttnRows];
+  for (int i = 0; i < kAttnRows; ++i) {
+    float mx = -INFINITY, sum = 0.f;
+    for (int64_t j = 0; j < t; ++j) mx = st[j * kAttnRows + i] > mx ? st[j * kAttnRows + i] : mx;
+    for (int64_t j = 0; j < t; ++j) {
+      st[j * kAttnRows + i] = std::exp(st[j * kAttnRows + i] - mx);
+      sum += st[j * kAttnRows + i];
+    }
+    inv[i] = 1.f / sum;
+  }
+  for (int64_t i = 0; i < d * kAttnRows; ++i) acc[i] = 0.f;
+  for (int64_t j = 0; j < t; ++j)
+    for (int64_t e = 0; e < d; ++e)
+      for (int i = 0; i < kAttnRows; ++i) acc[e * kAttnRows + i] += v[j * d + e] * st[j * kAttnRows + i];
+#endif
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t e = 0; e < d; ++e) out[i * d + e] = acc[e * kAttnRows + i] * inv[i];
+}
+
 }  // namespace
 
 extern "C" {
@@ -377,5 +486,38 @@ int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const c
   }
   return 0;
 }
+
+// VisionAttention: softmax(q k^T * scale) v over all keys (no mask), heads paired one to one.
+// Inputs: q [B, H, S, D], k, v [B, H, T, D] (D a multiple of 8, at most 256), scale [1]. Output: [B, H, S, D].
+int VisionAttention(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+                    void* extra) {
+  (void)stream; (void)extra; (void)dtypes;
+  if (nparam != 5 || ndims[0] != 4 || ndims[1] != 4 || ndims[2] != 4) return 1;
+  const int64_t b = shapes[0][0], h = shapes[0][1], s = shapes[0][2], d = shapes[0][3], t = shapes[1][2];
+  if (d % 8 != 0 || d > 256 || t < 1 || shapes[1][0] != b || shapes[1][1] != h || shapes[1][3] != d) return 1;
+  const float *q = static_cast<const float*>(params[0]), *k = static_cast<const float*>(params[1]),
+              *v = static_cast<const float*>(params[2]);
+  const float scale = static_cast<const float*>(params[3])[0];
+  float* out = static_cast<float*>(params[4]);
+  const int64_t blocks = (s + kAttnRows - 1) / kAttnRows, tasks = b * h * blocks;
+  g_vision_attention_calls.fetch_add(1);
+#pragma omp parallel num_threads(tasks > 1 ? g_threads : 1)
+  {
+    std::vector<float> qt(d * kAttnRows), st(t * kAttnRows), acc(d * kAttnRows);
+    // head-major: the threads work on the same head's keys and values at the same time (shared cache)
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t bh = task / blocks, r0 = (task % blocks) * kAttnRows;
+      const int64_t rows = s - r0 < kAttnRows ? s - r0 : kAttnRows;
+      const float* qb = q + (bh * s + r0) * d;
+      for (int64_t e = 0; e < d; ++e)
+        for (int64_t i = 0; i < kAttnRows; ++i) qt[e * kAttnRows + i] = i < rows ? qb[i * d + e] * scale : 0.f;
+      attn_task(qt.data(), k + bh * t * d, v + bh * t * d, out + (bh * s + r0) * d, rows, t, d, st.data(),
+                acc.data());
+    }
+  }
+  return 0;
+}
+int64_t ms_ocr_vision_attention_calls() { return g_vision_attention_calls.load(); }
 
 }  // extern "C"

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from ms_ocr.ops import backend
 from tests.models.paddleocr_vl.conftest import rel_err
 
 TOL = 1e-4
@@ -34,8 +35,35 @@ def test_vision_tower_and_projector(grids, chunk, pipeline, reference, monkeypat
         ref_feats = torch.cat(reference.model.get_image_features(
             torch.tensor(pix), torch.tensor(grids)).pooler_output).numpy()
     assert rel_err(tower, ref_tower) < TOL
+    kernels = backend.native_kernels()
+    before = kernels.attention_calls if kernels is not None else 0
     feats = pipeline.runtime.encode_images(inputs).asnumpy()
     assert feats.shape == ref_feats.shape
+    assert rel_err(feats, ref_feats) < TOL
+    if kernels is not None:  # every layer's attention of every query chunk ran on the native kernel
+        layers = pipeline.cfg.vision.num_hidden_layers
+        chunks = sum(-(-(t * h * w) // chunk) for t, h, w in grids)
+        assert kernels.attention_calls - before == layers * chunks
+
+
+def test_vision_tower_composed_attention(tiny_dir, graph_mode, reference):
+    """The vision tower with MindSpore's composed attention (the route of machines without a compiler), in
+    graphs of its own: the same parity."""
+    from ms_ocr.models import paddleocr_vl
+    from ms_ocr.runtime import Buckets
+    grids = GRIDS[-1]
+    pix = _patches(grids, 4)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(backend, "NATIVE_ATTENTION", None)
+        pipeline = paddleocr_vl.load(tiny_dir, "CPU", "auto", Buckets(prefill=32, slots=64))
+        inputs = pipeline.vision_inputs({"image_grid_thw": np.array(grids), "pixel_values": pix})
+        kernels = backend.native_kernels()
+        before = kernels.attention_calls if kernels is not None else 0
+        feats = pipeline.runtime.encode_images(inputs).asnumpy()
+        assert kernels is None or kernels.attention_calls == before
+    with torch.no_grad():
+        ref_feats = torch.cat(reference.model.get_image_features(
+            torch.tensor(pix), torch.tensor(grids)).pooler_output).numpy()
     assert rel_err(feats, ref_feats) < TOL
 
 

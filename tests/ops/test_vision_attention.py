@@ -1,0 +1,121 @@
+"""The native bidirectional attention (VisionAttention in ms_ocr/ops/native/kernels.cc), which ops.attention uses
+on the CPU for unmasked fp32 attention (the vision encoders): against float64 NumPy, its portable build, and
+its routing. The model parity tests run it inside the vision towers against transformers."""
+
+import importlib
+import os
+import platform
+import shutil
+
+import numpy as np
+import pytest
+import mindspore as ms
+from mindspore import Tensor, nn, ops
+
+from ms_ocr import ops as K
+from ms_ocr.ops import backend, native
+
+attention_mod = importlib.import_module("ms_ocr.ops.attention")  # the package exports the function under this name
+needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
+                                    reason="no C++ compiler on this machine")
+
+
+@pytest.fixture
+def graph_cpu():
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    backend.configure("CPU")
+    yield
+    ms.set_context(mode=mode)
+
+
+class _Attend(nn.Cell):
+    def __init__(self, scale, masked=False, op=None):
+        super().__init__()
+        self.scale, self.masked, self.op = scale, masked, op
+
+    def construct(self, q, k, v):
+        if self.op is not None:
+            return self.op(q, k, v, Tensor(np.array([self.scale], np.float32)))
+        mask = None
+        if self.masked:
+            mask = K.attention_mask(ops.ones((1, 1, q.shape[2], k.shape[2]), ms.bool_))
+        return K.attention(q, k, v, mask, self.scale)
+
+
+def reference(q, k, v, scale):
+    s = np.einsum("bhsd,bhtd->bhst", q.astype(np.float64) * scale, k.astype(np.float64))
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("bhst,bhtd->bhsd", p, v.astype(np.float64))
+
+
+def _case(rng, b, h, s, d, t):
+    q = rng.standard_normal((b, h, s, d)).astype(np.float32) * 2  # peaked softmaxes too
+    return q, rng.standard_normal((b, h, t, d)).astype(np.float32), rng.standard_normal((b, h, t, d)).astype(np.float32)
+
+
+CASES = [  # b, h, s, d, t: row counts off the 32-row task, key counts off the 8-key tile, head dims 8..256
+    (1, 2, 37, 72, 45), (2, 3, 5, 64, 9), (1, 1, 64, 16, 1), (1, 4, 100, 8, 300), (1, 2, 33, 256, 20),
+]
+
+
+@needs_compiler
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", CASES)
+def test_attention_kernel_matches_numpy(graph_cpu, threads, case):
+    kernels = native.load()
+    assert kernels is not None and backend.NATIVE_ATTENTION is not None
+    kernels.set_threads(threads)
+    try:
+        q, k, v = _case(np.random.default_rng(sum(case)), *case)
+        scale = case[3] ** -0.5
+        before = kernels.attention_calls
+        out = _Attend(scale)(Tensor(q), Tensor(k), Tensor(v)).asnumpy()
+        assert kernels.attention_calls == before + 1
+        ref = reference(q, k, v, scale)
+        assert out.shape == ref.shape and np.abs(out - ref).max() <= 2e-6 * max(1.0, np.abs(ref).max())
+    finally:
+        kernels.set_threads(len(os.sched_getaffinity(0)))
+
+
+@needs_compiler
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64-v2 is an x86 target")
+def test_attention_portable_loops_match_numpy(graph_cpu, tmp_path):
+    """The loops compiled where AVX-512 is missing (built here for x86-64-v2) compute the same attention."""
+    kernels = native.NativeKernels(native.build(str(tmp_path), arch="x86-64-v2"))
+    assert not kernels.avx512
+    kernels.set_threads(2)
+    op = ops.Custom(kernels.func("VisionAttention"), out_shape=lambda q, k, v, s: q,
+                    out_dtype=lambda q, k, v, s: q, func_type="aot")
+    for case in CASES[:2]:
+        q, k, v = _case(np.random.default_rng(3), *case)
+        out = _Attend(0.3, op=op)(Tensor(q), Tensor(k), Tensor(v)).asnumpy()
+        ref = reference(q, k, v, 0.3)
+        assert np.abs(out - ref).max() <= 2e-6 * max(1.0, np.abs(ref).max())
+    assert kernels.attention_calls == 2
+
+
+@needs_compiler
+def test_attention_routing(graph_cpu):
+    """Unmasked fp32 attention with one kv head per query head and head_dim a multiple of 8 up to 256 takes the
+    kernel; masked, grouped-query, other head dims, other dtypes, and graphs built for export do not. The
+    composed route computes the same."""
+    t = lambda *shape, dtype=ms.float32: Tensor(np.zeros(shape, np.float32)).astype(dtype)
+    assert attention_mod._native_ok(t(1, 4, 5, 72), t(1, 4, 9, 72), t(1, 4, 9, 72))
+    assert not attention_mod._native_ok(t(1, 4, 5, 72), t(1, 2, 9, 72), t(1, 2, 9, 72))
+    assert not attention_mod._native_ok(t(1, 4, 5, 12), t(1, 4, 9, 12), t(1, 4, 9, 12))
+    assert not attention_mod._native_ok(t(1, 4, 5, 264), t(1, 4, 9, 264), t(1, 4, 9, 264))
+    assert not attention_mod._native_ok(t(1, 4, 5, 72, dtype=ms.bfloat16), t(1, 4, 9, 72), t(1, 4, 9, 72))
+    with backend.without_native():
+        assert backend.NATIVE_ATTENTION is None
+        assert not attention_mod._native_ok(t(1, 4, 5, 72), t(1, 4, 9, 72), t(1, 4, 9, 72))
+    assert backend.NATIVE_ATTENTION is not None
+    kernels = native.load()
+    q, k, v = _case(np.random.default_rng(5), 1, 2, 37, 72, 45)
+    before = kernels.attention_calls
+    composed = _Attend(0.2, masked=True)(Tensor(q), Tensor(k), Tensor(v)).asnumpy()  # an all-visible mask
+    assert kernels.attention_calls == before
+    fused = _Attend(0.2)(Tensor(q), Tensor(k), Tensor(v)).asnumpy()
+    assert kernels.attention_calls == before + 1
+    assert np.abs(fused - composed).max() <= 2e-6 * np.abs(composed).max()
