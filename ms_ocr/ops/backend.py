@@ -17,6 +17,8 @@ NATIVE_MATMUL_T = None
 NATIVE_DECODE_LAYER = None
 # CPU: the native bidirectional attention (vision encoders; ops/attention.py), None where the others are.
 NATIVE_ATTENTION = None
+# CPU: the native GELU (ops/activation.py) as Custom ops (tanh form, erf form), None where the others are.
+NATIVE_GELU = None
 _native_ops = {}  # Custom ops over the loaded library, made once per process
 _configured = None
 
@@ -49,14 +51,14 @@ class without_native:
     library of this machine."""
 
     def __enter__(self):
-        global NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION
-        self._saved = NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION
-        NATIVE_MATMUL_T = NATIVE_DECODE_LAYER = NATIVE_ATTENTION = None
+        global NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU
+        self._saved = NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU
+        NATIVE_MATMUL_T = NATIVE_DECODE_LAYER = NATIVE_ATTENTION = NATIVE_GELU = None
         return self
 
     def __exit__(self, *exc):
-        global NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION
-        NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION = self._saved
+        global NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU
+        NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU = self._saved
 
 
 def configure(device_target=None):
@@ -64,12 +66,13 @@ def configure(device_target=None):
 
     Called once by the model loader after the MindSpore context is set. Returns the target used.
     """
-    global FUSED, NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, _configured
+    global FUSED, NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, _configured
     target = device_target or ms.get_context("device_target")
     FUSED = target == "Ascend"
     NATIVE_MATMUL_T = native_matmul_t() if target == "CPU" else None
     NATIVE_DECODE_LAYER = native_decode_layers() if NATIVE_MATMUL_T is not None else None
     NATIVE_ATTENTION = native_attention() if NATIVE_MATMUL_T is not None else None
+    NATIVE_GELU = native_gelu() if NATIVE_MATMUL_T is not None else None
     _configured = target
     return target
 
@@ -112,6 +115,15 @@ def native_attention():
         _native_ops["attention"] = ops.Custom(native.load().func("VisionAttention"), out_shape=lambda q, k, v, s: q,
                                               out_dtype=lambda q, k, v, s: q, func_type="aot")
     return _native_ops["attention"]
+
+
+def native_gelu():
+    """The native GELU Custom ops (tanh form, erf form): x -> GELU(x), fp32, any shape."""
+    if "gelu" not in _native_ops:
+        kernels = native.load()
+        _native_ops["gelu"] = tuple(ops.Custom(kernels.func(name), out_shape=lambda x: x, out_dtype=lambda x: x,
+                                               func_type="aot") for name in ("GeluTanh", "GeluErf"))
+    return _native_ops["gelu"]
 
 
 def configured_target():

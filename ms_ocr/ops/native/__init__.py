@@ -34,6 +34,7 @@ class NativeKernels:
         self.lib.ms_ocr_matmul_t_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_decode_layer_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_vision_attention_calls.restype = ctypes.c_int64
+        self.lib.ms_ocr_gelu_calls.restype = ctypes.c_int64
 
     def func(self, name):
         return f"{self.path}:{name}"
@@ -57,6 +58,11 @@ class NativeKernels:
     def attention_calls(self):
         """How many VisionAttention kernels ran in this process."""
         return self.lib.ms_ocr_vision_attention_calls()
+
+    @property
+    def gelu_calls(self):
+        """How many GeluTanh / GeluErf kernels ran in this process."""
+        return self.lib.ms_ocr_gelu_calls()
 
     @property
     def avx512(self):

@@ -19,6 +19,7 @@ int g_threads = 1;
 std::atomic<int64_t> g_matmul_t_calls{0};  // read by tests: which products took this kernel
 std::atomic<int64_t> g_decode_layer_calls{0};
 std::atomic<int64_t> g_vision_attention_calls{0};
+std::atomic<int64_t> g_gelu_calls{0};
 
 // y[m, o] = sum_i x[m, i] W[o, i] for rows o in [o0, o1): R weight rows at a time against all M (<= 8)
 // activation rows. Memory bound: each weight row is read once, and R concurrent row streams keep more
@@ -342,6 +343,65 @@ void attn_task(const float* qt, const float* k, const float* v, float* out, int6
     for (int64_t e = 0; e < d; ++e) out[i * d + e] = acc[e * kAttnRows + i] * inv[i];
 }
 
+// ---- GELU -----------------------------------------------------------------------------------------------------
+// The two forms of ops/activation.py in one pass: tanh approximation x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3));
+// exact GELU 0.5 (x + |x| (1 - erfc(|x| / sqrt 2))) with Abramowitz & Stegun 7.1.26 for erfc (|error| <= 1.5e-7).
+constexpr float kGeluTanhScale = 1.5957691216057308f;  // 2 sqrt(2 / pi)
+constexpr float kErfcP = 0.3275911f, kErfcC0 = 0.254829592f, kErfcC1 = -0.284496736f, kErfcC2 = 1.421413741f,
+                kErfcC3 = -1.453152027f, kErfcC4 = 1.061405429f, kInvSqrt2 = 0.7071067811865476f;
+
+inline float gelu_scalar(float x, bool erf_form) {
+  if (!erf_form) return x / (1.f + std::exp(-kGeluTanhScale * (x + 0.044715f * x * x * x)));
+  const float a = std::fabs(x) * kInvSqrt2, t = 1.f / (1.f + kErfcP * a);
+  const float q = t * (kErfcC0 + t * (kErfcC1 + t * (kErfcC2 + t * (kErfcC3 + t * kErfcC4)))) * std::exp(-a * a);
+  return 0.5f * (x + std::fabs(x) * (1.f - q));
+}
+
+void gelu_range(const float* x, float* y, int64_t n, bool erf_form) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 one = _mm512_set1_ps(1.f);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    __m512 out;
+    if (!erf_form) {
+      const __m512 v3 = _mm512_mul_ps(_mm512_mul_ps(v, v), v);
+      const __m512 z = _mm512_mul_ps(_mm512_set1_ps(-kGeluTanhScale), _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), v3, v));
+      out = _mm512_div_ps(v, _mm512_add_ps(one, exp512(z)));
+    } else {
+      const __m512 av = _mm512_abs_ps(v);
+      const __m512 a = _mm512_mul_ps(av, _mm512_set1_ps(kInvSqrt2));
+      const __m512 t = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(kErfcP), a, one));
+      __m512 p = _mm512_fmadd_ps(t, _mm512_set1_ps(kErfcC4), _mm512_set1_ps(kErfcC3));
+      p = _mm512_fmadd_ps(t, p, _mm512_set1_ps(kErfcC2));
+      p = _mm512_fmadd_ps(t, p, _mm512_set1_ps(kErfcC1));
+      p = _mm512_fmadd_ps(t, p, _mm512_set1_ps(kErfcC0));
+      const __m512 q = _mm512_mul_ps(_mm512_mul_ps(t, p), exp512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(a, a))));
+      out = _mm512_mul_ps(_mm512_set1_ps(0.5f), _mm512_fmadd_ps(av, _mm512_sub_ps(one, q), v));
+    }
+    _mm512_storeu_ps(y + i, out);
+  }
+#endif
+  for (; i < n; ++i) y[i] = gelu_scalar(x[i], erf_form);
+}
+
+int gelu_entry(int nparam, void** params, int* ndims, int64_t** shapes, bool erf_form) {
+  if (nparam != 2) return 1;
+  int64_t n = 1;
+  for (int i = 0; i < ndims[0]; ++i) n *= shapes[0][i];
+  const float* x = static_cast<const float*>(params[0]);
+  float* y = static_cast<float*>(params[1]);
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  g_gelu_calls.fetch_add(1);
+#pragma omp parallel for num_threads(chunks > 1 ? g_threads : 1) schedule(dynamic, 4)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t i0 = c * kChunk, i1 = i0 + kChunk < n ? i0 + kChunk : n;
+    gelu_range(x + i0, y + i0, i1 - i0, erf_form);
+  }
+  return 0;
+}
+
 }  // namespace
 
 extern "C" {
@@ -519,5 +579,18 @@ int VisionAttention(int nparam, void** params, int* ndims, int64_t** shapes, con
   return 0;
 }
 int64_t ms_ocr_vision_attention_calls() { return g_vision_attention_calls.load(); }
+
+// GeluTanh / GeluErf: x (any shape, fp32) -> GELU(x), the tanh approximation or the exact (erf) form.
+int GeluTanh(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+             void* extra) {
+  (void)stream; (void)extra; (void)dtypes;
+  return gelu_entry(nparam, params, ndims, shapes, false);
+}
+int GeluErf(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+            void* extra) {
+  (void)stream; (void)extra; (void)dtypes;
+  return gelu_entry(nparam, params, ndims, shapes, true);
+}
+int64_t ms_ocr_gelu_calls() { return g_gelu_calls.load(); }
 
 }  // extern "C"

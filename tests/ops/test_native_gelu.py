@@ -1,0 +1,100 @@
+"""The native GELU kernels (GeluTanh / GeluErf in ms_ocr/ops/native/kernels.cc), which ops.gelu_tanh / gelu_erf use
+on the CPU for fp32: against float64 NumPy (the exact GELU through math.erf), against the composed formulas, in
+the portable build, and their routing."""
+
+import math
+import os
+import platform
+import shutil
+
+import numpy as np
+import pytest
+import mindspore as ms
+from mindspore import Tensor, nn, ops
+
+from ms_ocr import ops as K
+from ms_ocr.ops import backend, native
+
+needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
+                                    reason="no C++ compiler on this machine")
+
+
+@pytest.fixture
+def graph_cpu():
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    backend.configure("CPU")
+    yield
+    ms.set_context(mode=mode)
+
+
+class _Act(nn.Cell):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def construct(self, x):
+        return self.fn(x)
+
+
+def reference(x, erf_form):
+    x = x.astype(np.float64)
+    if erf_form:
+        return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _inputs():
+    rng = np.random.default_rng(0)
+    # every range the formulas take apart: tails where exp under/overflows, around 0, and a 16-lane tail
+    x = np.concatenate([rng.standard_normal(40_000) * 3, np.linspace(-100, 100, 2001), [0.0, -0.0, 1e-30, 5.0]])
+    return x.astype(np.float32).reshape(-1, 5)
+
+
+@needs_compiler
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("erf_form", [False, True])
+def test_gelu_kernels_match_numpy_and_composed(graph_cpu, threads, erf_form):
+    kernels = native.load()
+    assert kernels is not None and backend.NATIVE_GELU is not None
+    kernels.set_threads(threads)
+    try:
+        x = _inputs()
+        fn = K.gelu_erf if erf_form else K.gelu_tanh
+        before = kernels.gelu_calls
+        out = _Act(fn)(Tensor(x)).asnumpy()
+        assert kernels.gelu_calls == before + 1 and out.shape == x.shape
+        assert np.abs(out - reference(x, erf_form)).max() <= 5e-5  # |x| up to 100: a few fp32 ulps
+        with backend.without_native():
+            composed = _Act(fn)(Tensor(x)).asnumpy()
+        assert kernels.gelu_calls == before + 1
+        assert np.abs(out - composed).max() <= 5e-5
+    finally:
+        kernels.set_threads(len(os.sched_getaffinity(0)))
+
+
+@needs_compiler
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64-v2 is an x86 target")
+def test_gelu_portable_loops_match_numpy(graph_cpu, tmp_path):
+    kernels = native.NativeKernels(native.build(str(tmp_path), arch="x86-64-v2"))
+    assert not kernels.avx512
+    x = _inputs()
+    for name, erf_form in (("GeluTanh", False), ("GeluErf", True)):
+        op = ops.Custom(kernels.func(name), out_shape=lambda s: s, out_dtype=lambda d: d, func_type="aot")
+        out = _Act(op)(Tensor(x)).asnumpy()
+        assert np.abs(out - reference(x, erf_form)).max() <= 5e-5
+    assert kernels.gelu_calls == 2
+
+
+@needs_compiler
+def test_gelu_routing(graph_cpu):
+    """fp32 takes the kernel; other dtypes and graphs built for export keep the composed formulas."""
+    kernels = native.load()
+    x = _inputs()[:50]
+    before = kernels.gelu_calls
+    out16 = _Act(K.gelu_tanh)(Tensor(x).astype(ms.float16)).asnumpy()
+    assert kernels.gelu_calls == before
+    assert np.abs(out16.astype(np.float64) - reference(x, False)).max() <= 0.1
+    with backend.without_native():
+        assert backend.NATIVE_GELU is None
+    assert backend.NATIVE_GELU is not None
