@@ -3,8 +3,6 @@ ops/decode_layer.py) against a float64 NumPy implementation of what the composed
 routing. The model parity tests run it inside the real decode graphs against transformers."""
 
 import os
-import platform
-import shutil
 
 import numpy as np
 import pytest
@@ -13,18 +11,8 @@ from mindspore import Tensor, nn, ops
 
 from ms_ocr.ops import backend, decode_layer, native
 from ms_ocr.ops.attention import NEG_BIAS
+from tests.helpers.native import needs_compiler, needs_x86
 
-needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
-                                    reason="no C++ compiler on this machine")
-
-
-@pytest.fixture
-def graph_cpu():
-    mode = ms.get_context("mode")
-    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
-    backend.configure("CPU")
-    yield
-    ms.set_context(mode=mode)
 
 
 def _rms(x, w, eps):
@@ -132,19 +120,18 @@ def test_decode_layer_kernel_matches_numpy(graph_cpu, threads, case):
 
 
 @needs_compiler
-@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64-v2 is an x86 target")
-def test_decode_layer_portable_loops_match_numpy(graph_cpu, tmp_path):
+@needs_x86
+def test_decode_layer_portable_loops_match_numpy(graph_cpu, portable_kernels):
     """The loops compiled where AVX-512 is missing (built here for x86-64-v2) compute the same layer."""
-    kernels = native.NativeKernels(native.build(str(tmp_path), arch="x86-64-v2"))
-    assert not kernels.avx512
-    kernels.set_threads(2)
+    kernels = portable_kernels
+    before = kernels.decode_layer_calls
     op = ops.Custom(kernels.func("DecodeLayer"), out_shape=backend._decode_layer_out_shape,
                     out_dtype=lambda *dtypes: (dtypes[0],) * 3, func_type="aot")
     for case in CASES[1:3]:
         *tensors, weights = make_case(np.random.default_rng(7), *case)
         outs = _Layer(len(weights), 1e-6, op)(*(Tensor(a) for a in tensors), *(Tensor(w) for w in weights))
         _check(outs, reference(*tensors, weights, 1e-6))
-    assert kernels.decode_layer_calls == 2
+    assert kernels.decode_layer_calls == before + 2
 
 
 @needs_compiler

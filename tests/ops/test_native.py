@@ -2,7 +2,6 @@
 in graph mode against NumPy, and the fallbacks when they cannot be built or are switched off."""
 
 import os
-import platform
 import shutil
 
 import numpy as np
@@ -12,18 +11,8 @@ from mindspore import Tensor, nn, ops
 
 from ms_ocr.ops import backend, native
 from ms_ocr.ops import linear as linear_mod
+from tests.helpers.native import needs_compiler, needs_x86
 
-needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
-                                    reason="no C++ compiler on this machine")
-
-
-@pytest.fixture
-def graph_cpu():
-    mode = ms.get_context("mode")
-    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
-    backend.configure("CPU")
-    yield
-    ms.set_context(mode=mode)
 
 
 class _Apply(nn.Cell):
@@ -69,12 +58,11 @@ def test_matmul_t_kernel_matches_numpy(graph_cpu, threads, m, n, k):
 
 
 @needs_compiler
-@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64-v2 is an x86 target")
-def test_portable_loops_match_numpy(graph_cpu, tmp_path):
+@needs_x86
+def test_portable_loops_match_numpy(graph_cpu, portable_kernels):
     """The loops compiled where AVX-512 is missing (built here for x86-64-v2) give the same products."""
-    kernels = native.NativeKernels(native.build(str(tmp_path), arch="x86-64-v2"))
-    assert not kernels.avx512
-    kernels.set_threads(2)
+    kernels = portable_kernels
+    before = kernels.matmul_t_calls
     op = ops.Custom(kernels.func("MatMulT"), out_shape=lambda x, w: [x[0], w[0]], out_dtype=lambda x, w: x,
                     func_type="aot")
     for m, n, k in [(1, 1030, 1000), (3, 5, 37), (8, 257, 1152)]:
@@ -82,7 +70,7 @@ def test_portable_loops_match_numpy(graph_cpu, tmp_path):
         ref = x.astype(np.float64) @ w.astype(np.float64).T
         out = _Apply(op)(Tensor(x), Tensor(w)).asnumpy()
         assert np.abs(out - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max())
-    assert kernels.matmul_t_calls == 3
+    assert kernels.matmul_t_calls == before + 3
 
 
 @needs_compiler

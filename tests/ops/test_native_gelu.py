@@ -4,8 +4,6 @@ the portable build, and their routing."""
 
 import math
 import os
-import platform
-import shutil
 
 import numpy as np
 import pytest
@@ -14,18 +12,8 @@ from mindspore import Tensor, nn, ops
 
 from ms_ocr import ops as K
 from ms_ocr.ops import backend, native
+from tests.helpers.native import needs_compiler, needs_x86
 
-needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
-                                    reason="no C++ compiler on this machine")
-
-
-@pytest.fixture
-def graph_cpu():
-    mode = ms.get_context("mode")
-    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
-    backend.configure("CPU")
-    yield
-    ms.set_context(mode=mode)
 
 
 class _Act(nn.Cell):
@@ -74,16 +62,16 @@ def test_gelu_kernels_match_numpy_and_composed(graph_cpu, threads, erf_form):
 
 
 @needs_compiler
-@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64-v2 is an x86 target")
-def test_gelu_portable_loops_match_numpy(graph_cpu, tmp_path):
-    kernels = native.NativeKernels(native.build(str(tmp_path), arch="x86-64-v2"))
-    assert not kernels.avx512
+@needs_x86
+def test_gelu_portable_loops_match_numpy(graph_cpu, portable_kernels):
+    kernels = portable_kernels
+    before = kernels.gelu_calls
     x = _inputs()
     for name, erf_form in (("GeluTanh", False), ("GeluErf", True)):
         op = ops.Custom(kernels.func(name), out_shape=lambda s: s, out_dtype=lambda d: d, func_type="aot")
         out = _Act(op)(Tensor(x)).asnumpy()
         assert np.abs(out - reference(x, erf_form)).max() <= 5e-5
-    assert kernels.gelu_calls == 2
+    assert kernels.gelu_calls == before + 2
 
 
 @needs_compiler

@@ -4,8 +4,6 @@ its routing. The model parity tests run it inside the vision towers against tran
 
 import importlib
 import os
-import platform
-import shutil
 
 import numpy as np
 import pytest
@@ -14,19 +12,9 @@ from mindspore import Tensor, nn, ops
 
 from ms_ocr import ops as K
 from ms_ocr.ops import backend, native
+from tests.helpers.native import needs_compiler, needs_x86
 
 attention_mod = importlib.import_module("ms_ocr.ops.attention")  # the package exports the function under this name
-needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
-                                    reason="no C++ compiler on this machine")
-
-
-@pytest.fixture
-def graph_cpu():
-    mode = ms.get_context("mode")
-    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
-    backend.configure("CPU")
-    yield
-    ms.set_context(mode=mode)
 
 
 class _Attend(nn.Cell):
@@ -80,12 +68,11 @@ def test_attention_kernel_matches_numpy(graph_cpu, threads, case):
 
 
 @needs_compiler
-@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64-v2 is an x86 target")
-def test_attention_portable_loops_match_numpy(graph_cpu, tmp_path):
+@needs_x86
+def test_attention_portable_loops_match_numpy(graph_cpu, portable_kernels):
     """The loops compiled where AVX-512 is missing (built here for x86-64-v2) compute the same attention."""
-    kernels = native.NativeKernels(native.build(str(tmp_path), arch="x86-64-v2"))
-    assert not kernels.avx512
-    kernels.set_threads(2)
+    kernels = portable_kernels
+    before = kernels.attention_calls
     op = ops.Custom(kernels.func("VisionAttention"), out_shape=lambda q, k, v, s: q,
                     out_dtype=lambda q, k, v, s: q, func_type="aot")
     for case in CASES[:2]:
@@ -93,7 +80,7 @@ def test_attention_portable_loops_match_numpy(graph_cpu, tmp_path):
         out = _Attend(0.3, op=op)(Tensor(q), Tensor(k), Tensor(v)).asnumpy()
         ref = reference(q, k, v, 0.3)
         assert np.abs(out - ref).max() <= 2e-6 * max(1.0, np.abs(ref).max())
-    assert kernels.attention_calls == 2
+    assert kernels.attention_calls == before + 2
 
 
 @needs_compiler

@@ -1,7 +1,10 @@
 // CPU kernels for MindSpore Custom(func_type="aot") operators, built on first use by ms_ocr/ops/native/__init__.py.
 //
 // Entry points follow MindSpore's AOT CPU ABI: params holds the inputs then the outputs; ndims/shapes/dtypes
-// describe each. Every kernel is fp32 and reads contiguous (row-major) tensors.
+// describe each. Every kernel is fp32 and reads contiguous (row-major) tensors. The kernels: MatMulT (a decode
+// step's products against a very large weight, ops/linear.py), DecodeLayer (a dense decoder layer of a decode
+// step, ops/decode_layer.py), VisionAttention (unmasked attention, ops/attention.py), GeluTanh / GeluErf
+// (ops/activation.py). Each has an AVX-512 path and a portable one (#else) for CPUs without it.
 #include <omp.h>
 
 #include <atomic>
@@ -97,7 +100,7 @@ const GemvFn kGemv[] = {nullptr, gemv<1>, gemv<2>, gemv<3>, gemv<4>, gemv<5>, ge
 // ---- the fused decoder layer of one decode step ----------------------------------------------------------
 
 #if defined(__AVX512F__)
-// e^x for x <= 0 in the softmax and sigmoid (Cephes' expf polynomial; ~1 ulp), lanes clamped to [-87.3, 88.7].
+// e^x (Cephes' expf polynomial; ~1 ulp), lanes clamped to [-87.3, 88.7]: the softmaxes, SiLU and the GELUs.
 inline __m512 exp512(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
   const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
