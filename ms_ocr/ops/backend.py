@@ -9,17 +9,13 @@ from ms_ocr.ops import native
 FUSED = False
 # ONNX export: formulations built only from operators MindSpore's ONNX exporter converts.
 PORTABLE = False
-# CPU: the native matrix-vector Custom op (ms_ocr/ops/native, ops/linear.py), None where unavailable, on
-# Ascend, and while graphs are built for export (the op names a library on this machine).
-NATIVE_MATMUL_T = None
-# CPU: the native fused decoder layer of a decode step (ops/decode_layer.py) as Custom ops for layers without
-# and with q/k norms, None where the native matrix-vector op is (both come from the same library).
-NATIVE_DECODE_LAYER = None
-# CPU: the native bidirectional attention (vision encoders; ops/attention.py), None where the others are.
-NATIVE_ATTENTION = None
-# CPU: the native GELU (ops/activation.py) as Custom ops (tanh form, erf form), None where the others are.
-NATIVE_GELU = None
-_native_ops = {}  # Custom ops over the loaded library, made once per process
+# CPU: the Custom ops over the native kernel library (ms_ocr/ops/native, `native_ops`); all None where it is
+# unavailable, on Ascend, and while graphs are built for export (the ops name a library on this machine).
+NATIVE_MATMUL_T = None      # the matrix-vector product (ops/linear.py)
+NATIVE_DECODE_LAYER = None  # a decode step's decoder layer, (without, with) q/k norms (ops/decode_layer.py)
+NATIVE_ATTENTION = None     # unmasked attention (vision encoders; ops/attention.py)
+NATIVE_GELU = None          # (tanh form, erf form) (ops/activation.py)
+_native_ops = {}  # library path -> its Custom ops, made once per process
 _configured = None
 
 
@@ -69,10 +65,9 @@ def configure(device_target=None):
     global FUSED, NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, _configured
     target = device_target or ms.get_context("device_target")
     FUSED = target == "Ascend"
-    NATIVE_MATMUL_T = native_matmul_t() if target == "CPU" else None
-    NATIVE_DECODE_LAYER = native_decode_layers() if NATIVE_MATMUL_T is not None else None
-    NATIVE_ATTENTION = native_attention() if NATIVE_MATMUL_T is not None else None
-    NATIVE_GELU = native_gelu() if NATIVE_MATMUL_T is not None else None
+    kernels = native.load() if target == "CPU" else None
+    NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU = (
+        native_ops(kernels) if kernels is not None else (None,) * 4)
     _configured = target
     return target
 
@@ -82,48 +77,30 @@ def native_kernels():
     return native.load() if NATIVE_MATMUL_T is not None else None
 
 
-def native_matmul_t():
-    """The native x [M, K] w [N, K]^T Custom op (M <= 8, fp32), or None where the library is unavailable."""
-    kernels = native.load()
-    if kernels is None:
-        return None
-    if "matmul_t" not in _native_ops:
-        _native_ops["matmul_t"] = ops.Custom(kernels.func("MatMulT"), out_shape=lambda x, w: [x[0], w[0]],
-                                             out_dtype=lambda x, w: x, func_type="aot")
-    return _native_ops["matmul_t"]
-
-
 def _decode_layer_out_shape(*shapes):
     # x [B, 1, H]; this token's k and v [B, Hkv, 1, D] (k_cache, input 4, is [B, Hkv, T, D])
     b, hkv, _, d = shapes[4]
     return list(shapes[0]), [b, hkv, 1, d], [b, hkv, 1, d]
 
 
-def native_decode_layers():
-    """The native DecodeLayer Custom ops (ops/decode_layer.py) for layers (without, with) q/k norms."""
-    if "decode_layer" not in _native_ops:
-        func = native.load().func("DecodeLayer")
-        _native_ops["decode_layer"] = tuple(
-            ops.Custom(func, out_shape=_decode_layer_out_shape, out_dtype=lambda *dtypes: (dtypes[0],) * 3,
-                       func_type="aot") for _ in range(2))
-    return _native_ops["decode_layer"]
+def _first(*args):
+    return args[0]
 
 
-def native_attention():
-    """The native VisionAttention Custom op: q [B, H, S, D], k, v [B, H, T, D], scale [1] -> [B, H, S, D]."""
-    if "attention" not in _native_ops:
-        _native_ops["attention"] = ops.Custom(native.load().func("VisionAttention"), out_shape=lambda q, k, v, s: q,
-                                              out_dtype=lambda q, k, v, s: q, func_type="aot")
-    return _native_ops["attention"]
+def native_ops(kernels):
+    """The Custom ops over a loaded kernel library, made once per library: (MatMulT, (DecodeLayer without, with
+    q/k norms), VisionAttention, (GeluTanh, GeluErf)) — what `configure` routes to (tests pass other builds)."""
+    if kernels.path not in _native_ops:
+        def custom(name, out_shape, out_dtype=_first):
+            return ops.Custom(kernels.func(name), out_shape=out_shape, out_dtype=out_dtype, func_type="aot")
 
-
-def native_gelu():
-    """The native GELU Custom ops (tanh form, erf form): x -> GELU(x), fp32, any shape."""
-    if "gelu" not in _native_ops:
-        kernels = native.load()
-        _native_ops["gelu"] = tuple(ops.Custom(kernels.func(name), out_shape=lambda x: x, out_dtype=lambda x: x,
-                                               func_type="aot") for name in ("GeluTanh", "GeluErf"))
-    return _native_ops["gelu"]
+        _native_ops[kernels.path] = (
+            custom("MatMulT", lambda x, w: [x[0], w[0]]),
+            tuple(custom("DecodeLayer", _decode_layer_out_shape, lambda *dtypes: (dtypes[0],) * 3)
+                  for _ in range(2)),
+            custom("VisionAttention", _first),
+            tuple(custom(name, _first) for name in ("GeluTanh", "GeluErf")))
+    return _native_ops[kernels.path]
 
 
 def configured_target():

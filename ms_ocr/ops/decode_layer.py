@@ -38,7 +38,5 @@ def decoder_layer_decode(x, cos, sin, mask, k_cache, v_cache, weights, eps):
     k_cache, v_cache [B, Hkv, T, D]; weights = (input_layernorm, q_proj, k_proj, v_proj[, query_layernorm,
     key_layernorm], o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj). Returns x after the
     layer and this token's k, v [B, Hkv, 1, D] (after the rope and q/k norm) for the host to store."""
-    if len(weights) == 11:
-        return backend.NATIVE_DECODE_LAYER[1](x, cos, sin, mask, k_cache, v_cache, *weights,
-                                              Tensor(np.array([eps], np.float32)))
-    return backend.NATIVE_DECODE_LAYER[0](x, cos, sin, mask, k_cache, v_cache, *weights, Tensor(np.array([eps], np.float32)))
+    op = backend.NATIVE_DECODE_LAYER[1 if len(weights) == 11 else 0]  # with q/k norms: 11 weights
+    return op(x, cos, sin, mask, k_cache, v_cache, *weights, Tensor(np.array([eps], np.float32)))

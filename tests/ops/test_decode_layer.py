@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 import mindspore as ms
-from mindspore import Tensor, nn, ops
+from mindspore import Tensor, nn
 
 from ms_ocr.ops import backend, decode_layer, native
 from ms_ocr.ops.attention import NEG_BIAS
@@ -125,10 +125,10 @@ def test_decode_layer_portable_loops_match_numpy(graph_cpu, portable_kernels):
     """The loops compiled where AVX-512 is missing (built here for x86-64-v2) compute the same layer."""
     kernels = portable_kernels
     before = kernels.decode_layer_calls
-    op = ops.Custom(kernels.func("DecodeLayer"), out_shape=backend._decode_layer_out_shape,
-                    out_dtype=lambda *dtypes: (dtypes[0],) * 3, func_type="aot")
+    ops_by_qk_norm = backend.native_ops(kernels)[1]
     for case in CASES[1:3]:
         *tensors, weights = make_case(np.random.default_rng(7), *case)
+        op = ops_by_qk_norm[1 if len(weights) == 11 else 0]
         outs = _Layer(len(weights), 1e-6, op)(*(Tensor(a) for a in tensors), *(Tensor(w) for w in weights))
         _check(outs, reference(*tensors, weights, 1e-6))
     assert kernels.decode_layer_calls == before + 2

@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 import mindspore as ms
-from mindspore import Tensor, nn, ops
+from mindspore import Tensor, nn
 
 from ms_ocr.ops import backend, native
 from ms_ocr.ops import linear as linear_mod
@@ -63,8 +63,7 @@ def test_portable_loops_match_numpy(graph_cpu, portable_kernels):
     """The loops compiled where AVX-512 is missing (built here for x86-64-v2) give the same products."""
     kernels = portable_kernels
     before = kernels.matmul_t_calls
-    op = ops.Custom(kernels.func("MatMulT"), out_shape=lambda x, w: [x[0], w[0]], out_dtype=lambda x, w: x,
-                    func_type="aot")
+    op = backend.native_ops(kernels)[0]
     for m, n, k in [(1, 1030, 1000), (3, 5, 37), (8, 257, 1152)]:
         x, w = _case(np.random.default_rng(m + n), m, n, k)
         ref = x.astype(np.float64) @ w.astype(np.float64).T

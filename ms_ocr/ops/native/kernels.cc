@@ -24,6 +24,28 @@ std::atomic<int64_t> g_decode_layer_calls{0};
 std::atomic<int64_t> g_vision_attention_calls{0};
 std::atomic<int64_t> g_gelu_calls{0};
 
+float dot(const float* a, const float* b, int64_t n) {
+#if defined(__AVX512F__)
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+  if (i < n) {
+    const __mmask16 t = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(t, a + i), _mm512_maskz_loadu_ps(t, b + i), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+#else
+  float acc[16] = {0};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += a[i + l] * b[i + l];
+  float s = 0.f;
+  for (; i < n; ++i) s += a[i] * b[i];
+  for (int l = 0; l < 16; ++l) s += acc[l];
+  return s;
+#endif
+}
+
 // y[m, o] = sum_i x[m, i] W[o, i] for rows o in [o0, o1): R weight rows at a time against all M (<= 8)
 // activation rows. Memory bound: each weight row is read once, and R concurrent row streams keep more
 // reads in flight than the hardware prefetcher alone (measured here: 2 rows ~29 GB/s, 8 rows ~41 GB/s).
@@ -58,38 +80,34 @@ int64_t gemv_block(const float* x, const float* w, float* y, int64_t out, int64_
   }
 #else
   for (; o + R <= o1; o += R)
-    for (int r = 0; r < R; ++r) {
-      const float* w0 = w + (o + r) * in;
-      for (int m = 0; m < M; ++m) {
-        const float* xm = x + m * in;
-        float acc[16] = {0};
-        int64_t i = 0;
-        for (; i + 16 <= in; i += 16)
-          for (int l = 0; l < 16; ++l) acc[l] += w0[i + l] * xm[i + l];
-        float s = 0.f;
-        for (; i < in; ++i) s += w0[i] * xm[i];
-        for (int l = 0; l < 16; ++l) s += acc[l];
-        y[m * out + o + r] = s;
-      }
-    }
+    for (int r = 0; r < R; ++r)
+      for (int m = 0; m < M; ++m) y[m * out + o + r] = dot(w + (o + r) * in, x + m * in, in);
 #endif
   return o;
 }
 
+// R * M accumulators stay within the 32 vector registers
+template <int M>
+constexpr int kBlockRows = M <= 3 ? 8 : (M <= 6 ? 4 : 3);
+
+// Rows [o, o1) of y [m, out] = x [m, in] w [out, in]^T: blocks of kBlockRows weight rows, then single rows.
+template <int M>
+void gemv_rows_m(const float* x, const float* w, float* y, int64_t out, int64_t in, int64_t o, int64_t o1) {
+  const int64_t rest = gemv_block<M, kBlockRows<M>>(x, w, y, out, in, o, o1);
+  gemv_block<M, 1>(x, w, y, out, in, rest, o1);
+}
+
 template <int M>
 void gemv(const float* x, const float* w, float* y, int64_t out, int64_t in) {
-  // R * M accumulators stay within the 32 vector registers
-  constexpr int R = M <= 3 ? 8 : (M <= 6 ? 4 : 3);
   // Chunks of rows handed out as threads ask: the calling thread may be niced below MindSpore's kernel threads
   // (device.lower_launcher_priority), and a static split would wait for its half.
-  constexpr int64_t kChunk = 32 * R;
+  constexpr int64_t kChunk = 32 * kBlockRows<M>;
   const int64_t chunks = (out + kChunk - 1) / kChunk;
   const int threads = chunks > 1 ? g_threads : 1;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t o1 = (c + 1) * kChunk < out ? (c + 1) * kChunk : out;
-    const int64_t o = gemv_block<M, R>(x, w, y, out, in, c * kChunk, o1);
-    gemv_block<M, 1>(x, w, y, out, in, o, o1);
+    gemv_rows_m<M>(x, w, y, out, in, c * kChunk, o1);
   }
 }
 
@@ -117,28 +135,6 @@ inline __m512 exp512(__m512 x) {
   return _mm512_scalef_ps(y, fx);
 }
 #endif
-
-float dot(const float* a, const float* b, int64_t n) {
-#if defined(__AVX512F__)
-  __m512 acc = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
-  if (i < n) {
-    const __mmask16 t = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(t, a + i), _mm512_maskz_loadu_ps(t, b + i), acc);
-  }
-  return _mm512_reduce_add_ps(acc);
-#else
-  float acc[16] = {0};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int l = 0; l < 16; ++l) acc[l] += a[i + l] * b[i + l];
-  float s = 0.f;
-  for (; i < n; ++i) s += a[i] * b[i];
-  for (int l = 0; l < 16; ++l) s += acc[l];
-  return s;
-#endif
-}
 
 // y += a * x
 void axpy(float a, const float* x, float* y, int64_t n) {
@@ -196,14 +192,6 @@ float exp_sum(float* s, int64_t n, float mx) {
     sum += s[i];
   }
   return sum;
-}
-
-// Rows [o, o1) of y [m, out] = x [m, in] w [out, in]^T, inside a parallel region's worksharing loop.
-template <int M>
-void gemv_rows_m(const float* x, const float* w, float* y, int64_t out, int64_t in, int64_t o, int64_t o1) {
-  constexpr int R = M <= 3 ? 8 : (M <= 6 ? 4 : 3);
-  const int64_t rest = gemv_block<M, R>(x, w, y, out, in, o, o1);
-  gemv_block<M, 1>(x, w, y, out, in, rest, o1);
 }
 
 using GemvRowsFn = void (*)(const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t);
