@@ -459,8 +459,9 @@ int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const c
   const float scale = 1.f / std::sqrt(static_cast<float>(d));
   g_decode_layer_calls.fetch_add(1);
 
-  std::vector<float> h(b * hidden), q(b * hq * d), k(b * hkv * d), v(b * hkv * d), attn(b * hq * d),
-      x1(b * hidden), g(b * inter), u(b * inter);
+  // this token's k and v ([B, Hkv, 1, D] = [B, Hkv * D]) are computed in the output buffers themselves
+  float *k = k_out, *v = v_out;
+  std::vector<float> h(b * hidden), q(b * hq * d), attn(b * hq * d), x1(b * hidden), g(b * inter), u(b * inter);
   const int m = static_cast<int>(b);
 #pragma omp parallel num_threads(g_threads)
   {
@@ -468,8 +469,8 @@ int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const c
     for (int64_t r = 0; r < b; ++r) rms_norm(x + r * hidden, inw, h.data() + r * hidden, hidden, eps);
     {
       const Product ps[] = {{h.data(), qw, q.data(), hq * d, hidden, nullptr},
-                            {h.data(), kw, k.data(), hkv * d, hidden, nullptr},
-                            {h.data(), vw, v.data(), hkv * d, hidden, nullptr}};
+                            {h.data(), kw, k, hkv * d, hidden, nullptr},
+                            {h.data(), vw, v, hkv * d, hidden, nullptr}};
       parallel_products(m, ps, 3);
     }
 #pragma omp single
@@ -482,7 +483,7 @@ int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const c
         for (int64_t j = 0; j < d; ++j) qi[j] *= scale;
       }
       for (int64_t i = 0; i < hkv; ++i) {
-        float* ki = k.data() + (r * hkv + i) * d;
+        float* ki = k + (r * hkv + i) * d;
         rope(ki, c, s, d);
         if (qk_norm) rms_norm(ki, knw, ki, d, eps);
       }
@@ -503,14 +504,14 @@ int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const c
             seen[n] = s;
             scores[n++] = dot(qi, kcache + s * d, d) + mrow[s];
           }
-        scores[n] = dot(qi, k.data() + g_kv * d, d);
+        scores[n] = dot(qi, k + g_kv * d, d);
         float mx = scores[n];
         for (int64_t j = 0; j < n; ++j) mx = scores[j] > mx ? scores[j] : mx;
         const float inv = 1.f / exp_sum(scores.data(), n + 1, mx);
         float* out = attn.data() + task * d;
         for (int64_t j = 0; j < d; ++j) out[j] = 0.f;
         for (int64_t j = 0; j < n; ++j) axpy(scores[j] * inv, vcache + seen[j] * d, out, d);
-        axpy(scores[n] * inv, v.data() + g_kv * d, out, d);
+        axpy(scores[n] * inv, v + g_kv * d, out, d);
       }
     }
     {
@@ -530,10 +531,6 @@ int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const c
       const Product ps[] = {{g.data(), dw, x_out, hidden, inter, x1.data()}};
       parallel_products(m, ps, 1);
     }
-  }
-  for (int64_t i = 0; i < b * hkv * d; ++i) {
-    k_out[i] = k[i];
-    v_out[i] = v[i];
   }
   return 0;
 }
