@@ -142,7 +142,7 @@ def test_decode_through_native_kernels_matches_reference(tiny_dir, graph_mode, r
     threshold is lowered so the tiny model's products take the native kernel, as the real head does; the
     library's call counters prove which kernels ran."""
     from ms_ocr.models import paddleocr_vl
-    from ms_ocr.ops import backend, linear
+    from ms_ocr.ops import linear
     from ms_ocr.runtime import Buckets
     kernels = backend.native_kernels()
     assert kernels is not None, "native kernels unavailable (no C++ compiler?)"
