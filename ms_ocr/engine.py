@@ -8,6 +8,7 @@ outputs never wait for long ones. Sampling, stopping and output handling are the
 generation (ms_ocr/generate.py, VLMPipeline.finish).
 """
 
+import itertools
 import time
 from dataclasses import dataclass, field
 
@@ -27,6 +28,15 @@ class Request:
     sampling: object = None
     dump: bool = False
     prep: object = None
+    # serving hooks, called/read in the engine's thread: on_token(token_id) sees each new token and returns
+    # True to end the sequence there (finish_reason "stop", e.g. a stop string); a set `cancelled` Event drops
+    # the request (waiting or running) at the next step and frees its slot
+    on_token: object = None
+    cancelled: object = None
+
+
+class Cancelled(Exception):
+    """A request dropped because its `cancelled` event was set (e.g. the client disconnected)."""
 
 
 @dataclass
@@ -48,10 +58,11 @@ class _Sequence:
 
 class BatchEngine:
     def __init__(self, pipe, sampling, max_batch_size=4, max_input_length=4096, max_output_length=1024,
-                 ignore_eos=False):
+                 ignore_eos=False, max_model_len=None):
         """`sampling` is the default SamplingConfig (a request may carry its own); the cache is sized for
-        prompts up to max_input_length tokens plus max_output_length new tokens. ignore_eos (benchmarks) runs
-        every sequence to its token budget."""
+        prompts up to max_input_length tokens plus max_output_length new tokens, or, with max_model_len (the
+        server), for max_model_len tokens of prompt and output together (a sequence stops at that length).
+        ignore_eos (benchmarks) runs every sequence to its token budget."""
         if max_batch_size < 1:
             raise ValueError("max batch size must be at least 1")
         if max_input_length < 1 or max_output_length < 1:
@@ -61,11 +72,18 @@ class BatchEngine:
         self.batch = max_batch_size
         self.max_input = max_input_length
         self.max_output = max_output_length
-        self.slots = rt.plan_slots(max_input_length, max_output_length)  # raises past max_position_embeddings
+        if max_model_len is None:
+            self.slots = rt.plan_slots(max_input_length, max_output_length)  # raises past max_position_embeddings
+            self.max_total = max_input_length + max_output_length
+        else:
+            self.slots = rt.plan_slots(max_model_len, 0)
+            self.max_total = max_model_len
         self.eos = set() if ignore_eos else set(int(e) for e in pipe.eos_ids)
         self.compile_before = dict(rt.compiler.seconds)
         # decode steps run, their time (compile excluded) and the tokens they produced, over the engine's life
         self.decode_stats = {"steps": 0, "seconds": 0.0, "tokens": 0}
+        # decode steps by the number of sequences they advanced
+        self.step_sizes = {}
 
     def compile_seconds(self):
         """Compile time spent since the engine was created, per graph family."""
@@ -75,30 +93,54 @@ class BatchEngine:
         """Process an iterable of Requests; on_result(request, result_or_None, error_or_None) is called as each
         finishes (in completion order). A request that fails to preprocess, or whose group fails in vision or
         prefill, is reported with its error and the run goes on."""
+        pending = iter(requests)
+
+        def take(n, wait):
+            return list(itertools.islice(pending, n)) or None
+
+        self.serve(take, on_result)
+
+    def serve(self, take, on_result):
+        """Run requests from a source until it closes and every admitted sequence has finished.
+
+        take(n, wait) returns up to n new Requests, [] when none is ready, or None once the source is closed;
+        `wait` is True when the engine is idle (the source may block for a while). Requests whose `cancelled`
+        event is set are dropped with a Cancelled error, running ones at the next decode step."""
         self.rt.reset_cache(self.batch, self.slots)
-        pending, exhausted, active = iter(requests), False, {}
+        active, closed = {}, False
         while True:
+            self._drop_cancelled(active, on_result)
             free = [s for s in range(self.batch) if s not in active]
-            if free and not exhausted:
-                group = []
-                while len(group) < len(free):
-                    req = next(pending, None)
-                    if req is None:
-                        exhausted = True
-                        break
+            group = []
+            while free and not closed and len(group) < len(free):
+                reqs = take(len(free) - len(group), not active and not group)
+                if reqs is None:
+                    closed = True
+                    break
+                if not reqs:
+                    break
+                for req in reqs:
                     try:
                         group.append((req, self._prepare(req)))
                     except Exception as e:  # noqa: BLE001 - recorded per input, the run goes on
                         on_result(req, None, e)
-                if group:
-                    self._admit(group, free, active, on_result)
+            if group:
+                self._admit(group, free, active, on_result)
             if not active:
-                if exhausted:
+                if closed:
                     return
                 continue
             self._step(active, on_result)
 
+    def _drop_cancelled(self, active, on_result):
+        for slot, seq in list(active.items()):
+            if _is_cancelled(seq.request):
+                del active[slot]
+                on_result(seq.request, None, Cancelled(f"request {seq.request.key} was cancelled"))
+
     def _prepare(self, req):
+        if _is_cancelled(req):
+            raise Cancelled(f"request {req.key} was cancelled")
         prep = req.prep if req.prep is not None else self.pipe.prepare(req.images, req.prompt)[0]
         n = prep.input_ids.shape[0]
         if n > self.max_input:
@@ -124,8 +166,10 @@ class BatchEngine:
         prefill_ms = 1000 * (t2 - t1 - (c2.get("prefill", 0) - c1.get("prefill", 0)))
         for (req, prep), slot, row in zip(group, slots, logits):
             cfg = req.sampling or self.sampling
-            seq = _Sequence(req, prep, slot, min(cfg.max_new_tokens, self.max_output), np.random.default_rng(cfg.seed),
-                            t0, prompt=[int(t) for t in prep.input_ids], vision_ms=vision_ms, prefill_ms=prefill_ms)
+            n_prompt = prep.input_ids.shape[0]
+            max_new = min(cfg.max_new_tokens, self.max_output, self.max_total - n_prompt)
+            seq = _Sequence(req, prep, slot, max_new, np.random.default_rng(cfg.seed), t0,
+                            prompt=[int(t) for t in prep.input_ids], vision_ms=vision_ms, prefill_ms=prefill_ms)
             active[slot] = seq
             self._take(seq, row, on_result, active)
 
@@ -138,9 +182,12 @@ class BatchEngine:
         seq.generated.append(tok)
         if seq.t_first is None:
             seq.t_first = time.perf_counter()
-        if tok in self.eos or len(seq.generated) >= seq.max_new:
+        stop = tok in self.eos
+        if seq.request.on_token is not None and seq.request.on_token(tok):
+            stop = True
+        if stop or len(seq.generated) >= seq.max_new:
             del active[seq.slot]
-            self._finish(seq, "stop" if tok in self.eos else "length", on_result)
+            self._finish(seq, "stop" if stop else "length", on_result)
 
     def _step(self, active, on_result):
         tokens = np.full(self.batch, self.rt.pad_id, np.int32)
@@ -157,6 +204,7 @@ class BatchEngine:
         self.decode_stats["steps"] += 1
         self.decode_stats["seconds"] += dt
         self.decode_stats["tokens"] += len(active)
+        self.step_sizes[len(active)] = self.step_sizes.get(len(active), 0) + 1
         for slot, seq in list(active.items()):
             seq.decode_s += dt
             self._take(seq, logits[slot], on_result, active)
@@ -177,3 +225,7 @@ class BatchEngine:
         if seq.request.dump:
             result["dump"] = {"logits": np.stack(seq.logits), "token_ids": np.asarray(seq.generated, np.int64)}
         on_result(seq.request, result, None)
+
+
+def _is_cancelled(req):
+    return req.cancelled is not None and req.cancelled.is_set()

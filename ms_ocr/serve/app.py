@@ -1,0 +1,211 @@
+"""The HTTP routes (FastAPI): /v1/models, /v1/chat/completions (JSON or server-sent events), /health, /metrics."""
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ms_ocr.engine import Cancelled
+from ms_ocr.errors import user_error_message
+from ms_ocr.generate import SamplingConfig
+from ms_ocr.serve import media
+from ms_ocr.serve.metrics import Metrics
+from ms_ocr.serve.prompt import prepare
+from ms_ocr.serve.protocol import ApiError, parse_chat_request, read_messages
+from ms_ocr.serve.worker import Job, TextStream
+
+
+@dataclass
+class ServerState:
+    pipe: object
+    worker: object
+    model_name: str
+    max_model_len: int
+    limits: media.MediaLimits
+    metrics: Metrics
+    created: int = 0
+
+
+def _error(status, message, param=None):
+    return JSONResponse(ApiError(status, message, param).body(), status_code=status)
+
+
+def sampling_for(req, max_new):
+    """The request's SamplingConfig (greedy unless a temperature is given)."""
+    x = req.vllm_xargs
+    return SamplingConfig(max_new_tokens=max_new, temperature=req.temperature or 0.0,
+                          top_p=req.top_p if req.top_p is not None else 1.0,
+                          top_k=max(req.top_k or 0, 0),
+                          repetition_penalty=req.repetition_penalty if req.repetition_penalty is not None else 1.0,
+                          no_repeat_ngram_size=x.ngram_size if x else 0, no_repeat_window=x.window_size if x else 0,
+                          no_repeat_exempt=tuple(x.whitelist_token_ids) if x else (), seed=req.seed)
+
+
+def create_app(state):
+    app = FastAPI(title="ms_ocr", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.ms_ocr = state
+
+    @app.exception_handler(ApiError)
+    async def api_error(request, exc):
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request, exc):
+        return _error(400, f"invalid request: {exc.errors()[0].get('msg', 'bad input')}")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request, exc):
+        return _error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request, exc):  # one line, never a traceback
+        return _error(500, user_error_message(exc))
+
+    @app.get("/health")
+    async def health():
+        return Response(status_code=200)
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": state.created,
+                                            "owned_by": "ms_ocr", "root": state.pipe.model_dir, "parent": None,
+                                            "max_model_len": state.max_model_len}]}
+
+    @app.get("/metrics")
+    async def metrics():
+        running, waiting = state.worker.counts()
+        text = state.metrics.render(running, waiting, dict(state.worker.engine.step_sizes),
+                                    state.worker.engine.batch)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        try:
+            return await _chat(state, request)
+        except ApiError as e:
+            state.metrics.count_request(e.status)
+            raise
+
+    return app
+
+
+async def _chat(state, http_request):
+    arrival = time.perf_counter()
+    try:
+        body = json.loads(await http_request.body())
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "the request body is not valid JSON") from None
+    req = parse_chat_request(body)
+    if req.model is not None and req.model != state.model_name:
+        raise ApiError(404, f"The model `{req.model}` does not exist.", param="model")
+    conversation = read_messages(req.messages)
+    if not state.worker.reserve():
+        raise ApiError(503, f"the server is busy: {state.worker.capacity} requests are running or waiting "
+                            "(--max-num-seqs + --max-queue); retry later")
+    submitted = False
+    try:
+        loop = asyncio.get_running_loop()
+        images = await loop.run_in_executor(None, media.load_images, conversation.image_urls, state.limits)
+        mm = req.mm_processor_kwargs.model_dump() if req.mm_processor_kwargs else None
+        prep = await loop.run_in_executor(None, prepare, state.pipe, conversation, images, mm)
+        n_prompt = int(prep.input_ids.shape[0])
+        asked = req.max_completion_tokens or req.max_tokens
+        max_new = asked if asked is not None else state.max_model_len - n_prompt
+        if n_prompt + max(max_new, 1) > state.max_model_len:
+            raise ApiError(400, f"This model's maximum context length is {state.max_model_len} tokens. However, "
+                                f"you requested {n_prompt + max(max_new, 0)} tokens ({n_prompt} in the messages, "
+                                f"{max(max_new, 0)} in the completion). Please reduce the length of the messages "
+                                "or completion.", param="max_tokens")
+        key = f"chatcmpl-{uuid.uuid4().hex}"
+        stream = TextStream(state.pipe.processor.tokenizer, req.skip_special_tokens, state.pipe.eos_ids, req.stop)
+        events = asyncio.Queue()
+        job = Job(key, prep, sampling_for(req, max_new), stream, loop, events, state.metrics, arrival)
+        state.worker.submit(job)
+        submitted = True
+    finally:
+        if not submitted:
+            state.worker.release()
+    if req.stream:
+        return StreamingResponse(_sse(state, req, job, n_prompt), media_type="text/event-stream")
+    try:
+        text = await _collect(job, http_request)
+    finally:
+        state.worker.release()
+    completion = job.n_tokens
+    state.metrics.count_request(200, job.finish_reason)
+    return {"id": job.key, "object": "chat.completion", "created": int(time.time()), "model": state.model_name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "reasoning_content": None,
+                                                 "tool_calls": []},
+                         "logprobs": None, "finish_reason": job.finish_reason, "stop_reason": None}],
+            "usage": {"prompt_tokens": n_prompt, "completion_tokens": completion,
+                      "total_tokens": n_prompt + completion}}
+
+
+def _engine_error(exc):
+    if isinstance(exc, ValueError):
+        return ApiError(400, user_error_message(exc))
+    return ApiError(500, user_error_message(exc))
+
+
+async def _collect(job, http_request):
+    """Wait for the whole answer (the generated ids decoded at once, as `infer` does, or the text cut at a stop
+    string); a client that goes away cancels its request (its slot frees at once)."""
+    try:
+        while True:
+            try:
+                kind, value = await asyncio.wait_for(job.events.get(), timeout=0.5)
+            except asyncio.TimeoutError:
+                if await http_request.is_disconnected():
+                    job.cancelled.set()
+                    raise Cancelled("client disconnected") from None
+                continue
+            if kind == "done":
+                return job.stream.final_text()
+            if kind == "error":
+                raise _engine_error(value)
+    except BaseException:
+        job.cancelled.set()
+        raise
+
+
+def _chunk(job, state, delta, finish=None, usage=None, choices=True):
+    out = {"id": job.key, "object": "chat.completion.chunk", "created": int(time.time()), "model": state.model_name,
+           "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}] if choices else []}
+    if usage is not None:
+        out["usage"] = usage
+    return f"data: {json.dumps(out, ensure_ascii=False)}\n\n"
+
+
+async def _sse(state, req, job, n_prompt):
+    """Server-sent events: a role chunk, content deltas, a chunk with finish_reason, the usage chunk if asked,
+    `data: [DONE]`. If the client disconnects, the generator is closed and the request cancelled."""
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    try:
+        yield _chunk(job, state, {"role": "assistant", "content": ""})
+        while True:
+            kind, value = await job.events.get()
+            if kind == "delta":
+                yield _chunk(job, state, {"content": value})
+            elif kind == "done":
+                yield _chunk(job, state, {}, finish=value)
+                if include_usage:
+                    usage = {"prompt_tokens": n_prompt, "completion_tokens": job.n_tokens,
+                             "total_tokens": n_prompt + job.n_tokens}
+                    yield _chunk(job, state, None, usage=usage, choices=False)
+                state.metrics.count_request(200, value)
+                break
+            else:
+                err = _engine_error(value)
+                state.metrics.count_request(err.status)
+                yield f"data: {json.dumps(err.body())}\n\n"
+                break
+        yield "data: [DONE]\n\n"
+    finally:
+        job.cancelled.set()  # no-op once finished; frees the slot when the client went away
+        state.worker.release()

@@ -1,0 +1,193 @@
+"""The engine thread: one thread owns the MindSpore runtime and runs the continuous-batching engine
+(ms_ocr/engine.py) over requests the asyncio handlers hand it through a queue; tokens and results go back to
+each request's asyncio queue with call_soon_threadsafe, so the event loop never waits on a graph."""
+
+import queue
+import threading
+import time
+
+from ms_ocr.engine import Cancelled, Request
+
+
+class TextStream:
+    """Incremental detokenisation (vLLM's prefix/read offsets: the new text is what decoding from a few tokens
+    back adds, so leading-space rules and multi-token characters come out right) plus stop strings."""
+
+    def __init__(self, tokenizer, skip_special_tokens, eos_ids, stops=()):
+        self.tok, self.skip, self.eos, self.stops = tokenizer, skip_special_tokens, set(eos_ids), list(stops)
+        self.ids, self.prefix, self.read = [], 0, 0
+        self.text, self.sent, self.stopped = "", 0, False
+        self.hold = max((len(s) for s in self.stops), default=1) - 1
+
+    def add(self, token):
+        """Feed a token; True once a stop string appeared (the text is cut before it)."""
+        if token in self.eos:
+            return False
+        self.ids.append(token)
+        before = self.tok.decode(self.ids[self.prefix:self.read], self.skip)
+        after = self.tok.decode(self.ids[self.prefix:], self.skip)
+        if len(after) <= len(before) or after.endswith("\ufffd"):
+            return False
+        start = max(0, len(self.text) - self.hold)
+        self.text += after[len(before):]
+        self.prefix, self.read = self.read, len(self.ids)
+        for s in self.stops:
+            at = self.text.find(s, start)
+            if at >= 0:
+                self.text, self.stopped = self.text[:at], True
+        return self.stopped
+
+    def final_text(self):
+        """The whole answer: the tokens decoded at once (as `infer` does), or the text cut at a stop string."""
+        return self.text if self.stopped else self.tok.decode(self.ids, self.skip)
+
+    def pending(self, final=False):
+        """Text not yet sent; while running, the last characters that could start a stop string stay back."""
+        text = self.final_text() if final else self.text
+        end = len(text) if final or not self.stops else max(self.sent, len(text) - self.hold)
+        if final and not text.startswith(self.text[:self.sent]):
+            end = self.sent  # the whole-answer decode differs from what was streamed: nothing to add
+        out, self.sent = text[self.sent:end], max(self.sent, end)
+        return out
+
+
+class Job:
+    """One chat request in flight: its engine Request, text stream, timing and the asyncio queue of events
+    ("delta", text) / ("done", finish_reason) / ("error", exception)."""
+
+    def __init__(self, key, prep, sampling, stream, loop, events, metrics, arrival):
+        self.key, self.prep, self.stream, self.loop, self.events = key, prep, stream, loop, events
+        self.metrics, self.arrival = metrics, arrival
+        self.cancelled = threading.Event()
+        self.request = Request(key, [], "", sampling=sampling, prep=prep, on_token=self.on_token,
+                               cancelled=self.cancelled)
+        self.n_tokens, self.t_last, self.finish_reason = 0, None, None
+
+    def _post(self, *event):
+        self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+
+    def on_token(self, token):  # engine thread
+        now = time.perf_counter()
+        if self.t_last is None:
+            self.metrics.first_token(now - self.arrival, int(self.prep.input_ids.shape[0]))
+        else:
+            self.metrics.next_token(now - self.t_last)
+        self.t_last = now
+        self.n_tokens += 1
+        stop = self.stream.add(token)
+        delta = self.stream.pending()
+        if delta:
+            self._post("delta", delta)
+        return stop
+
+    def on_result(self, result, error):  # engine thread
+        if error is not None:
+            self._post("error", error)
+            return
+        self.metrics.finished(time.perf_counter() - self.arrival)
+        self.finish_reason = result["finish_reason"]
+        delta = self.stream.pending(final=True)
+        if delta:
+            self._post("delta", delta)
+        self._post("done", result["finish_reason"])
+
+
+class EngineWorker:
+    """Owns the BatchEngine's thread. Admission is bounded: at most max_num_seqs decoding plus max_queue
+    accepted-but-waiting requests (reserve() says no beyond that, the caller answers 503)."""
+
+    def __init__(self, engine, max_queue, warmup=None):
+        self.engine, self.max_queue = engine, max_queue
+        self.capacity = engine.batch + max_queue
+        self.inbox = queue.Queue()
+        self.lock = threading.Lock()
+        self.outstanding = 0        # reserved (accepted) requests not finished
+        self.running = 0            # requests holding a decode slot
+        self.closing = False
+        self.jobs = {}              # key -> Job, submitted and not finished
+        self.ready = threading.Event()
+        self.failed = None
+        self.warmup = warmup        # a Request run before serving (compiles the decode graph)
+        self.thread = threading.Thread(target=self._main, name="ms_ocr-engine", daemon=True)
+
+    def start(self):
+        self.thread.start()
+        self.ready.wait()
+        if self.failed is not None:
+            raise self.failed
+
+    def reserve(self):
+        with self.lock:
+            if self.closing or self.outstanding >= self.capacity:
+                return False
+            self.outstanding += 1
+            return True
+
+    def release(self):
+        with self.lock:
+            self.outstanding -= 1
+
+    def submit(self, job):
+        with self.lock:
+            self.jobs[job.key] = job
+        self.inbox.put(job)
+
+    def counts(self):
+        """(running, waiting) for the metrics."""
+        with self.lock:
+            return self.running, self.outstanding - self.running
+
+    def stop(self, timeout=30):
+        """Cancel what is queued or running and end the engine thread."""
+        self.closing = True
+        with self.lock:
+            for job in self.jobs.values():
+                job.cancelled.set()
+        self.thread.join(timeout)
+
+    # ---- engine thread ---------------------------------------------------------------------------
+    def _main(self):
+        try:
+            if self.warmup is not None:
+                errors = []
+                self.engine.run([self.warmup], lambda req, res, err: errors.append(err))
+                if errors and errors[0] is not None:
+                    raise errors[0]
+        except Exception as e:  # noqa: BLE001 - reported by start() in the main thread
+            self.failed = e
+            self.ready.set()
+            return
+        self.ready.set()
+        self.engine.serve(self._take, self._on_result)
+
+    def _take(self, n, wait):
+        if self.closing:
+            for job in self._drain():
+                with self.lock:
+                    self.running += 1
+                self._on_result(job.request, None, Cancelled("the server is shutting down"))
+            return None
+        jobs = []
+        try:
+            jobs.append(self.inbox.get(timeout=0.1) if wait else self.inbox.get_nowait())
+            while len(jobs) < n:
+                jobs.append(self.inbox.get_nowait())
+        except queue.Empty:
+            pass
+        with self.lock:
+            self.running += len(jobs)  # they take slots now (prefill is part of the decode batch's admission)
+        return [job.request for job in jobs]
+
+    def _drain(self):
+        jobs = []
+        while True:
+            try:
+                jobs.append(self.inbox.get_nowait())
+            except queue.Empty:
+                return jobs
+
+    def _on_result(self, request, result, error):
+        with self.lock:
+            self.running -= 1
+            job = self.jobs.pop(request.key)
+        job.on_result(result, error)

@@ -1,0 +1,204 @@
+"""The requests real clients send, through the openai client against an in-process server on tiny checkpoints:
+PaddleX's GenAIClient for PaddleOCR-VL, HunyuanOCR's streamed request (and a client abandoning its stream),
+DeepSeek-OCR's request with vllm_xargs. Greedy text equals `infer` (VLMPipeline.run) and transformers."""
+
+import asyncio
+import time
+
+import pytest
+
+from ms_ocr.generate import SamplingConfig
+from ms_ocr.runtime import Buckets
+from ms_ocr.serve.worker import TextStream
+from tests.serve.live import LiveServer, jpeg_url, metric, page, png_url
+
+N = 24
+NGRAM_TOKENS = 120  # long enough for the tiny model to repeat a token without the guard
+
+
+def streamed_text(tokenizer, ids, eos, skip=True):
+    """What a stream of `ids` sends, by the server's own incremental detokeniser."""
+    s = TextStream(tokenizer, skip, eos)
+    out = []
+    for t in ids:
+        s.add(t)
+        out.append(s.pending())
+    return "".join(out) + s.pending(final=True)
+
+
+@pytest.fixture(scope="module")
+def paddle(tiny_dir, graph_mode):
+    from ms_ocr.config_utils import load_config_json
+    from ms_ocr.models import paddleocr_vl
+    from ms_ocr.models.paddleocr_vl.config import PaddleOCRVLConfig
+    from tests.helpers.reference import reference_greedy
+    from tests.helpers.tiny_paddle import MAX_PIXELS, MIN_PIXELS
+    pipe = paddleocr_vl.load(tiny_dir, "CPU", "auto", Buckets(prefill=32, slots=64))
+    url, img = jpeg_url(page(96, 128, 1))
+    want = pipe.run([img], "OCR:", SamplingConfig(max_new_tokens=N))
+    plain = pipe.run([img], "OCR:", SamplingConfig(max_new_tokens=NGRAM_TOKENS))
+    ngram = pipe.run([img], "OCR:", SamplingConfig(max_new_tokens=NGRAM_TOKENS, no_repeat_ngram_size=1))
+    small = 28 * 28 * 4
+    proc = pipe.processor
+    pipe.processor = type(proc)(proc.tokenizer, proc.chat_template,
+                                type(proc.settings)(**{**vars(proc.settings), "max_pixels": small}), proc.image_token_id)
+    smaller = pipe.run([img], "OCR:", SamplingConfig(max_new_tokens=N))
+    pipe.processor = proc
+    cfg = PaddleOCRVLConfig.from_dict(load_config_json(tiny_dir))
+    ref = reference_greedy(tiny_dir, cfg, [img], "OCR:", N)
+    server = LiveServer(pipe, "paddleocr-vl", "--max-model-len", "512", "--max-num-seqs", "4")
+    yield dict(server=server, url=url, want=want, plain=plain, ngram=ngram, smaller=smaller, small=small, ref=ref, pipe=pipe,
+               pixels=(MIN_PIXELS, MAX_PIXELS))
+    server.close()
+
+
+def paddlex_messages(url, query):
+    return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                         {"type": "text", "text": query}]}]
+
+
+async def paddlex_request(base, url, query, max_tokens, mm):
+    """PaddleX GenAIClient (vllm-server backend): AsyncOpenAI, the served model id from GET /models, then one
+    chat completion with a JPEG data URL, temperature 0, max_completion_tokens and extra_body."""
+    from openai import AsyncOpenAI
+    async with AsyncOpenAI(base_url=base + "/v1", api_key="null", max_retries=0, timeout=600) as client:
+        model = (await client.models.list()).data[0].id
+        r = await client.chat.completions.create(
+            model=model, messages=paddlex_messages(url, query), temperature=0, max_completion_tokens=max_tokens,
+            extra_body={"skip_special_tokens": True, "mm_processor_kwargs": mm})
+        return model, r
+
+
+def test_paddlex_request_equals_infer_and_transformers(paddle):
+    from transformers import AutoTokenizer
+    server, want = paddle["server"], paddle["want"]
+    mn, mx = paddle["pixels"]
+    model, r = asyncio.run(paddlex_request(server.url, paddle["url"], "OCR:", N, {"min_pixels": mn, "max_pixels": mx}))
+    assert model == "paddleocr-vl"
+    assert want["token_ids"] == paddle["ref"]  # infer == transformers, token by token
+    tok = AutoTokenizer.from_pretrained(server.state.pipe.model_dir)
+    assert r.choices[0].message.content == want["text"] == tok.decode(paddle["ref"], skip_special_tokens=True)
+    assert r.choices[0].finish_reason == ("stop" if want["finish_reason"] == "stop" else "length")
+    assert r.usage.completion_tokens == len(want["token_ids"])
+    assert r.usage.prompt_tokens == want["timings"]["prompt_tokens"]
+
+
+def test_mm_processor_kwargs_and_ngram_xargs_change_the_answer(paddle):
+    server, client = paddle["server"], paddle["server"].client()
+    _, r = asyncio.run(paddlex_request(server.url, paddle["url"], "OCR:", N, {"max_pixels": paddle["small"]}))
+    assert r.usage.prompt_tokens == paddle["smaller"]["timings"]["prompt_tokens"] < paddle["want"]["timings"]["prompt_tokens"]
+    assert r.choices[0].message.content == paddle["smaller"]["text"]
+    r = client.chat.completions.create(model="paddleocr-vl", messages=paddlex_messages(paddle["url"], "OCR:"),
+                                       max_tokens=NGRAM_TOKENS, temperature=0, extra_body={"vllm_xargs": {"ngram_size": 1}})
+    plain = paddle["plain"]["token_ids"]
+    assert len(set(plain)) < len(plain)  # the fixture repeats tokens without the guard
+    assert len(set(paddle["ngram"]["token_ids"])) == len(paddle["ngram"]["token_ids"])
+    assert r.choices[0].message.content == paddle["ngram"]["text"]
+
+
+def test_stop_strings_cut_the_answer(paddle):
+    want = paddle["want"]["text"]
+    stop = want[len(want) // 2: len(want) // 2 + 2]
+    client = paddle["server"].client()
+    r = client.chat.completions.create(model="paddleocr-vl", messages=paddlex_messages(paddle["url"], "OCR:"),
+                                       max_tokens=N, temperature=0, stop=[stop])
+    assert r.choices[0].message.content == want[:want.index(stop)]
+    assert r.choices[0].finish_reason == "stop"
+
+
+@pytest.fixture(scope="module")
+def hunyuan(hunyuan_checkpoint, graph_mode):
+    from ms_ocr.models import hunyuan_vl
+    from tests.helpers.tiny_hunyuan import reference_greedy
+    folder = hunyuan_checkpoint("hub")  # v1.0's layout: infer prompts it with an empty system message
+    pipe = hunyuan_vl.load(folder, "CPU", "auto", Buckets(prefill=32, slots=64))
+    img = page(128, 96, 7)
+    prompt = hunyuan_vl.TASK_PROMPTS["ocr"]
+    want = pipe.run([img], prompt, SamplingConfig(max_new_tokens=N))
+    ref = reference_greedy(folder, [img], prompt, N, system="")
+    server = LiveServer(pipe, "hunyuan-ocr", "--max-model-len", "2048", "--max-num-seqs", "2",
+                        "--served-model-name", "tencent/HunyuanOCR")
+    yield dict(server=server, url=png_url(img), prompt=prompt, want=want, ref=ref, pipe=pipe)
+    server.close()
+
+
+def hunyuan_messages(url, prompt):
+    """HunyuanOCR's vLLM client: an empty system message, then the image and the prompt."""
+    return [{"role": "system", "content": ""},
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                         {"type": "text", "text": prompt}]}]
+
+
+def test_hunyuan_streamed_request_equals_infer_and_transformers(hunyuan):
+    server, want, pipe = hunyuan["server"], hunyuan["want"], hunyuan["pipe"]
+    assert want["token_ids"] == hunyuan["ref"]
+    stream = server.client().chat.completions.create(
+        model="tencent/HunyuanOCR", messages=hunyuan_messages(hunyuan["url"], hunyuan["prompt"]), temperature=0,
+        max_tokens=N, stream=True, stream_options={"include_usage": True},
+        extra_body={"top_k": 1, "repetition_penalty": 1.0})
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert text == streamed_text(pipe.processor.tokenizer, want["token_ids"], pipe.eos_ids)
+    assert finish == [want["finish_reason"]]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(want["token_ids"])
+    r = server.client().chat.completions.create(model="tencent/HunyuanOCR", temperature=0, max_tokens=N,
+                                                messages=hunyuan_messages(hunyuan["url"], hunyuan["prompt"]))
+    assert r.choices[0].message.content == want["text"]
+
+
+def test_hunyuan_client_abandoning_its_stream_frees_the_slot(hunyuan):
+    server = hunyuan["server"]
+    before = metric(server.metrics(), "ms_ocr:generation_tokens_total")
+    budget = 1900
+    stream = server.client().chat.completions.create(
+        model="tencent/HunyuanOCR", messages=hunyuan_messages(hunyuan["url"], hunyuan["prompt"]), temperature=0,
+        max_tokens=budget, stream=True)
+    got = 0
+    for chunk in stream:
+        got += bool(chunk.choices and chunk.choices[0].delta.content)
+        if got == 3:
+            break
+    stream.close()  # what HunyuanOCR's client does when it sees a repetition loop
+    deadline = time.monotonic() + 20
+    while metric(server.metrics(), "ms_ocr:num_requests_running") or server.worker.counts()[1]:
+        assert time.monotonic() < deadline, "the abandoned request kept its slot"
+        time.sleep(0.05)
+    generated = metric(server.metrics(), "ms_ocr:generation_tokens_total") - before
+    assert 3 <= generated < budget
+    r = server.client().chat.completions.create(model="tencent/HunyuanOCR", temperature=0, max_tokens=N,
+                                                messages=hunyuan_messages(hunyuan["url"], hunyuan["prompt"]))
+    assert r.choices[0].message.content == hunyuan["want"]["text"]
+
+
+def test_deepseek_ocr_request_with_vllm_xargs(tmp_path_factory, graph_mode):
+    from PIL import Image
+
+    from ms_ocr.models import deepseek_ocr
+    from tests.helpers.golden_v1 import golden, make_v1_checkpoint
+    from tests.models.deepseek.test_v1_end_to_end import reference_tokens
+    folder, text, head = make_v1_checkpoint(str(tmp_path_factory.mktemp("ds1_serve")))
+    img = Image.fromarray(golden()["in.base_global"][0].transpose(1, 2, 0))
+    pipe = deepseek_ocr.load(folder, "CPU", "auto", Buckets(prefill=32, slots=64))
+    pipe.processor.set_mode("base")
+    tok = pipe.processor.tokenizer
+    td = [tok.token_to_id("<td>"), tok.token_to_id("</td>")]
+    n = 10  # reference_tokens' length
+    want = pipe.run([img], "Free OCR.", SamplingConfig(max_new_tokens=n, no_repeat_ngram_size=30, no_repeat_window=90,
+                                                       no_repeat_exempt=tuple(td)))
+    ref = reference_tokens(folder, text, head, "Free OCR.")
+    assert want["token_ids"] == ref[:len(want["token_ids"])]
+    server = LiveServer(pipe, "deepseek-ocr", "--max-model-len", "1024", "--max-num-seqs", "2", "--no-warmup")
+    try:
+        r = server.client().chat.completions.create(
+            model="deepseek-ocr", max_tokens=n, temperature=0.0,
+            messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": png_url(img)}},
+                                                   {"type": "text", "text": "Free OCR."}]}],
+            extra_body={"skip_special_tokens": False,
+                        "vllm_xargs": {"ngram_size": 30, "window_size": 90, "whitelist_token_ids": td}})
+    finally:
+        server.close()
+    ids = [t for t in want["token_ids"] if t not in pipe.eos_ids]
+    assert r.choices[0].message.content == tok.decode(ids, skip_special_tokens=False)
+    assert r.usage.completion_tokens == len(want["token_ids"])
