@@ -9,11 +9,16 @@ class CheckpointError(ValueError):
 
 
 def read_json(path):
+    """A checkpoint's JSON file; every one we read (config, tokenizer and processor settings) is an object."""
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            data = json.load(f)
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{path} is not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(data, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(data), "a number")
+        raise CheckpointError(f"{path} holds {kind}, not a JSON object {{...}} of settings")
+    return data
 
 
 def load_config_json(model_dir):

@@ -93,3 +93,29 @@ def test_request_longer_than_max_positions(tiny_dir, good_png):
     # the tiny checkpoint has max_position_embeddings 4096
     assert_one_line_error(infer("--model", "paddleocr-vl", "--model-path", tiny_dir, "--image", good_png,
                                 "--max-new-tokens", "5000"), "max_position_embeddings (4096)")
+
+
+def test_config_json_that_is_a_list_names_the_file(tmp_path, tiny_dir, good_png):
+    import shutil
+    bad = tmp_path / "ckpt"
+    shutil.copytree(tiny_dir, bad)
+    (bad / "config.json").write_text("[1, 2]")
+    assert_one_line_error(infer("--model", "paddleocr-vl", "--model-path", str(bad), "--image", good_png),
+                          f"{bad}/config.json holds an array, not a JSON object")
+
+
+def test_broken_tokenizer_json_names_the_file(tmp_path, tiny_dir, good_png):
+    import shutil
+    bad = tmp_path / "ckpt"
+    shutil.copytree(tiny_dir, bad)
+    data = (bad / "tokenizer.json").read_bytes()
+    (bad / "tokenizer.json").write_bytes(data[:300])  # cut inside a string
+    assert_one_line_error(infer("--model", "paddleocr-vl", "--model-path", str(bad), "--image", good_png),
+                          f"{bad}/tokenizer.json is not a readable tokenizer file (EOF while parsing")
+
+
+def test_aspect_ratio_error_gives_the_image_size(tmp_path, tiny_dir):
+    strip = tmp_path / "strip.png"
+    Image.fromarray(np.full((10, 3000, 3), 128, np.uint8)).save(strip)
+    assert_one_line_error(infer("--model", "paddleocr-vl", "--model-path", tiny_dir, "--image", str(strip)),
+                          "aspect ratio", "the image is 3000x10 pixels")

@@ -14,6 +14,7 @@ def smart_resize(height, width, factor, min_pixels, max_pixels, enlarge_thin=Fal
     enlarge_thin (PaddleOCR-VL): a side shorter than `factor` is first scaled up to it, keeping the aspect
     ratio; HunyuanOCR's reference has no such step.
     """
+    image_size = f"{width}x{height}"  # the image's own size, before enlarge_thin
     if enlarge_thin:
         if height < factor:
             width = round((width * factor) / height)
@@ -22,8 +23,8 @@ def smart_resize(height, width, factor, min_pixels, max_pixels, enlarge_thin=Fal
             height = round((height * factor) / width)
             width = factor
     if max(height, width) / min(height, width) > 200:
-        raise ImageError(f"image aspect ratio {max(height, width) / min(height, width):.1f} exceeds 200 "
-                         f"({width}x{height})")
+        raise ImageError(f"image aspect ratio {max(height, width) / min(height, width):.1f} exceeds 200 (the "
+                         f"image is {image_size} pixels, width x height)")
     h_bar = round(height / factor) * factor
     w_bar = round(width / factor) * factor
     if h_bar * w_bar > max_pixels:

@@ -74,7 +74,11 @@ def read_token_config(model_dir):
 
 class _JsonBackend:
     def __init__(self, path):
-        self.fast = _FastTokenizer.from_file(path)
+        try:
+            self.fast = _FastTokenizer.from_file(path)
+        except Exception as e:  # noqa: BLE001 - the tokenizers library raises a bare Exception
+            detail = " ".join(str(e).split()) or type(e).__name__
+            raise CheckpointError(f"{path} is not a readable tokenizer file ({detail})") from None
         self._added = {t.content: t.special for t in self.fast.get_added_tokens_decoder().values()}
 
     def __len__(self):
