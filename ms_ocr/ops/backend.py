@@ -1,5 +1,8 @@
 """Which kernel family runs: fused Ascend operators or composed fallbacks, decided once per process."""
 
+import os
+import sys
+
 import mindspore as ms
 from mindspore import ops
 
@@ -17,6 +20,21 @@ NATIVE_ATTENTION = None     # unmasked attention (vision encoders; ops/attention
 NATIVE_GELU = None          # (tanh form, erf form) (ops/activation.py)
 _native_ops = {}  # library path -> its Custom ops, made once per process
 _configured = None
+
+# The native kernels routed at each SIMD level of the built library (native.NativeKernels.isa_level): only those
+# measured faster than MindSpore's composed path at that level, each route in its own process on real-size
+# shapes (scripts/bench_kernels.py; the figures are in docs/native-kernels.md). A level without measurements
+# routes none. MS_OCR_NATIVE_ROUTES ("all", "none" or a comma list of KERNELS) overrides the table, e.g. to
+# measure a level not in it.
+KERNELS = ("matmul_t", "decode_layer", "attention", "gelu")
+NATIVE_ROUTES = {
+    "avx512": ("matmul_t", "decode_layer", "attention", "gelu"),
+    "avx2": ("matmul_t", "decode_layer", "gelu"),
+    "sse2": (),
+    "neon": (),     # not measured on an aarch64 host yet (only run for correctness under qemu-user)
+    "scalar": (),
+}
+ROUTES_ENV = "MS_OCR_NATIVE_ROUTES"
 
 
 def rsqrt(x):
@@ -57,8 +75,26 @@ class without_native:
         NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU = self._saved
 
 
+def native_routes(isa_level):
+    """The kernels routed for a library of `isa_level`: NATIVE_ROUTES, or MS_OCR_NATIVE_ROUTES when set."""
+    override = os.environ.get(ROUTES_ENV)
+    if override is None:
+        return tuple(NATIVE_ROUTES.get(isa_level, ()))
+    names = [n.strip() for n in override.split(",") if n.strip()]
+    if names == ["all"]:
+        return KERNELS
+    if names == ["none"]:
+        return ()
+    unknown = sorted(set(names) - set(KERNELS))
+    if unknown:
+        print(f"[ms_ocr] {ROUTES_ENV}: unknown kernels {unknown} ignored (known: all, none, {', '.join(KERNELS)})",
+              file=sys.stderr)
+    return tuple(n for n in KERNELS if n in names)
+
+
 def configure(device_target=None):
-    """Choose the kernel family from the device target ("Ascend" -> fused ops, anything else -> fallback).
+    """Choose the kernel family from the device target ("Ascend" -> fused ops, anything else -> fallback) and,
+    on the CPU, the native kernels routed at the library's SIMD level (`native_routes`).
 
     Called once by the model loader after the MindSpore context is set. Returns the target used.
     """
@@ -66,15 +102,24 @@ def configure(device_target=None):
     target = device_target or ms.get_context("device_target")
     FUSED = target == "Ascend"
     kernels = native.load() if target == "CPU" else None
-    NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU = (
-        native_ops(kernels) if kernels is not None else (None,) * 4)
+    chosen = (None,) * 4
+    if kernels is not None:
+        routes = native_routes(kernels.isa_level)
+        chosen = tuple(op if name in routes else None for name, op in zip(KERNELS, native_ops(kernels)))
+    NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU = chosen
     _configured = target
     return target
 
 
+def routed():
+    """The native kernels the configured ops use (names from KERNELS), for reports."""
+    ops_ = (NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU)
+    return tuple(name for name, op in zip(KERNELS, ops_) if op is not None)
+
+
 def native_kernels():
-    """The loaded native kernel library when the configured CPU kernels use it, else None."""
-    return native.load() if NATIVE_MATMUL_T is not None else None
+    """The loaded native kernel library when the configured CPU kernels use any of it, else None."""
+    return native.load() if routed() else None
 
 
 def _decode_layer_out_shape(*shapes):

@@ -1,11 +1,83 @@
-"""Markers for the tests of the native CPU kernels (ms_ocr/ops/native)."""
+"""Markers, builds and the standalone harness for the tests of the native CPU kernels (ms_ocr/ops/native)."""
 
 import os
 import platform
 import shutil
+import subprocess
 
+import numpy as np
 import pytest
 
-needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
-                                    reason="no C++ compiler on this machine")
-needs_x86 = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64-v2 is an x86 target")
+from ms_ocr.ops import native
+
+CXX = os.environ.get("CXX", "g++")
+AARCH64_CXX = "aarch64-linux-gnu-g++"
+AARCH64_SYSROOT = "/usr/aarch64-linux-gnu"
+QEMU = "qemu-aarch64"
+HARNESS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ops", "kernel_harness.cc")
+
+needs_compiler = pytest.mark.skipif(shutil.which(CXX) is None, reason="no C++ compiler on this machine")
+needs_x86 = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64-v2/v3/v4 are x86 targets")
+needs_aarch64_tools = pytest.mark.skipif(
+    shutil.which(AARCH64_CXX) is None or shutil.which(QEMU) is None,
+    reason=f"no {AARCH64_CXX} / {QEMU} (apt-get install g++-aarch64-linux-gnu qemu-user)")
+
+
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+# The -march targets the tests build, each with the SIMD level its library must report: x86-64-v2 (SSE2 vectors,
+# the fallback of an x86 CPU without AVX2/FMA), x86-64-v3 (AVX2/FMA), x86-64-v4 (AVX-512) where this CPU runs
+# them, and native. Each case is (arch, level); levels this CPU cannot execute are left out.
+def isa_builds():
+    builds = []
+    if platform.machine() == "x86_64":
+        flags = _cpu_flags()
+        builds.append(("x86-64-v2", "sse2"))
+        if {"avx2", "fma"} <= flags:
+            builds.append(("x86-64-v3", "avx2"))
+        if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+            builds.append(("x86-64-v4", "avx512"))
+    builds.append(("native", None))  # the level the machine's own build reports
+    return builds
+
+
+def build_kernels(arch):
+    """The library built for -march=arch (cached like the runtime's own build), on 2 threads."""
+    kernels = native.NativeKernels(native.build(arch=arch))
+    kernels.set_threads(2)
+    return kernels
+
+
+def build_harness(out_dir, cxx, arch_flags=()):
+    """kernels.cc linked with tests/ops/kernel_harness.cc into a standalone executable."""
+    exe = os.path.join(out_dir, "kernel_harness")
+    subprocess.run([cxx, *arch_flags, *native.FLAGS[:3], "-std=c++17", native.SOURCE, HARNESS, "-o", exe],
+                   check=True, capture_output=True, text=True, timeout=300)
+    return exe
+
+
+def run_harness(runner, kernel, inputs, out_shapes, work_dir, threads=2):
+    """Run `kernel` of a harness executable (`runner`: the command prefix, e.g. [qemu, -L, sysroot, exe]) on fp32
+    inputs; returns (its outputs as arrays of out_shapes, the ISA level it reports)."""
+    os.makedirs(work_dir, exist_ok=True)
+    inputs = [np.ascontiguousarray(a, np.float32) for a in inputs]
+    with open(os.path.join(work_dir, "spec.txt"), "w") as f:
+        f.write(f"{len(inputs) + len(out_shapes)} {len(inputs)}\n")
+        for shape in [a.shape for a in inputs] + [tuple(s) for s in out_shapes]:
+            f.write(" ".join(str(v) for v in (len(shape), *shape)) + "\n")
+    for i, a in enumerate(inputs):
+        a.tofile(os.path.join(work_dir, f"in{i}.bin"))
+    proc = subprocess.run([*runner, kernel, work_dir, str(threads)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{kernel}: exit {proc.returncode}: {proc.stderr}"
+    outs = [np.fromfile(os.path.join(work_dir, f"out{j}.bin"), np.float32).reshape(s)
+            for j, s in enumerate(out_shapes)]
+    return outs, proc.stdout.strip()

@@ -1,10 +1,11 @@
 """Fixtures of the ops tests: graph mode on the CPU with the kernels configured, and the native library built for
-a CPU without AVX-512."""
+every SIMD level this machine runs."""
 
 import mindspore as ms
 import pytest
 
-from ms_ocr.ops import backend, native
+from ms_ocr.ops import backend
+from tests.helpers.native import build_kernels, isa_builds
 
 
 @pytest.fixture
@@ -16,10 +17,27 @@ def graph_cpu():
     ms.set_context(mode=mode)
 
 
-@pytest.fixture(scope="session")
-def portable_kernels(tmp_path_factory):
-    """The library built for x86-64-v2 (the loops compiled where AVX-512 is missing), on 2 threads."""
-    kernels = native.NativeKernels(native.build(str(tmp_path_factory.mktemp("portable")), arch="x86-64-v2"))
-    assert not kernels.avx512
+@pytest.fixture
+def all_routes(monkeypatch):
+    """Every native kernel routed whatever the route table says for this machine's level (the routing tests)."""
+    monkeypatch.setenv(backend.ROUTES_ENV, "all")
+    backend.configure("CPU")
+    yield
+    monkeypatch.undo()
+    backend.configure("CPU")
+
+
+_BUILDS = {}
+
+
+@pytest.fixture(params=isa_builds(), ids=lambda b: b[0])
+def isa_kernels(request):
+    """The library built for one -march target (x86-64-v2 = the SSE2 fallback, x86-64-v3 = AVX2/FMA, x86-64-v4 =
+    AVX-512, native), on 2 threads; built once per session (and cached across runs like the runtime's build)."""
+    arch, level = request.param
+    if arch not in _BUILDS:
+        _BUILDS[arch] = build_kernels(arch)
+    kernels = _BUILDS[arch]
+    assert level is None or kernels.isa_level == level
     kernels.set_threads(2)
     return kernels

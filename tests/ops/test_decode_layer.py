@@ -11,8 +11,7 @@ from mindspore import Tensor, nn
 
 from ms_ocr.ops import backend, decode_layer, native
 from ms_ocr.ops.attention import NEG_BIAS
-from tests.helpers.native import needs_compiler, needs_x86
-
+from tests.helpers.native import needs_compiler
 
 
 def _rms(x, w, eps):
@@ -104,7 +103,8 @@ CASES = [
 @needs_compiler
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("case", CASES)
-def test_decode_layer_kernel_matches_numpy(graph_cpu, threads, case):
+def test_decode_layer_kernel_matches_numpy(graph_cpu, all_routes, threads, case):
+    """The routed op (ops/decode_layer.py) on the machine's own build, on 1 and 2 threads."""
     kernels = native.load()
     assert kernels is not None and backend.NATIVE_DECODE_LAYER is not None
     kernels.set_threads(threads)
@@ -120,22 +120,22 @@ def test_decode_layer_kernel_matches_numpy(graph_cpu, threads, case):
 
 
 @needs_compiler
-@needs_x86
-def test_decode_layer_portable_loops_match_numpy(graph_cpu, portable_kernels):
-    """The loops compiled where AVX-512 is missing (built here for x86-64-v2) compute the same layer."""
-    kernels = portable_kernels
+def test_decode_layer_at_every_isa_level(graph_cpu, isa_kernels):
+    """The library built for each SIMD level this machine runs (x86-64-v2 SSE2, v3 AVX2/FMA, v4 AVX-512, native)
+    computes the same layer in every case."""
+    kernels = isa_kernels
     before = kernels.decode_layer_calls
     ops_by_qk_norm = backend.native_ops(kernels)[1]
-    for case in CASES[1:3]:
+    for case in CASES:
         *tensors, weights = make_case(np.random.default_rng(7), *case)
         op = ops_by_qk_norm[1 if len(weights) == 11 else 0]
         outs = _Layer(len(weights), 1e-6, op)(*(Tensor(a) for a in tensors), *(Tensor(w) for w in weights))
         _check(outs, reference(*tensors, weights, 1e-6))
-    assert kernels.decode_layer_calls == before + 2
+    assert kernels.decode_layer_calls == before + len(CASES)
 
 
 @needs_compiler
-def test_decode_layer_routing(graph_cpu, monkeypatch):
+def test_decode_layer_routing(graph_cpu, all_routes, monkeypatch):
     """The kernel serves fp32 SiLU-gated layers of at most 8 sequences and head_dim <= 512, with the library in
     use; anything else keeps the composed layer."""
     *tensors, weights = make_case(np.random.default_rng(0), *CASES[0])

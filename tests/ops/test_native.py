@@ -11,8 +11,7 @@ from mindspore import Tensor, nn
 
 from ms_ocr.ops import backend, native
 from ms_ocr.ops import linear as linear_mod
-from tests.helpers.native import needs_compiler, needs_x86
-
+from tests.helpers.native import needs_compiler
 
 
 class _Apply(nn.Cell):
@@ -42,14 +41,14 @@ def test_library_builds_once_into_its_cache(tmp_path):
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 7, 8])
 @pytest.mark.parametrize("n,k", [(5, 37), (1030, 1000), (64, 16), (257, 1152), (3, 1)])
 def test_matmul_t_kernel_matches_numpy(graph_cpu, threads, m, n, k):
-    """Every row count the kernel takes (its 8/4/3-row weight blocks and the single-row tail), widths with and
-    without a 16-lane tail, outputs shorter than one block; on 1 and 2 threads."""
+    """Every row count the kernel takes (its weight blocks of each level and the single-row tail), widths with and
+    without a vector tail, outputs shorter than one block; on 1 and 2 threads (the machine's own build)."""
     kernels = native.load()
-    assert kernels is not None and backend.NATIVE_MATMUL_T is not None
+    assert kernels is not None
     kernels.set_threads(threads)
     try:
         x, w = _case(np.random.default_rng(m * 7 + n), m, n, k)
-        out = _Apply(backend.NATIVE_MATMUL_T)(Tensor(x), Tensor(w)).asnumpy()
+        out = _Apply(backend.native_ops(kernels)[0])(Tensor(x), Tensor(w)).asnumpy()
         ref = x.astype(np.float64) @ w.astype(np.float64).T
         assert out.shape == (m, n)
         assert np.abs(out - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max())
@@ -58,23 +57,77 @@ def test_matmul_t_kernel_matches_numpy(graph_cpu, threads, m, n, k):
 
 
 @needs_compiler
-@needs_x86
-def test_portable_loops_match_numpy(graph_cpu, portable_kernels):
-    """The loops compiled where AVX-512 is missing (built here for x86-64-v2) give the same products."""
-    kernels = portable_kernels
+def test_matmul_t_at_every_isa_level(graph_cpu, isa_kernels):
+    """The library built for each SIMD level this machine runs (x86-64-v2 SSE2, v3 AVX2/FMA, v4 AVX-512, native)
+    gives the same products: every row count (each level sizes its weight blocks from its register count), with
+    and without a vector tail."""
+    kernels = isa_kernels
     before = kernels.matmul_t_calls
     op = backend.native_ops(kernels)[0]
-    for m, n, k in [(1, 1030, 1000), (3, 5, 37), (8, 257, 1152)]:
+    shapes = [(m, n, k) for m in range(1, 9) for n, k in [(1030, 1000), (5, 37), (19, 3)]]
+    for m, n, k in shapes:
         x, w = _case(np.random.default_rng(m + n), m, n, k)
         ref = x.astype(np.float64) @ w.astype(np.float64).T
         out = _Apply(op)(Tensor(x), Tensor(w)).asnumpy()
-        assert np.abs(out - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max())
-    assert kernels.matmul_t_calls == before + 3
+        assert np.abs(out - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max()), (kernels.isa_level, m, n, k)
+    assert kernels.matmul_t_calls == before + len(shapes)
+
+
+@needs_compiler
+def test_isa_level_of_each_build(monkeypatch, tmp_path):
+    """The machine's own build reports the widest level its CPU flags allow; MS_OCR_NATIVE_ARCH picks the -march
+    of the runtime's build and is part of the cache key."""
+    flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
+    level = native.NativeKernels(native.build(str(tmp_path))).isa_level
+    if "avx512f" in flags:
+        assert level == "avx512"
+    elif {"avx2", "fma"} <= set(flags):
+        assert level == "avx2"
+    else:
+        assert level in native.ISA_LEVELS
+    monkeypatch.setenv(native.ARCH_ENV, "x86-64-v2" if "sse2" in flags else "armv8-a")
+    portable = native.build(str(tmp_path))
+    assert os.path.dirname(portable) != os.path.dirname(native.build(str(tmp_path), arch="native"))
+    assert native.NativeKernels(portable).isa_level in ("sse2", "neon")
+
+
+@needs_compiler
+def test_route_table_applied_by_configure(graph_cpu, monkeypatch, capsys):
+    """configure routes exactly the kernels NATIVE_ROUTES lists for the library's level; MS_OCR_NATIVE_ROUTES
+    overrides it; a level without measurements routes none."""
+    level = native.load().isa_level
+    monkeypatch.delenv(backend.ROUTES_ENV, raising=False)
+    try:
+        monkeypatch.setitem(backend.NATIVE_ROUTES, level, ("attention", "gelu"))
+        backend.configure("CPU")
+        assert backend.routed() == ("attention", "gelu")
+        assert backend.NATIVE_MATMUL_T is None and backend.NATIVE_DECODE_LAYER is None
+        assert backend.NATIVE_ATTENTION is not None and backend.NATIVE_GELU is not None
+        assert backend.native_kernels() is native.load()
+        monkeypatch.setitem(backend.NATIVE_ROUTES, level, ())
+        backend.configure("CPU")
+        assert backend.routed() == () and backend.native_kernels() is None
+        monkeypatch.setenv(backend.ROUTES_ENV, "matmul_t, decode_layer,bogus")
+        backend.configure("CPU")
+        assert backend.routed() == ("matmul_t", "decode_layer")
+        assert "unknown kernels ['bogus']" in capsys.readouterr().err
+        monkeypatch.setenv(backend.ROUTES_ENV, "all")
+        backend.configure("CPU")
+        assert backend.routed() == backend.KERNELS
+        monkeypatch.setenv(backend.ROUTES_ENV, "none")
+        backend.configure("CPU")
+        assert backend.routed() == ()
+        assert backend.native_routes("no-such-level") == ()
+        monkeypatch.delenv(backend.ROUTES_ENV)
+        assert backend.native_routes("neon") == ()  # not measured on an aarch64 host
+    finally:
+        monkeypatch.undo()
+        backend.configure("CPU")
 
 
 @needs_compiler
 @pytest.mark.parametrize("m,native_used", [(1, True), (8, True), (9, False)])
-def test_matmul_t_routes_by_rows_and_weight_size(graph_cpu, monkeypatch, m, native_used):
+def test_matmul_t_routes_by_rows_and_weight_size(graph_cpu, all_routes, monkeypatch, m, native_used):
     calls = []
     real = backend.NATIVE_MATMUL_T
     monkeypatch.setattr(backend, "NATIVE_MATMUL_T", real)
@@ -114,11 +167,11 @@ def test_switched_off_or_unbuildable_falls_back(monkeypatch, tmp_path, capsys):
     assert err.count("\n") == 1 and "native CPU kernels unavailable, using MindSpore's" in err
     monkeypatch.undo()  # the process's loaded library and environment back, then the kernels chosen again
     backend.configure("CPU")
-    assert backend.NATIVE_MATMUL_T is not None or shutil.which(os.environ.get("CXX", "g++")) is None
+    assert native.load() is not None or shutil.which(os.environ.get("CXX", "g++")) is None
 
 
 @needs_compiler
-def test_configure_and_export_contexts(graph_cpu):
+def test_configure_and_export_contexts(graph_cpu, all_routes):
     assert backend.NATIVE_MATMUL_T is not None and backend.native_kernels() is native.load()
     with backend.without_native():
         assert backend.NATIVE_MATMUL_T is None and backend.native_kernels() is None

@@ -12,7 +12,7 @@ from mindspore import Tensor, nn, ops
 
 from ms_ocr import ops as K
 from ms_ocr.ops import backend, native
-from tests.helpers.native import needs_compiler, needs_x86
+from tests.helpers.native import needs_compiler
 
 attention_mod = importlib.import_module("ms_ocr.ops.attention")  # the package exports the function under this name
 
@@ -51,7 +51,7 @@ CASES = [  # b, h, s, d, t: row counts off the 32-row task, key counts off the 8
 @needs_compiler
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("case", CASES)
-def test_attention_kernel_matches_numpy(graph_cpu, threads, case):
+def test_attention_kernel_matches_numpy(graph_cpu, all_routes, threads, case):
     kernels = native.load()
     assert kernels is not None and backend.NATIVE_ATTENTION is not None
     kernels.set_threads(threads)
@@ -68,22 +68,23 @@ def test_attention_kernel_matches_numpy(graph_cpu, threads, case):
 
 
 @needs_compiler
-@needs_x86
-def test_attention_portable_loops_match_numpy(graph_cpu, portable_kernels):
-    """The loops compiled where AVX-512 is missing (built here for x86-64-v2) compute the same attention."""
-    kernels = portable_kernels
+def test_attention_at_every_isa_level(graph_cpu, isa_kernels):
+    """The library built for each SIMD level this machine runs (x86-64-v2 SSE2, v3 AVX2/FMA, v4 AVX-512, native;
+    each with its own row-block and register-tile sizes) computes the same attention in every case."""
+    kernels = isa_kernels
     before = kernels.attention_calls
     op = backend.native_ops(kernels)[2]
-    for case in CASES[:2]:
+    for case in CASES:
         q, k, v = _case(np.random.default_rng(3), *case)
-        out = _Attend(0.3, op=op)(Tensor(q), Tensor(k), Tensor(v)).asnumpy()
-        ref = reference(q, k, v, 0.3)
-        assert np.abs(out - ref).max() <= 2e-6 * max(1.0, np.abs(ref).max())
-    assert kernels.attention_calls == before + 2
+        scale = case[3] ** -0.5
+        out = _Attend(scale, op=op)(Tensor(q), Tensor(k), Tensor(v)).asnumpy()
+        ref = reference(q, k, v, scale)
+        assert np.abs(out - ref).max() <= 2e-6 * max(1.0, np.abs(ref).max()), (kernels.isa_level, case)
+    assert kernels.attention_calls == before + len(CASES)
 
 
 @needs_compiler
-def test_attention_routing(graph_cpu):
+def test_attention_routing(graph_cpu, all_routes):
     """Unmasked fp32 attention with one kv head per query head and head_dim a multiple of 8 up to 256 takes the
     kernel; masked, grouped-query, other head dims, other dtypes, and graphs built for export do not. The
     composed route computes the same."""

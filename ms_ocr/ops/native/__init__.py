@@ -1,11 +1,15 @@
 """CPU kernels of our own (kernels.cc beside this file) as MindSpore Custom AOT operators.
 
 MindSpore 2.10's CPU MatMul reads a very large matrix-vector product's weight at ~15-20 GB/s on this machine
-(the 424 MB PaddleOCR-VL head: 22-27 ms per token), where a plain AVX-512 loop over 8 weight rows at a time
+(the 424 MB PaddleOCR-VL head: 22-27 ms per token), where a plain vector loop over 8 weight rows at a time
 on both cores reads 29-41 GB/s. The library is compiled on first use with the machine's C++ compiler
-(`$CXX`, default g++; `-O3 -march=native -fopenmp`) into a cache folder keyed by the source, the compiler and
-the CPU, and loaded once. Where it cannot be built (no compiler, a failing build) or MS_OCR_NATIVE=0 is set,
-`load` returns None and the ops keep MindSpore's kernels; nothing else changes.
+(`$CXX`, default g++; `-O3 -march=native -fopenmp`; MS_OCR_NATIVE_ARCH=<target> builds for another -march, e.g.
+x86-64-v3 for AVX2/FMA) into a cache folder keyed by the source, the compiler, the flags and the CPU, and loaded
+once. kernels.cc is one source over a vector width: the library reports the SIMD level it was compiled for
+(`isa_level`: "avx512", "avx2", "neon", "sse2" or "scalar"), and ops/backend.py routes to each kernel only at
+the levels where it was measured faster than MindSpore's composed path (docs/native-kernels.md). Where it
+cannot be built (no compiler, a failing build) or MS_OCR_NATIVE=0 is set, `load` returns None and the ops keep
+MindSpore's kernels; nothing else changes.
 """
 
 import ctypes
@@ -18,8 +22,11 @@ import tempfile
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels.cc")
 ENV_SWITCH = "MS_OCR_NATIVE"
+ARCH_ENV = "MS_OCR_NATIVE_ARCH"  # the -march target of the build (default: native)
 LIB_NAME = "libms_ocr_kernels.so"
-FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+# -ffp-contract=fast: the kernels' a * b + c on vectors become FMAs where the ISA has them
+FLAGS = ("-O3", "-ffp-contract=fast", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+ISA_LEVELS = ("avx512", "avx2", "neon", "sse2", "scalar")
 
 _state = {}
 
@@ -35,6 +42,7 @@ class NativeKernels:
         self.lib.ms_ocr_decode_layer_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_vision_attention_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_gelu_calls.restype = ctypes.c_int64
+        self.lib.ms_ocr_isa_level.restype = ctypes.c_char_p
 
     def func(self, name):
         return f"{self.path}:{name}"
@@ -65,8 +73,14 @@ class NativeKernels:
         return self.lib.ms_ocr_gelu_calls()
 
     @property
-    def avx512(self):
-        return bool(self.lib.ms_ocr_has_avx512())
+    def isa_level(self):
+        """The SIMD level the library was compiled for (one of ISA_LEVELS), as kernels.cc reports it."""
+        return self.lib.ms_ocr_isa_level().decode()
+
+    @property
+    def vector_floats(self):
+        """Floats per vector at that level (16 AVX-512, 8 AVX2, 4 NEON / SSE2 / scalar)."""
+        return int(self.lib.ms_ocr_vector_floats())
 
 
 def _cpu_tag():
@@ -90,12 +104,18 @@ def cache_dir():
     return os.path.join(home, "kernels")
 
 
-def build(dst_dir=None, cxx=None, arch="native"):
-    """Compile kernels.cc for `-march=arch` (once per source, compiler, flags and CPU) and return the library's
-    path. Tests build other targets (e.g. x86-64-v2, no AVX-512) to run the portable loops.
+def build_arch():
+    """The -march target builds use: $MS_OCR_NATIVE_ARCH, else native."""
+    return os.environ.get(ARCH_ENV) or "native"
+
+
+def build(dst_dir=None, cxx=None, arch=None):
+    """Compile kernels.cc for `-march=arch` (default `build_arch()`; once per source, compiler, flags and CPU) and
+    return the library's path. Tests build every ISA level the machine runs (x86-64-v2/v3/v4, native).
 
     Raises OSError / subprocess.CalledProcessError / subprocess.TimeoutExpired when it cannot be built."""
     cxx = cxx or os.environ.get("CXX", "g++")
+    arch = arch or build_arch()
     with open(SOURCE, "rb") as f:
         source = f.read()
     flags = (f"-march={arch}",) + FLAGS
@@ -126,9 +146,33 @@ def load():
     kernels = None
     if os.environ.get(ENV_SWITCH, "1") != "0" and sys.platform.startswith("linux"):
         try:
-            kernels = NativeKernels(build())
+            kernels = NativeKernels(build(arch=build_arch()))
         except (OSError, subprocess.SubprocessError) as e:
             lines = (getattr(e, "stderr", None) or str(e)).strip().splitlines() or [type(e).__name__]
             print(f"[ms_ocr] native CPU kernels unavailable, using MindSpore's ({lines[-1]})", file=sys.stderr)
     _state["kernels"] = kernels
     return kernels
+
+
+def isa_level():
+    """The SIMD level of the process's kernel library ("avx512", "avx2", "neon", "sse2", "scalar"), or None when
+    it is unavailable."""
+    kernels = load()
+    return kernels.isa_level if kernels is not None else None
+
+
+def cpu_model():
+    """The CPU's model name with its family/model numbers where /proc/cpuinfo has them (benchmark reports;
+    a virtual machine may name only the vendor line, e.g. "AMD EPYC", and family 26 tells Zen 5)."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    name = fields.get("model name") or fields.get("Model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields:
+        name += f" (family {fields['cpu family']}, model {fields.get('model', '?')})"
+    return name

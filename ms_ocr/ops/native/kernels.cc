@@ -4,19 +4,113 @@
 // describe each. Every kernel is fp32 and reads contiguous (row-major) tensors. The kernels: MatMulT (a decode
 // step's products against a very large weight, ops/linear.py), DecodeLayer (a dense decoder layer of a decode
 // step, ops/decode_layer.py), VisionAttention (unmasked attention, ops/attention.py), GeluTanh / GeluErf
-// (ops/activation.py). Each has an AVX-512 path and a portable one (#else) for CPUs without it.
+// (ops/activation.py).
+//
+// One source for every ISA: the kernels are written over `vf`, a GCC/Clang vector of kVL floats whose width is
+// the build's widest SIMD level (64 bytes with AVX-512, 32 with AVX2+FMA, 16 with aarch64 NEON or x86 SSE2;
+// 16 elsewhere, where the compiler lowers it to scalar code), and their register tiles are sized from the
+// register count. Only the few operations a vector type has no operator for (horizontal sum, masked tail
+// load) have per-ISA bodies. FMAs come from contraction (-ffp-contract=fast, set by the build).
 #include <omp.h>
 
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
+#define MS_OCR_VBYTES 64
+#define MS_OCR_VREGS 32
+#define MS_OCR_ISA "avx512"
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define MS_OCR_VBYTES 32
+#define MS_OCR_VREGS 16
+#define MS_OCR_ISA "avx2"
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define MS_OCR_VBYTES 16
+#define MS_OCR_VREGS 32
+#define MS_OCR_ISA "neon"
+#elif defined(__SSE2__)
+#define MS_OCR_VBYTES 16
+#define MS_OCR_VREGS 16
+#define MS_OCR_ISA "sse2"
+#else
+#define MS_OCR_VBYTES 16
+#define MS_OCR_VREGS 16
+#define MS_OCR_ISA "scalar"
 #endif
 
 namespace {
+
+// ---- the vector layer ---------------------------------------------------------------------------------------
+
+constexpr int kVL = MS_OCR_VBYTES / 4;  // floats per vector
+constexpr int kVRegs = MS_OCR_VREGS;     // vector registers the tiles may fill
+typedef float vf __attribute__((vector_size(MS_OCR_VBYTES)));
+typedef int32_t vi __attribute__((vector_size(MS_OCR_VBYTES)));
+
+inline vf vload(const float* p) {
+  vf v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void vstore(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
+inline vf vset(float a) { return a - vf{}; }  // (not vf{} + a: 0 + a is no identity for a = -0)
+inline vf vmax(vf a, vf b) { return a > b ? a : b; }
+inline vf vmin(vf a, vf b) { return a < b ? a : b; }
+inline vf vabs(vf a) { return (vf)((vi)a & 0x7fffffff); }
+
+// the first n (< kVL) floats at p, the other lanes zero; never reads past p + n
+inline vf vload_tail(const float* p, int64_t n) {
+#if defined(__AVX512F__)
+  return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1u), p);
+#elif defined(__AVX2__)
+  const vi lanes = {0, 1, 2, 3, 4, 5, 6, 7};
+  return _mm256_maskload_ps(p, (__m256i)(lanes < static_cast<int32_t>(n)));
+#else
+  vf v = {};
+  for (int64_t i = 0; i < n; ++i) v[i] = p[i];
+  return v;
+#endif
+}
+
+inline float vsum(vf v) {
+#if defined(__AVX512F__)
+  return _mm512_reduce_add_ps(v);
+#elif defined(__AVX2__)
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+  return vaddvq_f32(v);
+#else
+  float s = 0.f;
+  for (int i = 0; i < kVL; ++i) s += v[i];
+  return s;
+#endif
+}
+
+// e^x (Cephes' expf polynomial; ~1 ulp), lanes clamped to [-87.3, 88]: the softmaxes, SiLU and the GELUs.
+inline vf vexp(vf x) {
+  x = vmin(vmax(x, vset(-87.3f)), vset(88.f));
+  const vf magic = vset(12582912.f);  // 1.5 * 2^23: adding it rounds to an integer (to nearest)
+  const vf fx = (x * vset(1.44269504088896341f) + magic) - magic;
+  vf r = x - fx * vset(0.693359375f);
+  r = r - fx * vset(-2.12194440e-4f);
+  vf p = vset(1.9875691500E-4f);
+  p = p * r + vset(1.3981999507E-3f);
+  p = p * r + vset(8.3334519073E-3f);
+  p = p * r + vset(4.1665795894E-2f);
+  p = p * r + vset(1.6666665459E-1f);
+  p = p * r + vset(5.0000001201E-1f);
+  const vf y = (p * r) * r + (r + vset(1.f));
+  const vi e = (__builtin_convertvector(fx, vi) + 127) << 23;  // 2^fx, fx in [-126, 127]
+  return y * (vf)e;
+}
 
 int g_threads = 1;
 std::atomic<int64_t> g_matmul_t_calls{0};  // read by tests: which products took this kernel
@@ -25,70 +119,49 @@ std::atomic<int64_t> g_vision_attention_calls{0};
 std::atomic<int64_t> g_gelu_calls{0};
 
 float dot(const float* a, const float* b, int64_t n) {
-#if defined(__AVX512F__)
-  __m512 acc = _mm512_setzero_ps();
+  vf acc = {};
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
-  if (i < n) {
-    const __mmask16 t = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(t, a + i), _mm512_maskz_loadu_ps(t, b + i), acc);
-  }
-  return _mm512_reduce_add_ps(acc);
-#else
-  float acc[16] = {0};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int l = 0; l < 16; ++l) acc[l] += a[i + l] * b[i + l];
-  float s = 0.f;
-  for (; i < n; ++i) s += a[i] * b[i];
-  for (int l = 0; l < 16; ++l) s += acc[l];
-  return s;
-#endif
+  for (; i + kVL <= n; i += kVL) acc = vload(a + i) * vload(b + i) + acc;
+  if (i < n) acc = vload_tail(a + i, n - i) * vload_tail(b + i, n - i) + acc;
+  return vsum(acc);
 }
 
+// ---- matrix-vector products ---------------------------------------------------------------------------------
 // y[m, o] = sum_i x[m, i] W[o, i] for rows o in [o0, o1): R weight rows at a time against all M (<= 8)
 // activation rows. Memory bound: each weight row is read once, and R concurrent row streams keep more
-// reads in flight than the hardware prefetcher alone (measured here: 2 rows ~29 GB/s, 8 rows ~41 GB/s).
+// reads in flight than the hardware prefetcher alone (measured with AVX-512: 2 rows ~29 GB/s, 8 rows ~41 GB/s).
 template <int M, int R>
 int64_t gemv_block(const float* x, const float* w, float* y, int64_t out, int64_t in, int64_t o, int64_t o1) {
-#if defined(__AVX512F__)
-  const int64_t full = in & ~int64_t(15);
-  const __mmask16 tail = static_cast<__mmask16>((1u << (in - full)) - 1u);
+  const int64_t full = in - in % kVL;
   for (; o + R <= o1; o += R) {
     const float* w0 = w + o * in;
-    __m512 acc[R][M];
-    for (int r = 0; r < R; ++r)
-      for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < full; i += 16) {
-      __m512 xv[M];
-      for (int m = 0; m < M; ++m) xv[m] = _mm512_loadu_ps(x + m * in + i);
+    vf acc[R][M] = {};
+    for (int64_t i = 0; i < full; i += kVL) {
+      vf xv[M];
+      for (int m = 0; m < M; ++m) xv[m] = vload(x + m * in + i);
       for (int r = 0; r < R; ++r) {
-        const __m512 wv = _mm512_loadu_ps(w0 + r * in + i);
-        for (int m = 0; m < M; ++m) acc[r][m] = _mm512_fmadd_ps(wv, xv[m], acc[r][m]);
+        const vf wv = vload(w0 + r * in + i);
+        for (int m = 0; m < M; ++m) acc[r][m] = wv * xv[m] + acc[r][m];
       }
     }
-    if (tail) {
-      __m512 xv[M];
-      for (int m = 0; m < M; ++m) xv[m] = _mm512_maskz_loadu_ps(tail, x + m * in + full);
+    if (full < in) {
+      vf xv[M];
+      for (int m = 0; m < M; ++m) xv[m] = vload_tail(x + m * in + full, in - full);
       for (int r = 0; r < R; ++r) {
-        const __m512 wv = _mm512_maskz_loadu_ps(tail, w0 + r * in + full);
-        for (int m = 0; m < M; ++m) acc[r][m] = _mm512_fmadd_ps(wv, xv[m], acc[r][m]);
+        const vf wv = vload_tail(w0 + r * in + full, in - full);
+        for (int m = 0; m < M; ++m) acc[r][m] = wv * xv[m] + acc[r][m];
       }
     }
     for (int r = 0; r < R; ++r)
-      for (int m = 0; m < M; ++m) y[m * out + o + r] = _mm512_reduce_add_ps(acc[r][m]);
+      for (int m = 0; m < M; ++m) y[m * out + o + r] = vsum(acc[r][m]);
   }
-#else
-  for (; o + R <= o1; o += R)
-    for (int r = 0; r < R; ++r)
-      for (int m = 0; m < M; ++m) y[m * out + o + r] = dot(w + (o + r) * in, x + m * in, in);
-#endif
   return o;
 }
 
-// R * M accumulators stay within the 32 vector registers
+// R * M accumulators plus M activation vectors stay within the vector registers
 template <int M>
-constexpr int kBlockRows = M <= 3 ? 8 : (M <= 6 ? 4 : 3);
+constexpr int kBlockRows = kVRegs >= 32 ? (M <= 3 ? 8 : (M <= 6 ? 4 : 3))
+                                        : (M <= 1 ? 8 : (M <= 2 ? 5 : (M <= 4 ? 2 : 1)));
 
 // Rows [o, o1) of y [m, out] = x [m, in] w [out, in]^T: blocks of kBlockRows weight rows, then single rows.
 template <int M>
@@ -117,25 +190,6 @@ const GemvFn kGemv[] = {nullptr, gemv<1>, gemv<2>, gemv<3>, gemv<4>, gemv<5>, ge
 
 // ---- the fused decoder layer of one decode step ----------------------------------------------------------
 
-#if defined(__AVX512F__)
-// e^x (Cephes' expf polynomial; ~1 ulp), lanes clamped to [-87.3, 88.7]: the softmaxes, SiLU and the GELUs.
-inline __m512 exp512(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
-  const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
-  const __m512 y = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.f)));
-  return _mm512_scalef_ps(y, fx);
-}
-#endif
-
 // y += a * x
 void axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
@@ -162,31 +216,24 @@ void rope(float* x, const float* cos, const float* sin, int64_t d) {
 // x <- silu(g) * u = g / (1 + e^-g) * u
 void silu_mul(const float* g, const float* u, float* out, int64_t n) {
   int64_t i = 0;
-#if defined(__AVX512F__)
-  const __m512 one = _mm512_set1_ps(1.f);
-  for (; i + 16 <= n; i += 16) {
-    const __m512 gv = _mm512_loadu_ps(g + i);
-    const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
-    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)), _mm512_loadu_ps(u + i)));
+  for (; i + kVL <= n; i += kVL) {
+    const vf gv = vload(g + i);
+    vstore(out + i, gv / (vset(1.f) + vexp(-gv)) * vload(u + i));
   }
-#endif
   for (; i < n; ++i) out[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
 }
 
 // e[i] = exp(s[i] - mx) for i < n; returns the sum
 float exp_sum(float* s, int64_t n, float mx) {
-  float sum = 0.f;
+  vf acc = {};
+  const vf m = vset(mx);
   int64_t i = 0;
-#if defined(__AVX512F__)
-  __m512 acc = _mm512_setzero_ps();
-  const __m512 m = _mm512_set1_ps(mx);
-  for (; i + 16 <= n; i += 16) {
-    const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + i), m));
-    _mm512_storeu_ps(s + i, e);
-    acc = _mm512_add_ps(acc, e);
+  for (; i + kVL <= n; i += kVL) {
+    const vf e = vexp(vload(s + i) - m);
+    vstore(s + i, e);
+    acc += e;
   }
-  sum = _mm512_reduce_add_ps(acc);
-#endif
+  float sum = vsum(acc);
   for (; i < n; ++i) {
     s[i] = std::exp(s[i] - mx);
     sum += s[i];
@@ -227,109 +274,80 @@ void parallel_products(int m, const Product* ps, int n) {
 }
 
 // ---- bidirectional attention (vision encoders) -------------------------------------------------------------
-// One task = 32 query rows of one (batch, head): their scores against every key are kept transposed, st[j][i]
-// (key j, row i), so that q (packed [D][32], scaled) and the keys and values are all read in their natural
-// layouts: the scores and the output are 8-key (8-dim) x 32-row register tiles of broadcast-and-FMA, with no
-// lanes wasted on head dims that are not multiples of 16. The 32 rows' scores (T x 128 bytes) stay in L2; the
-// softmax runs down the columns, 32 rows at once; the output accumulates over chunks of keys.
+// One task = kAttnRows query rows of one (batch, head): their scores against every key are kept transposed,
+// st[j][i] (key j, row i), so that q (packed [D][kAttnRows], scaled) and the keys and values are all read in
+// their natural layouts: the scores are kJR-key x kAttnRows-row register tiles of broadcast-and-FMA, the output
+// kJD-dim x kAttnRows-row tiles, with no lanes wasted on head dims that are not multiples of the vector width.
+// The rows' scores (T x kAttnRows floats) stay in L2; the softmax runs down the columns, all rows at once; the
+// output accumulates over chunks of keys. Tiles: AVX-512 2 x 16 rows, 8 keys / 8 dims; AVX2 2 x 8 rows,
+// 6 keys / 4 dims (16 registers); NEON 4 x 4 rows, 6 keys / 4 dims.
 
-constexpr int kAttnRows = 32;
+constexpr int kMR = kVL >= 8 ? 2 : 4;  // vectors of rows per tile
+constexpr int kAttnRows = kMR * kVL;
+constexpr int kJR = kVRegs >= 32 ? (kMR == 2 ? 8 : 6) : (kMR == 2 ? 6 : 2);  // keys per score tile
+constexpr int kJD = kVRegs >= 32 ? (kMR == 2 ? 8 : 4) : (kMR == 2 ? 4 : 2);  // dims per output tile (divides 8)
 constexpr int64_t kAttnKeyChunk = 128;
 
-#if defined(__AVX512F__)
 template <int JR>
 inline void attn_scores_tile(const float* k, const float* qt, float* st, int64_t d) {
-  __m512 a[JR][2];
-  for (int r = 0; r < JR; ++r) a[r][0] = a[r][1] = _mm512_setzero_ps();
+  vf a[JR][kMR] = {};
   for (int64_t e = 0; e < d; ++e) {
-    const __m512 q0 = _mm512_loadu_ps(qt + e * kAttnRows), q1 = _mm512_loadu_ps(qt + e * kAttnRows + 16);
-    for (int r = 0; r < JR; ++r) {
-      const __m512 kv = _mm512_set1_ps(k[r * d + e]);
-      a[r][0] = _mm512_fmadd_ps(kv, q0, a[r][0]);
-      a[r][1] = _mm512_fmadd_ps(kv, q1, a[r][1]);
+    vf qv[kMR];
+    for (int r = 0; r < kMR; ++r) qv[r] = vload(qt + e * kAttnRows + r * kVL);
+    for (int j = 0; j < JR; ++j) {
+      const vf kv = vset(k[j * d + e]);
+      for (int r = 0; r < kMR; ++r) a[j][r] = kv * qv[r] + a[j][r];
     }
   }
-  for (int r = 0; r < JR; ++r) {
-    _mm512_storeu_ps(st + r * kAttnRows, a[r][0]);
-    _mm512_storeu_ps(st + r * kAttnRows + 16, a[r][1]);
-  }
+  for (int j = 0; j < JR; ++j)
+    for (int r = 0; r < kMR; ++r) vstore(st + j * kAttnRows + r * kVL, a[j][r]);
 }
 
-// acc[e][i] += sum_{j in [j0, j1)} v[j][e] p[j][i] for the 8 dims e of one group
+// acc[e][i] += sum_{j in [j0, j1)} v[j][e] p[j][i] for the kJD dims e of one group
 inline void attn_values_tile(const float* v, const float* st, float* acc, int64_t d, int64_t j0, int64_t j1) {
-  __m512 a[8][2];
-  for (int r = 0; r < 8; ++r) {
-    a[r][0] = _mm512_loadu_ps(acc + r * kAttnRows);
-    a[r][1] = _mm512_loadu_ps(acc + r * kAttnRows + 16);
-  }
+  vf a[kJD][kMR];
+  for (int e = 0; e < kJD; ++e)
+    for (int r = 0; r < kMR; ++r) a[e][r] = vload(acc + e * kAttnRows + r * kVL);
   for (int64_t j = j0; j < j1; ++j) {
-    const __m512 p0 = _mm512_loadu_ps(st + j * kAttnRows), p1 = _mm512_loadu_ps(st + j * kAttnRows + 16);
+    vf pv[kMR];
+    for (int r = 0; r < kMR; ++r) pv[r] = vload(st + j * kAttnRows + r * kVL);
     const float* vj = v + j * d;
-    for (int r = 0; r < 8; ++r) {
-      const __m512 vv = _mm512_set1_ps(vj[r]);
-      a[r][0] = _mm512_fmadd_ps(vv, p0, a[r][0]);
-      a[r][1] = _mm512_fmadd_ps(vv, p1, a[r][1]);
+    for (int e = 0; e < kJD; ++e) {
+      const vf vv = vset(vj[e]);
+      for (int r = 0; r < kMR; ++r) a[e][r] = vv * pv[r] + a[e][r];
     }
   }
-  for (int r = 0; r < 8; ++r) {
-    _mm512_storeu_ps(acc + r * kAttnRows, a[r][0]);
-    _mm512_storeu_ps(acc + r * kAttnRows + 16, a[r][1]);
-  }
+  for (int e = 0; e < kJD; ++e)
+    for (int r = 0; r < kMR; ++r) vstore(acc + e * kAttnRows + r * kVL, a[e][r]);
 }
-#endif
 
-// out[i][e] for the task's rows: softmax(q k^T * scale) v; qt = q^T * scale [d][32] (rows past `rows` zero);
-// st [t][32] and acc [d][32] scratch
+// out[i][e] for the task's rows: softmax(q k^T * scale) v; qt = q^T * scale [d][kAttnRows] (rows past `rows`
+// zero); st [t][kAttnRows] and acc [d][kAttnRows] scratch
 void attn_task(const float* qt, const float* k, const float* v, float* out, int64_t rows, int64_t t, int64_t d,
                float* st, float* acc) {
-#if defined(__AVX512F__)
   int64_t j = 0;
-  for (; j + 8 <= t; j += 8) attn_scores_tile<8>(k + j * d, qt, st + j * kAttnRows, d);
+  for (; j + kJR <= t; j += kJR) attn_scores_tile<kJR>(k + j * d, qt, st + j * kAttnRows, d);
   for (; j < t; ++j) attn_scores_tile<1>(k + j * d, qt, st + j * kAttnRows, d);
-  __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
-  for (j = 0; j < t; ++j) {
-    m0 = _mm512_max_ps(m0, _mm512_loadu_ps(st + j * kAttnRows));
-    m1 = _mm512_max_ps(m1, _mm512_loadu_ps(st + j * kAttnRows + 16));
+  vf mx[kMR], sum[kMR];
+  for (int r = 0; r < kMR; ++r) {
+    mx[r] = vset(-INFINITY);
+    sum[r] = vf{};
   }
-  __m512 s0 = _mm512_setzero_ps(), s1 = s0;
-  for (j = 0; j < t; ++j) {
-    const __m512 e0 = exp512(_mm512_sub_ps(_mm512_loadu_ps(st + j * kAttnRows), m0));
-    const __m512 e1 = exp512(_mm512_sub_ps(_mm512_loadu_ps(st + j * kAttnRows + 16), m1));
-    _mm512_storeu_ps(st + j * kAttnRows, e0);
-    _mm512_storeu_ps(st + j * kAttnRows + 16, e1);
-    s0 = _mm512_add_ps(s0, e0);
-    s1 = _mm512_add_ps(s1, e1);
-  }
+  for (j = 0; j < t; ++j)
+    for (int r = 0; r < kMR; ++r) mx[r] = vmax(mx[r], vload(st + j * kAttnRows + r * kVL));
+  for (j = 0; j < t; ++j)
+    for (int r = 0; r < kMR; ++r) {
+      const vf e = vexp(vload(st + j * kAttnRows + r * kVL) - mx[r]);
+      vstore(st + j * kAttnRows + r * kVL, e);
+      sum[r] += e;
+    }
   float inv[kAttnRows];
-  _mm512_storeu_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.f), s0));
-  _mm512_storeu_ps(inv + 16, _mm512_div_ps(_mm512_set1_ps(1.f), s1));
+  for (int r = 0; r < kMR; ++r) vstore(inv + r * kVL, vset(1.f) / sum[r]);
   for (int64_t i = 0; i < d * kAttnRows; ++i) acc[i] = 0.f;
   for (int64_t j0 = 0; j0 < t; j0 += kAttnKeyChunk) {
     const int64_t j1 = j0 + kAttnKeyChunk < t ? j0 + kAttnKeyChunk : t;
-    for (int64_t g = 0; g < d; g += 8) attn_values_tile(v + g, st, acc + g * kAttnRows, d, j0, j1);
+    for (int64_t g = 0; g < d; g += kJD) attn_values_tile(v + g, st, acc + g * kAttnRows, d, j0, j1);
   }
-#else
-  for (int64_t j = 0; j < t; ++j)
-    for (int i = 0; i < kAttnRows; ++i) {
-      float s = 0.f;
-      for (int64_t e = 0; e < d; ++e) s += k[j * d + e] * qt[e * kAttnRows + i];
-      st[j * kAttnRows + i] = s;
-    }
-  float inv[kAttnRows];
-  for (int i = 0; i < kAttnRows; ++i) {
-    float mx = -INFINITY, sum = 0.f;
-    for (int64_t j = 0; j < t; ++j) mx = st[j * kAttnRows + i] > mx ? st[j * kAttnRows + i] : mx;
-    for (int64_t j = 0; j < t; ++j) {
-      st[j * kAttnRows + i] = std::exp(st[j * kAttnRows + i] - mx);
-      sum += st[j * kAttnRows + i];
-    }
-    inv[i] = 1.f / sum;
-  }
-  for (int64_t i = 0; i < d * kAttnRows; ++i) acc[i] = 0.f;
-  for (int64_t j = 0; j < t; ++j)
-    for (int64_t e = 0; e < d; ++e)
-      for (int i = 0; i < kAttnRows; ++i) acc[e * kAttnRows + i] += v[j * d + e] * st[j * kAttnRows + i];
-#endif
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t e = 0; e < d; ++e) out[i * d + e] = acc[e * kAttnRows + i] * inv[i];
 }
@@ -348,32 +366,25 @@ inline float gelu_scalar(float x, bool erf_form) {
   return 0.5f * (x + std::fabs(x) * (1.f - q));
 }
 
-void gelu_range(const float* x, float* y, int64_t n, bool erf_form) {
+template <bool kErf>
+inline vf gelu_vec(vf v) {
+  const vf one = vset(1.f);
+  if (!kErf) return v / (one + vexp(vset(-kGeluTanhScale) * (vset(0.044715f) * (v * v * v) + v)));
+  const vf av = vabs(v), a = av * vset(kInvSqrt2);
+  const vf t = one / (vset(kErfcP) * a + one);
+  vf p = t * vset(kErfcC4) + vset(kErfcC3);
+  p = t * p + vset(kErfcC2);
+  p = t * p + vset(kErfcC1);
+  p = t * p + vset(kErfcC0);
+  const vf q = (t * p) * vexp(-(a * a));
+  return vset(0.5f) * (av * (one - q) + v);
+}
+
+template <bool kErf>
+void gelu_range(const float* x, float* y, int64_t n) {
   int64_t i = 0;
-#if defined(__AVX512F__)
-  const __m512 one = _mm512_set1_ps(1.f);
-  for (; i + 16 <= n; i += 16) {
-    const __m512 v = _mm512_loadu_ps(x + i);
-    __m512 out;
-    if (!erf_form) {
-      const __m512 v3 = _mm512_mul_ps(_mm512_mul_ps(v, v), v);
-      const __m512 z = _mm512_mul_ps(_mm512_set1_ps(-kGeluTanhScale), _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), v3, v));
-      out = _mm512_div_ps(v, _mm512_add_ps(one, exp512(z)));
-    } else {
-      const __m512 av = _mm512_abs_ps(v);
-      const __m512 a = _mm512_mul_ps(av, _mm512_set1_ps(kInvSqrt2));
-      const __m512 t = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(kErfcP), a, one));
-      __m512 p = _mm512_fmadd_ps(t, _mm512_set1_ps(kErfcC4), _mm512_set1_ps(kErfcC3));
-      p = _mm512_fmadd_ps(t, p, _mm512_set1_ps(kErfcC2));
-      p = _mm512_fmadd_ps(t, p, _mm512_set1_ps(kErfcC1));
-      p = _mm512_fmadd_ps(t, p, _mm512_set1_ps(kErfcC0));
-      const __m512 q = _mm512_mul_ps(_mm512_mul_ps(t, p), exp512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(a, a))));
-      out = _mm512_mul_ps(_mm512_set1_ps(0.5f), _mm512_fmadd_ps(av, _mm512_sub_ps(one, q), v));
-    }
-    _mm512_storeu_ps(y + i, out);
-  }
-#endif
-  for (; i < n; ++i) y[i] = gelu_scalar(x[i], erf_form);
+  for (; i + kVL <= n; i += kVL) vstore(y + i, gelu_vec<kErf>(vload(x + i)));
+  for (; i < n; ++i) y[i] = gelu_scalar(x[i], kErf);
 }
 
 int gelu_entry(int nparam, void** params, int* ndims, int64_t** shapes, bool erf_form) {
@@ -388,7 +399,10 @@ int gelu_entry(int nparam, void** params, int* ndims, int64_t** shapes, bool erf
 #pragma omp parallel for num_threads(chunks > 1 ? g_threads : 1) schedule(dynamic, 4)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t i0 = c * kChunk, i1 = i0 + kChunk < n ? i0 + kChunk : n;
-    gelu_range(x + i0, y + i0, i1 - i0, erf_form);
+    if (erf_form)
+      gelu_range<true>(x + i0, y + i0, i1 - i0);
+    else
+      gelu_range<false>(x + i0, y + i0, i1 - i0);
   }
   return 0;
 }
@@ -406,13 +420,11 @@ void ms_ocr_set_threads(int n) {
   { }
 }
 int64_t ms_ocr_matmul_t_calls() { return g_matmul_t_calls.load(); }
-int ms_ocr_has_avx512() {
-#if defined(__AVX512F__)
-  return 1;
-#else
-  return 0;
-#endif
-}
+
+// The SIMD level this library was compiled for: "avx512", "avx2", "neon", "sse2" or "scalar".
+const char* ms_ocr_isa_level() { return MS_OCR_ISA; }
+// Floats per vector of that level.
+int ms_ocr_vector_floats() { return kVL; }
 
 // MatMulT: x [M, K] (M <= 8), w [N, K] -> y [M, N] = x w^T, for the decode step's matrix-vector products.
 int MatMulT(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream, void* extra) {

@@ -1,0 +1,169 @@
+"""A/B of each native CPU kernel against MindSpore's composed path, per ISA level of the kernel build.
+
+    python scripts/bench_kernels.py [--arch native x86-64-v3] [--kernels attention decode_layer ...]
+                                    [--threads 2] [--rounds 1]
+
+Every (build, kernel, route) runs in its own subprocess (MS_OCR_NATIVE_ARCH selects the build,
+MS_OCR_NATIVE_ROUTES the route: the kernel alone, or none = composed), graph mode, through the public op
+function the models call, on a real-size shape; the figure is the median of the timed calls after a warm-up.
+The composed route runs MindSpore's own kernels, which pick their SIMD level at run time whatever the build.
+Prints a table with the CPU model and each build's SIMD level and writes JSON (bench_out/bench_kernels.json).
+ops/backend.py's NATIVE_ROUTES routes a kernel at a level only where it measured faster here
+(docs/native-kernels.md keeps the figures).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+os.environ.setdefault("GLOG_v", "3")
+
+# name -> (what it is, timed calls)
+KERNEL_CASES = {
+    "attention": ("PaddleOCR-VL vision attention, one 512-query block: 16 heads x 3,996 keys, head_dim 72", 12),
+    "decode_layer": ("PaddleOCR-VL decoder layer, one decode step: hidden 1,024, 16/2 heads x 128, MLP 3,072, "
+                     "1,100 of 2,048 cache slots visible", 60),
+    "matmul_t": ("PaddleOCR-VL head GEMV: x [1, 1,024] x W [103,424, 1,024]^T", 30),
+    "gelu_tanh": ("GELU tanh (PaddleOCR-VL ViT MLP) on [3,996, 4,304]", 12),
+    "gelu_erf": ("GELU erf (HunyuanOCR ViT MLP) on [3,996, 4,304]", 12),
+}
+ROUTE_OF = {"attention": "attention", "decode_layer": "decode_layer", "matmul_t": "matmul_t",
+            "gelu_tanh": "gelu", "gelu_erf": "gelu"}
+
+
+def _inputs(kernel):
+    import numpy as np
+    rng = np.random.default_rng(0)
+    f = lambda *shape, scale=1.0: (rng.standard_normal(shape) * scale).astype(np.float32)  # noqa: E731
+    if kernel == "attention":
+        return [f(1, 16, 512, 72), f(1, 16, 3996, 72), f(1, 16, 3996, 72)]
+    if kernel == "matmul_t":
+        return [f(1, 1024), f(103424, 1024, scale=0.03)]
+    if kernel.startswith("gelu"):
+        return [f(3996, 4304, scale=2.0)]
+    hidden, hq, hkv, d, inter, t = 1024, 16, 2, 128, 3072, 2048
+    angles = rng.uniform(0, 6, (1, 1, 1, d)).astype(np.float32)
+    mask = np.full((1, 1, 1, t), -3.0e38, np.float32)
+    mask[..., :1100] = 0.0
+    weights = [1 + f(hidden, scale=0.1), f(hq * d, hidden, scale=0.03), f(hkv * d, hidden, scale=0.03),
+               f(hkv * d, hidden, scale=0.03), f(hidden, hq * d, scale=0.03), 1 + f(hidden, scale=0.1),
+               f(inter, hidden, scale=0.03), f(inter, hidden, scale=0.03), f(hidden, inter, scale=0.03)]
+    return [f(1, 1, hidden), np.cos(angles), np.sin(angles), mask, f(1, hkv, t, d), f(1, hkv, t, d)] + weights
+
+
+def _cell(kernel):
+    from mindspore import nn, ops
+    from ms_ocr import ops as K
+    from ms_ocr.nn import functional as F
+    from ms_ocr.ops import decode_layer, linear
+
+    class Apply(nn.Cell):
+        def construct(self, *args):
+            if kernel == "attention":
+                return K.attention(args[0], args[1], args[2], None, 72 ** -0.5)
+            if kernel == "matmul_t":
+                return linear.matmul_t(args[0], args[1])
+            if kernel == "gelu_tanh":
+                return K.gelu_tanh(args[0])
+            if kernel == "gelu_erf":
+                return K.gelu_erf(args[0])
+            x, cos, sin, mask, kc, vc = args[:6]
+            weights = args[6:]
+            # what nn.blocks.DecoderLayer.read_only_step runs
+            if decode_layer.available(x, kc, weights, True):
+                return decode_layer.decoder_layer_decode(x, cos, sin, mask, kc, vc, weights, 1e-5)
+            out, h, k, v = F.decoder_attention_decode(x, cos, sin, mask, kc, vc, weights[:6], 16, 2, 128, 1e-5)
+            return out + F.gated_mlp(h, *weights[6:], ops.silu), k, v
+
+    return Apply()
+
+
+def worker(kernel, threads):
+    """Time one kernel on the route MS_OCR_NATIVE_ROUTES selects (set by the parent); prints one JSON line."""
+    import numpy as np
+    from mindspore import Tensor
+    from ms_ocr.device import setup
+    from ms_ocr.ops import backend, native
+    setup("cpu", threads)
+    cell = _cell(kernel)
+    args = [Tensor(a) for a in _inputs(kernel)]
+    kernels = native.load()
+    out = cell(*args)
+    (out[0] if isinstance(out, tuple) else out).asnumpy()  # compile + first call
+    times = []
+    for _ in range(KERNEL_CASES[kernel][1]):
+        t0 = time.perf_counter()
+        out = cell(*args)
+        (out[0] if isinstance(out, tuple) else out).asnumpy()
+        times.append(1000 * (time.perf_counter() - t0))
+    return {"kernel": kernel, "routed": list(backend.routed()), "ms": statistics.median(times),
+            "ms_min": min(times), "isa_level": kernels.isa_level if kernels else None}
+
+
+def run(arch, kernel, route, threads):
+    env = dict(os.environ, MS_OCR_NATIVE_ARCH=arch, MS_OCR_NATIVE_ROUTES=ROUTE_OF[kernel] if route == "native"
+               else "none", OMP_NUM_THREADS=str(threads), PYTHONPATH=REPO)
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", kernel, "--threads", str(threads)],
+                          capture_output=True, text=True, env=env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"{kernel} ({arch}, {route}) failed:\n{proc.stderr[-2000:]}")
+    res = json.loads(lines[-1])
+    expected = [ROUTE_OF[kernel]] if route == "native" else []
+    if res["routed"] != expected:
+        raise SystemExit(f"{kernel} ({arch}, {route}): routed {res['routed']}, expected {expected}")
+    return res
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--arch", nargs="+", default=["native", "x86-64-v3"], help="-march targets of the builds")
+    p.add_argument("--kernels", nargs="+", default=list(KERNEL_CASES), choices=list(KERNEL_CASES))
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=1, help="rounds (medians reported); the route order alternates")
+    p.add_argument("--out", default=os.path.join(REPO, "bench_out"))
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.threads)))
+        return
+    from ms_ocr.ops import native
+    rows = []
+    for arch in args.arch:
+        for kernel in args.kernels:
+            figures = {"native": [], "composed": []}
+            level = None
+            for r in range(args.rounds):
+                for route in (("native", "composed") if r % 2 == 0 else ("composed", "native")):
+                    res = run(arch, kernel, route, args.threads)
+                    figures[route].append(res["ms"])
+                    level = level or res["isa_level"]
+            nat, comp = statistics.median(figures["native"]), statistics.median(figures["composed"])
+            rows.append({"arch": arch, "isa_level": level, "kernel": kernel, "case": KERNEL_CASES[kernel][0],
+                         "native_ms": nat, "composed_ms": comp, "speedup": comp / nat,
+                         "native_rounds": figures["native"], "composed_rounds": figures["composed"]})
+            print(f"{arch:<10} {level:<7} {kernel:<13} native {nat:9.2f} ms  composed {comp:9.2f} ms  "
+                  f"x{comp / nat:5.2f}", flush=True)
+    cpu = native.cpu_model()
+    print(f"\nCPU: {cpu}; {args.threads} threads; {datetime.date.today()}")
+    print(f"{'build':<11}{'level':<8}{'kernel':<14}{'native ms':>11}{'composed ms':>13}{'composed/native':>17}")
+    for r in rows:
+        print(f"{r['arch']:<11}{r['isa_level']:<8}{r['kernel']:<14}{r['native_ms']:>11.2f}{r['composed_ms']:>13.2f}"
+              f"{r['speedup']:>17.2f}")
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "bench_kernels.json")
+    with open(path, "w") as f:
+        json.dump({"cpu": cpu, "threads": args.threads, "date": str(datetime.date.today()), "rows": rows}, f,
+                  indent=1)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""Every native kernel at the SIMD levels this machine cannot run through MindSpore: kernels.cc cross-built for
+aarch64 (NEON) with a small standalone driver (tests/ops/kernel_harness.cc) and run under qemu-user, and the
+same driver built for x86 levels, against float64 NumPy (correctness only; qemu's timings mean nothing).
+The MindSpore Custom-op tests of each kernel cover the x86 levels this CPU runs (test_native.py and others)."""
+
+import numpy as np
+import pytest
+
+from tests.helpers.native import (AARCH64_CXX, AARCH64_SYSROOT, CXX, QEMU, build_harness, needs_aarch64_tools,
+                                  needs_compiler, needs_x86, run_harness)
+from tests.ops import test_decode_layer, test_native_gelu, test_vision_attention
+
+
+def _cases():
+    """(name, kernel, inputs, output shapes, float64 reference outputs, tolerance relative to max(1, |ref|))."""
+    rng = np.random.default_rng(11)
+    cases = []
+    for m, n, k in [(1, 1030, 1000), (3, 37, 37), (8, 257, 1152), (5, 9, 3)]:
+        x, w = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
+        cases.append((f"matmul_t_{m}x{n}x{k}", "MatMulT", [x, w], [(m, n)],
+                      [x.astype(np.float64) @ w.astype(np.float64).T], 1e-5))
+    for i, case in enumerate(test_decode_layer.CASES):
+        *tensors, weights = test_decode_layer.make_case(np.random.default_rng(i), *case)
+        ref = test_decode_layer.reference(*tensors, weights, 1e-5)
+        cases.append((f"decode_layer_{i}", "DecodeLayer", [*tensors, *weights, np.array([1e-5], np.float32)],
+                      [r.shape for r in ref], list(ref), 2e-5))
+    for case in test_vision_attention.CASES:
+        q, k, v = test_vision_attention._case(np.random.default_rng(sum(case)), *case)
+        scale = case[3] ** -0.5
+        ref = test_vision_attention.reference(q, k, v, scale)
+        cases.append(("attention_" + "x".join(map(str, case)), "VisionAttention",
+                      [q, k, v, np.array([scale], np.float32)], [q.shape], [ref], 2e-6))
+    x = test_native_gelu._inputs()
+    for erf_form, kernel in ((False, "GeluTanh"), (True, "GeluErf")):
+        cases.append((kernel, kernel, [x], [x.shape], [test_native_gelu.reference(x, erf_form)], "gelu"))
+    return cases
+
+
+CASES = _cases()
+
+
+def _check(outs, refs, tol):
+    for got, want in zip(outs, refs):
+        assert got.shape == want.shape
+        if tol == "gelu":  # |x| up to 100: a few fp32 ulps, absolute (as test_native_gelu)
+            assert np.abs(got - want).max() <= 5e-5
+        else:
+            assert np.abs(got - want).max() <= tol * max(1.0, np.abs(want).max())
+
+
+@pytest.fixture(scope="module")
+def aarch64_harness(tmp_path_factory):
+    return build_harness(str(tmp_path_factory.mktemp("aarch64")), AARCH64_CXX)
+
+
+@needs_aarch64_tools
+@pytest.mark.parametrize("threads", [1, 2])
+def test_aarch64_neon_kernels_match_numpy(aarch64_harness, tmp_path, threads):
+    """The aarch64 build (the host CPUs of Ascend servers, e.g. Kunpeng) takes the NEON vectors and computes every
+    kernel within the x86 builds' tolerances."""
+    runner = [QEMU, "-L", AARCH64_SYSROOT, aarch64_harness]
+    for name, kernel, inputs, out_shapes, refs, tol in CASES:
+        outs, level = run_harness(runner, kernel, inputs, out_shapes, str(tmp_path / name), threads)
+        assert level == "neon", name
+        _check(outs, refs, tol)
+
+
+@needs_compiler
+@needs_x86
+@pytest.mark.parametrize("arch,level", [("x86-64-v2", "sse2"), ("x86-64-v3", "avx2")])
+def test_harness_builds_match_numpy(tmp_path, arch, level):
+    """The same driver and cases built for x86 levels (the levels' arithmetic without MindSpore): it checks the
+    harness itself against the Custom-op tests' results."""
+    exe = build_harness(str(tmp_path), CXX, (f"-march={arch}",))
+    for name, kernel, inputs, out_shapes, refs, tol in CASES:
+        outs, got_level = run_harness([exe], kernel, inputs, out_shapes, str(tmp_path / name))
+        assert got_level == level, name
+        _check(outs, refs, tol)
