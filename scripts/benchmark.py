@@ -5,7 +5,10 @@
 Builds (once, cached) a checkpoint with the real architecture and random weights, draws a 768x1024
 document page, then runs ms_ocr and transformers (torch CPU, fp32) one after the other with the same
 prompt and the same forced number of new tokens. Reports vision, prefill, decode tokens/s, peak RSS and
-(ms_ocr) compile time separately; prints a table with ratios and writes JSON.
+(ms_ocr) compile time separately; prints a table with ratios and writes JSON. Both name the CPU model, the SIMD
+level of ms_ocr's native kernel build (MS_OCR_NATIVE_ARCH=x86-64-v3 benchmarks an AVX2/FMA build; see
+docs/native-kernels.md) and of torch, and the kernel route of each figure (which native kernels ran in it, or
+composed MindSpore kernels only).
 
 --repeat N runs N rounds, each framework once per round in a fresh subprocess, the order alternating
 between rounds (on a shared machine load drifts over minutes), and reports each figure's median over the
@@ -60,13 +63,32 @@ def build_checkpoint(model, out_dir):
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
 
 
+# The native kernels each figure's stage can run (ops/backend.KERNELS); the others in it are MindSpore's.
+STAGE_KERNELS = {"vision_ms": ("attention", "gelu"), "prefill_ms": ("matmul_t",),
+                 "decode_ms_per_token": ("decode_layer", "matmul_t"), "decode_tokens_per_s": ("decode_layer", "matmul_t")}
+
+
+def kernel_routes(routed):
+    """Each figure's kernel route: "native: <kernels>" for the native kernels routed in its stage, else
+    "composed" (MindSpore's kernels only)."""
+    out = {}
+    for key, kernels in STAGE_KERNELS.items():
+        used = [k for k in kernels if k in routed]
+        out[key] = "native: " + "+".join(used) if used else "composed"
+    return out
+
+
 def worker_ms_ocr(args):
     from PIL import Image
     import numpy as np
     from ms_ocr.device import setup
     from ms_ocr.models import model_package
+    from ms_ocr.ops import backend, native
     from ms_ocr.runtime import Buckets
     setup("cpu", args.threads)
+    kernels = native.load()
+    simd = {"isa_level": kernels.isa_level if kernels else None,
+            "march": native.build_arch() if kernels else None, "routed": list(backend.routed())}
     t0 = time.perf_counter()
     pipe = model_package(args.model).load(args.ckpt, "CPU", "fp32", Buckets())
     load_s = time.perf_counter() - t0
@@ -94,7 +116,8 @@ def worker_ms_ocr(args):
                        else int(sum(np.asarray(view[0]).shape[0] for view in v.embed)) for v in prep.vision_inputs),
             "prompt_tokens": int(s), "vision_ms": 1000 * vision_s, "prefill_ms": 1000 * prefill_s,
             "decode_ms_per_token": 1000 * decode_s / n, "decode_tokens_per_s": n / decode_s,
-            "compile_s": dict(rt.compiler.seconds), "peak_rss_gb": peak_rss_gb(), "tokens": tokens}
+            "compile_s": dict(rt.compiler.seconds), "peak_rss_gb": peak_rss_gb(), "tokens": tokens,
+            "simd": simd, "routes": kernel_routes(simd["routed"])}
 
 
 def reference_model_and_inputs(model_name, ckpt, img, prompt):
@@ -160,7 +183,8 @@ def worker_transformers(args):
     return {"framework": "transformers", "load_s": load_s, "patches": int(inputs["pixel_values"].shape[0]),
             "prompt_tokens": int(inputs["input_ids"].shape[1]), "vision_ms": 1000 * vision_s,
             "prefill_ms": 1000 * prefill_s, "decode_ms_per_token": 1000 * decode_s / n,
-            "decode_tokens_per_s": n / decode_s, "peak_rss_gb": peak_rss_gb(), "tokens": tokens}
+            "decode_tokens_per_s": n / decode_s, "peak_rss_gb": peak_rss_gb(), "tokens": tokens,
+            "simd": {"isa_level": torch.backends.cpu.get_cpu_capability()}}
 
 
 def fp32_weight_bytes(ckpt):
@@ -224,19 +248,35 @@ def tokens_agreement(results):
     return f"{sum(a == b for a, b in zip(ms, tf))}/{len(ms)}"
 
 
-def report(results, bound_ms, rounds=()):
+def simd_line(results, cpu):
+    """The CPU model and each framework's SIMD level (ms_ocr: its native kernel build and -march)."""
+    parts = [f"CPU: {cpu}"]
     ms, tf = results.get("ms_ocr"), results.get("transformers")
+    if ms:
+        simd = ms.get("simd", {})
+        level = simd.get("isa_level")
+        parts.append(f"ms_ocr native kernels: {level} build (-march={simd.get('march')})" if level
+                     else "ms_ocr native kernels: none (MindSpore's only)")
+    if tf:
+        parts.append(f"torch: {tf.get('simd', {}).get('isa_level')}")
+    return "; ".join(parts)
+
+
+def report(results, bound_ms, rounds=(), cpu=None):
+    ms, tf = results.get("ms_ocr"), results.get("transformers")
+    print(simd_line(results, cpu or "?"))
     if len(rounds) > 1:
         print(f"medians over {len(rounds)} rounds (each framework in its own subprocess per round):")
     rows = [("vision ms", "vision_ms"), ("prefill ms", "prefill_ms"), ("decode ms/token", "decode_ms_per_token"),
             ("decode tokens/s", "decode_tokens_per_s"), ("peak RSS GB", "peak_rss_gb"), ("load s", "load_s")]
-    print(f"{'figure':<18}{'ms_ocr':>12}{'transformers':>14}{'ms/tf':>9}")
+    routes = ms.get("routes", {}) if ms else {}
+    print(f"{'figure':<18}{'ms_ocr':>12}{'transformers':>14}{'ms/tf':>9}  ms_ocr kernel route")
     for label, key in rows:
         a = ms.get(key) if ms else None
         b = tf.get(key) if tf else None
-        ratio = f"{a / b:9.2f}" if a and b else ""
+        ratio = f"{a / b:9.2f}" if a and b else " " * 9
         cell = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
-        print(f"{label:<18}{cell(a):>12}{cell(b):>14}{ratio}")
+        print(f"{label:<18}{cell(a):>12}{cell(b):>14}{ratio}  {routes.get(key, '')}".rstrip())
     if ms and tf:
         vp_ms = ms["vision_ms"] + ms["prefill_ms"]
         vp_tf = tf["vision_ms"] + tf["prefill_ms"]
@@ -293,11 +333,15 @@ def main():
         rounds.append(results)
     results = {fw: median_result([r[fw] for r in rounds]) for fw in frameworks}
     bound_ms = 1000 * fp32_weight_bytes(args.ckpt) / (READ_BANDWIDTH_GBS * 1e9)
-    report(results, bound_ms, rounds)
+    from ms_ocr.ops.native import cpu_model
+    cpu = cpu_model()
+    report(results, bound_ms, rounds, cpu)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"benchmark_{args.model}.json")
+    ms = results.get("ms_ocr", {})
     with open(path, "w") as f:
-        json.dump({"model": args.model, "threads": args.threads, "new_tokens": args.new_tokens,
+        json.dump({"model": args.model, "threads": args.threads, "new_tokens": args.new_tokens, "cpu": cpu,
+                   "simd": {fw: r.get("simd") for fw, r in results.items()}, "kernel_routes": ms.get("routes"),
                    "decode_bound_ms": bound_ms, "results": results, "rounds": rounds}, f, indent=1)
     print(f"wrote {path}")
 
