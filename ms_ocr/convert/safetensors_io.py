@@ -107,6 +107,48 @@ def save_file(tensors, path, metadata=None):
     os.replace(tmp, path)
 
 
+def tensor_index(model_dir):
+    """{name: (path, header entry, data start)} over every file of a checkpoint, from the headers only."""
+    index = {}
+    for path in weight_files(model_dir):
+        header, offset = read_header(path)
+        for name, info in header.items():
+            if name != "__metadata__":
+                index[name] = (path, info, offset)
+    return index
+
+
+def read_tensor(entry):
+    """The float32 (or integer) array of one `tensor_index` entry."""
+    path, info, offset = entry
+    start, end = info["data_offsets"]
+    with open(path, "rb") as f:
+        f.seek(offset + start)
+        raw = np.frombuffer(f.read(end - start), dtype=_DTYPES[info["dtype"]]).reshape(info["shape"])
+    return (raw.astype(np.uint32) << 16).view(np.float32) if info["dtype"] == "BF16" else raw
+
+
+def same_values(a, b, chunk=64 << 20):
+    """Whether two `tensor_index` entries hold equal values: bytes compared chunk by chunk when they share dtype
+    and shape (no decode, bounded memory), else compared as float32."""
+    (pa, ia, oa), (pb, ib, ob) = a, b
+    if list(ia["shape"]) != list(ib["shape"]):
+        return False
+    if ia["dtype"] != ib["dtype"]:
+        return bool(np.array_equal(read_tensor(a).astype(np.float32), read_tensor(b).astype(np.float32)))
+    (sa, ea), (sb, eb) = ia["data_offsets"], ib["data_offsets"]
+    with open(pa, "rb") as fa, open(pb, "rb") as fb:
+        fa.seek(oa + sa)
+        fb.seek(ob + sb)
+        left = ea - sa
+        while left > 0:
+            n = min(chunk, left)
+            if fa.read(n) != fb.read(n):
+                return False
+            left -= n
+    return True
+
+
 def checkpoint_dtypes(model_dir):
     """The set of dtype tags (F32, BF16, ...) of a checkpoint's tensors, from the headers only."""
     tags = set()

@@ -5,7 +5,7 @@ import time
 
 from ms_ocr.config_utils import read_json
 from ms_ocr.convert.loader import load_weights
-from ms_ocr.convert.safetensors_io import checkpoint_dtypes, iter_checkpoint
+from ms_ocr.convert.safetensors_io import checkpoint_dtypes, iter_checkpoint, same_values, tensor_index
 from ms_ocr.device import resolve_dtype
 from ms_ocr.vlm import VLMPipeline
 from ms_ocr.runtime import Buckets, VLMRuntime
@@ -18,6 +18,24 @@ def eos_ids(model_dir, default):
     if eos is None:
         eos = default
     return [eos] if isinstance(eos, int) else list(eos)
+
+
+def resolve_tied_head(cfg, model_dir, table, embed="model.embed_tokens.weight", head="lm_head.weight"):
+    """Set `cfg.text.tie_word_embeddings` to what transformers 5.23 runs for this folder and return `cfg`.
+
+    Its loader ties lm_head to the input embeddings when the config asks for it (for the hub's flat PaddleOCR-VL
+    and HunyuanOCR files it always does: a root `tie_word_embeddings` lands in the text config's default), *unless*
+    the checkpoint stores an lm_head whose values differ from the embeddings: then it loads that head, whatever
+    the flag says. Without this check a flat hub folder with its own head ran a tied head (wrong tokens).
+    `table` maps checkpoint names to ours (to find the embeddings under either layout's name)."""
+    if not cfg.text.tie_word_embeddings:
+        return cfg
+    index = tensor_index(model_dir)
+    heads = [n for n in index if n == head or table(n) == head]
+    embeds = [n for n in index if table(n) == embed]
+    if heads and embeds and not same_values(index[heads[0]], index[embeds[0]]):
+        cfg.text.tie_word_embeddings = False
+    return cfg
 
 
 def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, num_pos_axes, t0, target="CPU",

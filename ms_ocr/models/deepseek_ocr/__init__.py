@@ -9,7 +9,7 @@ from ms_ocr.models.deepseek_ocr.grounding import parse_grounding
 from ms_ocr.models.deepseek_ocr.model import DeepseekOCRModel
 from ms_ocr.models.deepseek_ocr.processor import MODES, DeepseekOCRProcessor
 from ms_ocr.models.deepseek_ocr.vision import assembly_index
-from ms_ocr.models.loading import load_pipeline
+from ms_ocr.models.loading import load_pipeline, resolve_tied_head
 from ms_ocr.nn.sam import sam_tables
 from ms_ocr.processing.resample import bicubic_aa_matrix
 from ms_ocr.runtime import VisionInputs
@@ -60,7 +60,8 @@ def postprocess(text, task, images):
 
 
 def config_from_dir(model_dir):
-    return DeepseekOCRConfig.from_dict(load_config_json(model_dir))
+    cfg = DeepseekOCRConfig.from_dict(load_config_json(model_dir))
+    return resolve_tied_head(cfg, model_dir, name_table(cfg))
 
 
 def build(cfg):

@@ -11,7 +11,7 @@ from ms_ocr.models.deepseek_ocr2.convert import name_table
 from ms_ocr.models.deepseek_ocr2.model import DeepseekOCR2Model
 from ms_ocr.models.deepseek_ocr2.processor import DeepseekOCR2Processor
 from ms_ocr.models.deepseek_ocr2.vision import hybrid_visible
-from ms_ocr.models.loading import load_pipeline
+from ms_ocr.models.loading import load_pipeline, resolve_tied_head
 from ms_ocr.nn.sam import sam_tables
 from ms_ocr.runtime import VisionInputs
 
@@ -45,7 +45,8 @@ def vision_inputs(cfg, processed):
 
 
 def config_from_dir(model_dir):
-    return DeepseekOCR2Config.from_dict(load_config_json(model_dir))
+    cfg = DeepseekOCR2Config.from_dict(load_config_json(model_dir))
+    return resolve_tied_head(cfg, model_dir, name_table(cfg))
 
 
 def build(cfg):

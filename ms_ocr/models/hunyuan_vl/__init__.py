@@ -10,7 +10,7 @@ from ms_ocr.models.hunyuan_vl.convert import name_table
 from ms_ocr.models.hunyuan_vl.model import HunyuanOCRModel
 from ms_ocr.models.hunyuan_vl.postprocess import clean_repeated_substrings, parse_spotting
 from ms_ocr.models.hunyuan_vl.processor import HunyuanOCRProcessor
-from ms_ocr.models.loading import load_pipeline
+from ms_ocr.models.loading import load_pipeline, resolve_tied_head
 from ms_ocr.processing import grid as G
 from ms_ocr.runtime import VisionInputs
 
@@ -65,7 +65,8 @@ def postprocess(text, task, images):
 
 
 def config_from_dir(model_dir):
-    return HunyuanOCRConfig.from_dict(load_config_json(model_dir))
+    cfg = HunyuanOCRConfig.from_dict(load_config_json(model_dir))
+    return resolve_tied_head(cfg, model_dir, name_table(cfg))
 
 
 def build(cfg):

@@ -129,7 +129,8 @@ class HunyuanOCRConfig:
             text_raw["head_dim"] = text_raw["hidden_size"] // text_raw["num_attention_heads"]
         # transformers 5.23 ties lm_head to embed_tokens for the flat layout whatever the flag says (the flag
         # moves into the text config and the root keeps its default True), and for the nested layout when
-        # either level asks for it; mirror that.
+        # either level asks for it; mirror that (a stored lm_head that differs still wins at load:
+        # models/loading.resolve_tied_head).
         if nested:
             text_raw["tie_word_embeddings"] = bool(raw.get("tie_word_embeddings", True)
                                                    or raw["text_config"].get("tie_word_embeddings", True))

@@ -20,6 +20,6 @@ RENAMES = [
 def name_table(cfg):
     drops = []
     if cfg.text.tie_word_embeddings:
-        # A re-saved checkpoint may store the tied copy; the reference ties it to embed_tokens.
+        # tied (resolve_tied_head): a stored lm_head.weight is a copy of embed_tokens
         drops.append(r"^lm_head\.weight$")
     return RenameTable(RENAMES, drops, chain=True)

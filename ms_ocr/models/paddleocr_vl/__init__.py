@@ -5,7 +5,7 @@ import time
 import numpy as np
 
 from ms_ocr.config_utils import load_config_json
-from ms_ocr.models.loading import load_pipeline
+from ms_ocr.models.loading import load_pipeline, resolve_tied_head
 from ms_ocr.models.paddleocr_vl.config import PaddleOCRVLConfig
 from ms_ocr.models.paddleocr_vl.convert import name_table
 from ms_ocr.models.paddleocr_vl.model import PaddleOCRVLModel
@@ -34,7 +34,8 @@ def vision_inputs(cfg, processed):
 
 
 def config_from_dir(model_dir):
-    return PaddleOCRVLConfig.from_dict(load_config_json(model_dir))
+    cfg = PaddleOCRVLConfig.from_dict(load_config_json(model_dir))
+    return resolve_tied_head(cfg, model_dir, name_table(cfg))
 
 
 def build(cfg):

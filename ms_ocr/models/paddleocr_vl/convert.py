@@ -19,6 +19,6 @@ RENAMES = [
 def name_table(cfg):
     drops = list(DROPS)
     if cfg.text.tie_word_embeddings:
-        # The hub file also stores lm_head.weight; the reference ties it to embed_tokens.
+        # tied (resolve_tied_head): a stored lm_head.weight is a copy of embed_tokens
         drops.append(r"^lm_head\.weight$")
     return RenameTable(RENAMES, drops)

@@ -1,0 +1,122 @@
+"""The checkpoint-layout matrix: every variant of tests/matrix/models.py gives transformers' greedy tokens end to
+end through the CLI, and its first logits within 1e-4 of max|logit| in process."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw
+
+from tests.cli_util import run_module
+from tests.matrix import layouts
+from tests.matrix.models import MATRICES
+
+NEW_TOKENS = 10
+CASES = [(model, variant) for model, m in MATRICES.items() for variant in m.variants]
+
+
+@pytest.fixture(scope="session")
+def matrix_images(tmp_path_factory):
+    """Image files by (width, height): a light page with dark text lines and a box, drawn deterministically."""
+    folder = tmp_path_factory.mktemp("matrix_images")
+    made = {}
+
+    def get(size):
+        if size not in made:
+            w, h = size
+            img = Image.new("RGB", size, (248, 247, 240))
+            d = ImageDraw.Draw(img)
+            for i, y in enumerate(range(2, h - 8, 14)):
+                d.text((2 + (i % 3) * 4, y), f"Line {i}: 12.{i}0 EUR", fill=(20, 20, 30))
+            d.rectangle([1, 1, w - 2, h - 2], outline=(90, 40, 40))
+            path = folder / f"img_{w}x{h}.png"
+            img.save(path)
+            made[size] = str(path)
+        return made[size]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def matrix_checkpoint(tmp_path_factory):
+    """Factory: (model, variant) -> folder built once per session (the base layout, then the layout keys)."""
+    built = {}
+
+    def get(model, variant):
+        if (model, variant) not in built:
+            spec = MATRICES[model].variants[variant]
+            folder = str(tmp_path_factory.mktemp(f"{model}_{variant}"))
+            MATRICES[model].build(folder, spec["layout"], **spec.get("build", {}))
+            built[model, variant] = layouts.apply(folder, spec)
+        return built[model, variant]
+
+    return get
+
+
+def reference_run(matrix, folder, image_paths, prompt):
+    """transformers' greedy tokens per image and the first step's logits of the first image."""
+    import torch
+    tokens, first_logits = [], None
+    for path in image_paths:
+        model, inputs = matrix.reference(folder, [Image.open(path).convert("RGB")], prompt)
+        with torch.no_grad():
+            out = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False, output_logits=True,
+                                 return_dict_in_generate=True)
+        tokens.append(out.sequences[0, inputs["input_ids"].shape[1]:].tolist())
+        if first_logits is None:
+            first_logits = out.logits[0][0].float().numpy()
+    return tokens, first_logits
+
+
+def cli_run(matrix, folder, image_paths, prompt, *extra):
+    proc = run_module("ms_ocr.infer", "--model", matrix.cli, "--model-path", folder, "--image", *image_paths,
+                      "--prompt", prompt, "--max-new-tokens", str(NEW_TOKENS), "--json", *extra)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def ours_first_logits(matrix, folder, image_path, prompt):
+    import importlib
+    package = importlib.import_module(f"ms_ocr.models.{matrix.package}")
+    pipe = package.load(folder, "CPU", "auto")
+    prep, _ = pipe.prepare([Image.open(image_path).convert("RGB")], prompt)
+    return pipe.runtime.prefill(prep, pipe.encode_images(prep), max_new_tokens=1).asnumpy()[0]
+
+
+@pytest.mark.parametrize("model,variant", CASES, ids=[f"{m}-{v}" for m, v in CASES])
+def test_variant_matches_reference(model, variant, matrix_checkpoint, matrix_images, graph_mode):
+    matrix = MATRICES[model]
+    spec = matrix.variants[variant]
+    folder = matrix_checkpoint(model, variant)
+    paths = [matrix_images(matrix.images[name]) for name in spec["images"]]
+    prompt = matrix.prompts[spec["prompt"]]
+    want, want_logits = reference_run(matrix, folder, paths, prompt)
+    got = cli_run(matrix, folder, paths, prompt)
+    assert [g["token_ids"] for g in got] == want
+    logits = ours_first_logits(matrix, folder, paths[0], prompt)
+    assert np.abs(logits - want_logits).max() <= 1e-4 * np.abs(want_logits).max()
+
+
+@pytest.mark.parametrize("model", list(MATRICES))
+def test_generation_config_eos_list_stops_both_at_the_same_token(model, matrix_checkpoint, matrix_images,
+                                                                 tmp_path):
+    """The checkpoint's own eos: generation_config.json's list (here with a token the model emits at step 4 added)
+    ends both runtimes' generation at the same token, with finish_reason "stop"."""
+    matrix = MATRICES[model]
+    folder = str(tmp_path / "ckpt")
+    shutil.copytree(matrix_checkpoint(model, "save_pretrained"), folder)
+    path = matrix_images(matrix.images["page"])
+    prompt = matrix.prompts["plain"]
+    (free,), _ = reference_run(matrix, folder, [path], prompt)
+    stop = free[4]
+    first = free.index(stop)
+    gen = layouts.read_json(folder, "generation_config.json")
+    eos = gen.get("eos_token_id")
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    layouts.set_eos(folder, eos + [stop])
+    (want,), _ = reference_run(matrix, folder, [path], prompt)
+    assert want == free[:first + 1]
+    (got,) = cli_run(matrix, folder, [path], prompt)
+    assert got["token_ids"] == want and got["finish_reason"] == "stop"
