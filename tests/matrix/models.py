@@ -22,10 +22,30 @@ class ModelMatrix:
     cli: str                    # --model
     package: str                # ms_ocr.models.<package>
     build: object               # build(folder, layout, **build_kwargs) -> folder
-    reference: object           # reference(folder, images, prompt) -> (model, inputs): transformers' model + inputs
+    reference: object           # reference(folder, image paths, prompt, n) -> (greedy ids per image, first logits)
     images: dict                # name -> (width, height)
     prompts: dict               # name -> prompt text
     variants: dict = field(default_factory=dict)  # id -> dict(layout, build kwargs, layout keys, images, prompt)
+    load_kwargs: dict = field(default_factory=dict)  # package.load(...) extras (and --mode below)
+    cli_args: tuple = ()
+
+
+def transformers_reference(load):
+    """reference() over transformers' generate: load(folder, images, prompt) -> (model, inputs)."""
+    def run(folder, paths, prompt, max_new_tokens):
+        import torch
+        from PIL import Image
+
+        tokens, first = [], None
+        for path in paths:
+            model, inputs = load(folder, [Image.open(path).convert("RGB")], prompt)
+            with torch.no_grad():
+                out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, output_logits=True,
+                                     return_dict_in_generate=True)
+            tokens.append(out.sequences[0, inputs["input_ids"].shape[1]:].tolist())
+            first = out.logits[0][0].float().numpy() if first is None else first
+        return tokens, first
+    return run
 
 
 def _paddle_build(folder, layout, tokenizer="json"):
@@ -63,7 +83,7 @@ def _hunyuan_reference(folder, images, prompt):
 
 
 PADDLE = ModelMatrix(
-    cli="paddleocr-vl", package="paddleocr_vl", build=_paddle_build, reference=_paddle_reference,
+    cli="paddleocr-vl", package="paddleocr_vl", build=_paddle_build, reference=transformers_reference(_paddle_reference),
     # tiny processor: 3,136..50,176 pixels (tests/helpers/tiny_paddle.py)
     images={"page": (96, 128), "small": (30, 22), "wide": (700, 36), "tall": (40, 520), "large": (900, 640)},
     prompts={"plain": "OCR:", "special": "Chart Recognition: <|LOC_0|> then <|LOC_1|>"},
@@ -84,7 +104,7 @@ PADDLE = ModelMatrix(
     })
 
 HUNYUAN = ModelMatrix(
-    cli="hunyuan-ocr", package="hunyuan_vl", build=_hunyuan_build, reference=_hunyuan_reference,
+    cli="hunyuan-ocr", package="hunyuan_vl", build=_hunyuan_build, reference=transformers_reference(_hunyuan_reference),
     # tiny processor: 4,096..49,152 pixels, patch 16 (tests/helpers/tiny_hunyuan.py)
     images={"page": (96, 128), "small": (24, 30), "wide": (720, 40), "tall": (36, 600), "large": (1000, 700)},
     prompts={"plain": "Extract the text in the image.",
@@ -102,4 +122,69 @@ HUNYUAN = ModelMatrix(
                                                    images=["large"], prompt="special"),
     })
 
-MATRICES = {m.cli: m for m in (PADDLE, HUNYUAN)}
+def _v1_build(folder, layout):
+    from tests.helpers.golden_v1 import make_v1_checkpoint
+    make_v1_checkpoint(folder)
+    return folder
+
+
+def _v1_reference(folder, paths, prompt, max_new_tokens):
+    """DeepSeek-OCR v1 has no transformers class: the official code's assembled image features of the golden
+    view (tests/data/deepseek_ocr_v1, picked by the image's size) fed to transformers' MoE decoder with the
+    folder's own weights and head (the embeddings when the head is tied)."""
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file
+    from tokenizers import Tokenizer
+
+    from ms_ocr.convert.safetensors_io import weight_files
+    from ms_ocr.models.deepseek_ocr import config_from_dir
+    from tests.helpers.golden_v1 import golden, v1_text_model
+    from PIL import Image
+
+    state = {}
+    for path in weight_files(folder):
+        state.update(load_file(path))
+    text, _ = v1_text_model()  # the decoder the folder was built from (layouts change files and the head only)
+    assert torch.equal(state["model.embed_tokens.weight"].float(), text.embed_tokens.weight)
+    head = state["model.embed_tokens.weight"] if config_from_dir(folder).text.tie_word_embeddings \
+        else state["lm_head.weight"]
+    head = head.float()
+    tok = Tokenizer.from_file(f"{folder}/tokenizer.json")
+    tokens, first = [], None
+    for path in paths:
+        case = {128: "tiny", 256: "base", 320: "large"}[Image.open(path).width]
+        feats = torch.tensor(golden()[f"asm.{case}_noTiles"])
+        ids = [360] + [362] * feats.shape[0] + tok.encode("\n" + prompt, add_special_tokens=False).ids
+        out = []
+        with torch.no_grad():
+            emb = text.embed_tokens(torch.tensor(ids))
+            emb[1:1 + feats.shape[0]] = feats
+            for _ in range(max_new_tokens):
+                logits = text(inputs_embeds=emb[None]).last_hidden_state[0, -1] @ head.T
+                first = logits.numpy().astype(np.float32) if first is None else first
+                out.append(int(logits.argmax()))
+                emb = torch.cat([emb, text.embed_tokens(torch.tensor([out[-1]]))])
+        tokens.append(out)
+    return tokens, first
+
+
+def _v1_images():
+    """The golden views as image files (the mode's global view at native size: no resize, no padding)."""
+    return {"tiny": "golden:tiny_global", "base": "golden:base_global", "large": "golden:large_global"}
+
+
+DEEPSEEK_V1 = ModelMatrix(
+    cli="deepseek-ocr", package="deepseek_ocr", build=_v1_build, reference=_v1_reference,
+    images=_v1_images(), prompts={"plain": "Free OCR.", "special": "<|grounding|>Convert the document to markdown."},
+    cli_args=("--no-repeat-ngram", "0"),
+    variants={
+        # the released layout: language_config, per-expert tensors, its own lm_head (flag false)
+        "hub": dict(layout="hub", mode="base", images=["base"], prompt="plain"),
+        "tied_sharded": dict(layout="hub", head="tied", weights=("float32", "40KB"), mode="large", images=["large"],
+                             prompt="special"),
+        "own_head_flag_tied": dict(layout="hub", head="own_head_flag_tied", mode="tiny", images=["tiny"],
+                                   prompt="plain"),
+    })
+
+MATRICES = {m.cli: m for m in (PADDLE, HUNYUAN, DEEPSEEK_V1)}
