@@ -58,11 +58,14 @@ class _Sequence:
 
 class BatchEngine:
     def __init__(self, pipe, sampling, max_batch_size=4, max_input_length=4096, max_output_length=1024,
-                 ignore_eos=False, max_model_len=None):
+                 ignore_eos=False, max_model_len=None, pack_vision=True):
         """`sampling` is the default SamplingConfig (a request may carry its own); the cache is sized for
         prompts up to max_input_length tokens plus max_output_length new tokens, or, with max_model_len (the
         server), for max_model_len tokens of prompt and output together (a sequence stops at that length).
-        ignore_eos (benchmarks) runs every sequence to its token budget."""
+        ignore_eos (benchmarks) runs every sequence to its token budget. pack_vision=False encodes each
+        request's images on their own instead of packing a group's images into one row block: the vision
+        graphs are then compiled per image size, not per group's total (what a server with pages of many sizes
+        arriving in ever-different groups needs)."""
         if max_batch_size < 1:
             raise ValueError("max batch size must be at least 1")
         if max_input_length < 1 or max_output_length < 1:
@@ -78,6 +81,7 @@ class BatchEngine:
         else:
             self.slots = rt.plan_slots(max_model_len, 0)
             self.max_total = max_model_len
+        self.pack_vision = pack_vision
         self.eos = set() if ignore_eos else set(int(e) for e in pipe.eos_ids)
         self.compile_before = dict(rt.compiler.seconds)
         # decode steps run, their time (compile excluded) and the tokens they produced, over the engine's life
@@ -151,7 +155,11 @@ class BatchEngine:
         t0 = time.perf_counter()
         c0 = dict(self.rt.compiler.seconds)
         try:
-            feats = self.rt.encode_batch([prep.vision_inputs for _, prep in group])
+            inputs = [prep.vision_inputs for _, prep in group]
+            if self.pack_vision:
+                feats = self.rt.encode_batch(inputs)
+            else:
+                feats = [self.rt.encode_batch([v])[0] for v in inputs]
             t1 = time.perf_counter()
             c1 = dict(self.rt.compiler.seconds)
             slots = free[:len(group)]

@@ -4,11 +4,15 @@ Loads the model, compiles the decode graph (--warmup), starts the engine thread 
 """
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 import time
 
 os.environ.setdefault("GLOG_v", "3")
+
+import uvicorn  # noqa: E402
 
 from ms_ocr.infer import CliError, _Parser, cli_main  # noqa: E402
 
@@ -65,7 +69,7 @@ def build_server(args, pipe, package):
     max_len = args.max_model_len or min(DEFAULT_MAX_MODEL_LEN, pipe.runtime.max_positions)
     try:
         engine = BatchEngine(pipe, SamplingConfig(), args.max_num_seqs, max_len - 1, max_len - 1,
-                             max_model_len=max_len)
+                             max_model_len=max_len, pack_vision=False)
     except ValueError as e:
         raise CliError(f"--max-model-len {max_len}: {e}") from None
     worker = EngineWorker(engine, args.max_queue, warmup_request(package, pipe) if args.warmup else None)
@@ -112,15 +116,31 @@ def run(argv):
         pipe.processor.set_mode(args.mode)
     t0 = time.perf_counter()
     state, app, worker = build_server(args, pipe, package)
-    import uvicorn
     print(f"ms_ocr serving {state.model_name} on http://{args.host}:{args.port}/v1 (loaded in "
           f"{pipe.load_seconds:.1f} s, warm-up {time.perf_counter() - t0:.1f} s, max-num-seqs {args.max_num_seqs}, "
           f"max-model-len {state.max_model_len})", file=sys.stderr, flush=True)
+    server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                                    timeout_graceful_shutdown=5))
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+        server.run()
     finally:
         worker.stop()
-    return 0
+    return 0 if server.started else 1
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, except that SIGINT/SIGTERM end it with exit status 0: uvicorn re-raises the caught
+    signal after its graceful shutdown, and a loaded ms_ocr process then died of SIGTERM (exit -15, seen on
+    SIGINT here) instead of reaching cli_main's handling."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        old = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
 
 
 def main(argv=None):
