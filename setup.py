@@ -12,7 +12,7 @@ def reqs(name):
 
 setup(
     name="ms_ocr",
-    version="0.1.0",
+    version="0.2.0",
     description="MindSpore-native inference for open OCR vision-language models (PaddleOCR-VL, ...)",
     packages=find_packages(include=["ms_ocr", "ms_ocr.*"]),
     package_data={"ms_ocr.ops.native": ["kernels.cc"]},  # compiled on first use (ms_ocr/ops/native)

@@ -1,3 +1,3 @@
 """ms_ocr: MindSpore-native inference for open OCR vision-language models."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
