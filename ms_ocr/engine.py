@@ -33,6 +33,7 @@ class Request:
     # the request (waiting or running) at the next step and frees its slot
     on_token: object = None
     cancelled: object = None
+    ignore_eos: bool = False  # run to the token budget (vLLM's ignore_eos; benchmarks)
 
 
 class Cancelled(Exception):
@@ -190,7 +191,7 @@ class BatchEngine:
         seq.generated.append(tok)
         if seq.t_first is None:
             seq.t_first = time.perf_counter()
-        stop = tok in self.eos
+        stop = tok in self.eos and not seq.request.ignore_eos
         if seq.request.on_token is not None and seq.request.on_token(tok):
             stop = True
         if stop or len(seq.generated) >= seq.max_new:

@@ -125,7 +125,8 @@ async def _chat(state, http_request):
         key = f"chatcmpl-{uuid.uuid4().hex}"
         stream = TextStream(state.pipe.processor.tokenizer, req.skip_special_tokens, state.pipe.eos_ids, req.stop)
         events = asyncio.Queue()
-        job = Job(key, prep, sampling_for(req, max_new), stream, loop, events, state.metrics, arrival)
+        job = Job(key, prep, sampling_for(req, max_new), stream, loop, events, state.metrics, arrival,
+                  ignore_eos=req.ignore_eos)
         state.worker.submit(job)
         submitted = True
     finally:

@@ -73,6 +73,7 @@ class ChatCompletionRequest(_Model):
     repetition_penalty: Optional[float] = Field(None, gt=0)
     stop: Optional[Union[str, list[str]]] = None
     skip_special_tokens: bool = True
+    ignore_eos: bool = False
     mm_processor_kwargs: Optional[MMProcessorKwargs] = None
     vllm_xargs: Optional[VllmXargs] = None
     stream: bool = False

@@ -55,12 +55,12 @@ class Job:
     """One chat request in flight: its engine Request, text stream, timing and the asyncio queue of events
     ("delta", text) / ("done", finish_reason) / ("error", exception)."""
 
-    def __init__(self, key, prep, sampling, stream, loop, events, metrics, arrival):
+    def __init__(self, key, prep, sampling, stream, loop, events, metrics, arrival, ignore_eos=False):
         self.key, self.prep, self.stream, self.loop, self.events = key, prep, stream, loop, events
         self.metrics, self.arrival = metrics, arrival
         self.cancelled = threading.Event()
         self.request = Request(key, [], "", sampling=sampling, prep=prep, on_token=self.on_token,
-                               cancelled=self.cancelled)
+                               cancelled=self.cancelled, ignore_eos=ignore_eos)
         self.n_tokens, self.t_last, self.finish_reason = 0, None, None
 
     def _post(self, *event):

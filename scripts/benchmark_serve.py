@@ -1,0 +1,227 @@
+"""Serving throughput: N requests over page crops from C concurrent OpenAI clients against `python -m ms_ocr.serve`,
+compared with `infer`'s one-request-at-a-time path (VLMPipeline.run) on the same crops, real model config with
+random weights, every request forced to --new-tokens output tokens (vLLM's ignore_eos).
+
+    python scripts/benchmark_serve.py --model paddleocr-vl --requests 16 --concurrency 1 8 --new-tokens 96
+
+Reports requests/s, output tokens/s, time to first token and request latency percentiles. The server is warmed
+up first (one request per crop size, so compile is excluded); the infer baseline likewise runs one page before
+timing. TTFT of the server comes from its /metrics histogram (mean, and percentiles at bucket resolution): with
+random weights and the small test tokenizer most tokens decode to no text, so clients cannot see the first token.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+os.environ.setdefault("GLOG_v", "3")
+
+
+def crops(n, width, height):
+    from benchmark_batch import region
+    return [region(width, height, i) for i in range(n)]
+
+
+def data_url(img):
+    import base64
+    import io
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG")
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def percentile(values, q):
+    import numpy as np
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+# ---- infer baseline (own process) -------------------------------------------------------------------------------
+def infer_worker(args):
+    from benchmark import peak_rss_gb
+    from ms_ocr.device import setup
+    from ms_ocr.generate import SamplingConfig
+    from ms_ocr.models import model_package
+    setup("cpu", args.threads)
+    package = model_package(args.model)
+    pipe = package.load(args.ckpt, "CPU", "fp32")
+    pipe.eos_ids = []  # every request runs to its budget, as the server's requests do (ignore_eos)
+    prompt = next(iter(package.TASK_PROMPTS.values()))
+    pages = crops(args.requests, args.width, args.height)
+    sampling = SamplingConfig(max_new_tokens=args.new_tokens)
+    pipe.run([pages[0]], prompt, sampling)  # compile
+    lat, ttft, tokens = [], [], 0
+    t0 = time.perf_counter()
+    for page in pages:
+        start, first = time.perf_counter(), []
+        out = pipe.run([page], prompt, sampling, on_token=lambda t: first or first.append(time.perf_counter()))
+        lat.append(time.perf_counter() - start)
+        ttft.append(first[0] - start)
+        tokens += len(out["token_ids"])
+    wall = time.perf_counter() - t0
+    return {"mode": "infer", "concurrency": 1, "requests": len(pages), "tokens": tokens, "wall_s": wall,
+            "latency_s": lat, "ttft_s": ttft, "peak_rss_gb": peak_rss_gb()}
+
+
+# ---- server -----------------------------------------------------------------------------------------------------
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(args, port):
+    env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS=str(args.threads))
+    cmd = [sys.executable, "-m", "ms_ocr.serve", "--model", args.model, "--model-path", args.ckpt, "--port", str(port),
+           "--max-num-seqs", str(args.max_num_seqs), "--max-model-len", str(args.max_model_len), "--device", "cpu",
+           "--dtype", "fp32", "--threads", str(args.threads), "--max-queue", str(max(64, args.requests))]
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    import httpx
+    deadline = time.monotonic() + 1800
+    while True:
+        if proc.poll() is not None:
+            raise SystemExit(f"server failed:\n{proc.stderr.read()[-3000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit("server did not start within 30 minutes")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(1)
+
+
+def scrape_ttft(base):
+    """(sum, count, [(upper bound, cumulative count)]) of the server's TTFT histogram."""
+    import httpx
+    text = httpx.get(base + "/metrics", timeout=30).text
+    buckets, total, count = [], 0.0, 0
+    for line in text.splitlines():
+        if line.startswith("ms_ocr:time_to_first_token_seconds_bucket"):
+            le = line.split('le="')[1].split('"')[0]
+            buckets.append((float("inf") if le == "+Inf" else float(le), int(float(line.rsplit(" ", 1)[1]))))
+        elif line.startswith("ms_ocr:time_to_first_token_seconds_sum"):
+            total = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("ms_ocr:time_to_first_token_seconds_count"):
+            count = int(float(line.rsplit(" ", 1)[1]))
+    return total, count, buckets
+
+
+def bucket_percentile(before, after, q):
+    """The q-th percentile's bucket upper bound between two scrapes of the histogram."""
+    counts = [(le, a - b) for (le, a), (_, b) in zip(after[2], before[2])]
+    n = counts[-1][1] if counts else 0
+    for le, c in counts:
+        if n and c >= q / 100 * n:
+            return le
+    return float("nan")
+
+
+async def client_run(base, model, urls, concurrency, new_tokens):
+    from openai import AsyncOpenAI
+    sem = asyncio.Semaphore(concurrency)
+    lat, tokens = [], []
+    async with AsyncOpenAI(base_url=base + "/v1", api_key="EMPTY", max_retries=0, timeout=3600) as client:
+        async def one(url):
+            async with sem:
+                t0 = time.perf_counter()
+                r = await client.chat.completions.create(
+                    model=model, temperature=0, max_tokens=new_tokens,
+                    messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                                           {"type": "text", "text": "OCR:"}]}],
+                    extra_body={"ignore_eos": True})
+                lat.append(time.perf_counter() - t0)
+                tokens.append(r.usage.completion_tokens)
+        t0 = time.perf_counter()
+        await asyncio.gather(*[one(u) for u in urls])
+        wall = time.perf_counter() - t0
+    return lat, tokens, wall
+
+
+def run_server(args):
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    print(f"starting the server (load + warm-up) on port {port} ...", flush=True)
+    proc = start_server(args, port)
+    rows = []
+    try:
+        urls = [data_url(p) for p in crops(args.requests, args.width, args.height)]
+        asyncio.run(client_run(base, args.model, urls[:1], 1, 2))  # compiles this crop size's vision/prefill
+        for c in args.concurrency:
+            print(f"concurrency {c} ...", flush=True)
+            before = scrape_ttft(base)
+            lat, tokens, wall = asyncio.run(client_run(base, args.model, urls, c, args.new_tokens))
+            after = scrape_ttft(base)
+            n = after[1] - before[1]
+            rows.append({"mode": "serve", "concurrency": c, "requests": len(lat), "tokens": sum(tokens), "wall_s": wall,
+                         "latency_s": lat, "ttft_mean_s": (after[0] - before[0]) / n if n else float("nan"),
+                         "ttft_p50_bucket_s": bucket_percentile(before, after, 50),
+                         "ttft_p90_bucket_s": bucket_percentile(before, after, 90)})
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    return rows
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="paddleocr-vl")
+    p.add_argument("--ckpt", default=None, help="checkpoint folder (default: the cached random real-config one)")
+    p.add_argument("--requests", type=int, default=16)
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--new-tokens", type=int, default=96)
+    p.add_argument("--width", type=int, default=448)
+    p.add_argument("--height", type=int, default=224)
+    p.add_argument("--max-num-seqs", type=int, default=8)
+    p.add_argument("--max-model-len", type=int, default=512)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--no-infer", action="store_true", help="skip the infer one-by-one baseline")
+    p.add_argument("--out", default=os.path.join(REPO, "bench_out"))
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        print(json.dumps(infer_worker(args)))
+        return
+    if args.ckpt is None:
+        from benchmark import ensure_checkpoint
+        args.ckpt = ensure_checkpoint(args.model, os.path.join(os.path.expanduser("~"), ".cache", "ms_ocr", "bench",
+                                                               args.model.replace("-", "_") + "_random"))
+    rows = []
+    if not args.no_infer:
+        from benchmark import run_json_worker
+        print("infer one by one ...", flush=True)
+        rows.append(run_json_worker(__file__, ["--worker", "--model", args.model, "--ckpt", args.ckpt, "--requests",
+                                               args.requests, "--new-tokens", args.new_tokens, "--width", args.width,
+                                               "--height", args.height, "--threads", args.threads],
+                                    args.threads, "infer"))
+    rows += run_server(args)
+    base = rows[0]
+    base_tps = base["tokens"] / base["wall_s"]
+    print(f"{'mode':>6}{'conc':>6}{'req/s':>8}{'out tok/s':>11}{'TTFT p50 s':>12}{'TTFT p90 s':>12}"
+          f"{'lat p50 s':>11}{'lat p90 s':>11}{'tok/s vs ' + base['mode'] + ' c1':>18}")
+    for r in rows:
+        tps = r["tokens"] / r["wall_s"]
+        if r["mode"] == "infer":
+            t50, t90 = percentile(r["ttft_s"], 50), percentile(r["ttft_s"], 90)
+        else:
+            t50, t90 = r["ttft_p50_bucket_s"], r["ttft_p90_bucket_s"]
+        print(f"{r['mode']:>6}{r['concurrency']:>6}{r['requests'] / r['wall_s']:>8.3f}{tps:>11.2f}{t50:>12.2f}{t90:>12.2f}"
+              f"{percentile(r['latency_s'], 50):>11.2f}{percentile(r['latency_s'], 90):>11.2f}{tps / base_tps:>17.2f}x")
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"benchmark_serve_{args.model}.json")
+    with open(path, "w") as f:
+        json.dump({"model": args.model, "requests": args.requests, "size": [args.width, args.height],
+                   "new_tokens": args.new_tokens, "threads": args.threads, "max_num_seqs": args.max_num_seqs,
+                   "max_model_len": args.max_model_len, "rows": rows}, f, indent=1)
+    print(f"wrote {path}\nserver TTFT percentiles are histogram bucket upper bounds; infer's are exact")
+
+
+if __name__ == "__main__":
+    main()
