@@ -23,15 +23,17 @@ _configured = None
 
 # The native kernels routed at each SIMD level of the built library (native.NativeKernels.isa_level): only those
 # measured faster than MindSpore's composed path at that level, each route in its own process on real-size
-# shapes (scripts/bench_kernels.py; the figures are in docs/native-kernels.md). A level without measurements
-# routes none. MS_OCR_NATIVE_ROUTES ("all", "none" or a comma list of KERNELS) overrides the table, e.g. to
-# measure a level not in it.
+# shapes (scripts/bench_kernels.py; figures of 2026-11-24 on an AMD EPYC Zen 5, 2 threads, in
+# docs/native-kernels.md). VisionAttention is not routed below AVX-512: at AVX2 it measured 0.67-0.99x the
+# composed attention (whose MindSpore kernels ran AVX-512 on that machine), at SSE2 0.29x. A level without
+# measurements (neon: only run for correctness under qemu-user so far; scalar) routes none.
+# MS_OCR_NATIVE_ROUTES ("all", "none" or a comma list of KERNELS) overrides the table, e.g. to measure a level.
 KERNELS = ("matmul_t", "decode_layer", "attention", "gelu")
 NATIVE_ROUTES = {
     "avx512": ("matmul_t", "decode_layer", "attention", "gelu"),
     "avx2": ("matmul_t", "decode_layer", "gelu"),
-    "sse2": (),
-    "neon": (),     # not measured on an aarch64 host yet (only run for correctness under qemu-user)
+    "sse2": ("matmul_t", "decode_layer", "gelu"),
+    "neon": (),
     "scalar": (),
 }
 ROUTES_ENV = "MS_OCR_NATIVE_ROUTES"

@@ -11,7 +11,7 @@ from mindspore import Tensor, nn
 
 from ms_ocr.ops import backend, native
 from ms_ocr.ops import linear as linear_mod
-from tests.helpers.native import needs_compiler
+from tests.helpers.native import build_kernels, needs_compiler, needs_x86
 
 
 class _Apply(nn.Cell):
@@ -120,6 +120,25 @@ def test_route_table_applied_by_configure(graph_cpu, monkeypatch, capsys):
         assert backend.native_routes("no-such-level") == ()
         monkeypatch.delenv(backend.ROUTES_ENV)
         assert backend.native_routes("neon") == ()  # not measured on an aarch64 host
+    finally:
+        monkeypatch.undo()
+        backend.configure("CPU")
+    assert set(backend.NATIVE_ROUTES) == set(native.ISA_LEVELS)
+    assert all(set(r) <= set(backend.KERNELS) for r in backend.NATIVE_ROUTES.values())
+
+
+@needs_compiler
+@needs_x86
+def test_avx2_build_routes_its_levels_kernels(graph_cpu, monkeypatch):
+    """A process whose library is the x86-64-v3 (AVX2/FMA) build gets the avx2 row of the route table, whatever
+    the CPU runs: the kernels measured faster at that level, not VisionAttention."""
+    monkeypatch.delenv(backend.ROUTES_ENV, raising=False)
+    monkeypatch.setitem(native._state, "kernels", build_kernels("x86-64-v3"))
+    try:
+        backend.configure("CPU")
+        assert native.isa_level() == "avx2"
+        assert backend.routed() == tuple(backend.NATIVE_ROUTES["avx2"])
+        assert backend.NATIVE_ATTENTION is None and backend.NATIVE_MATMUL_T is not None
     finally:
         monkeypatch.undo()
         backend.configure("CPU")
