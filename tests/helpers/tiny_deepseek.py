@@ -90,3 +90,57 @@ def reference_greedy(folder, images, prompt, max_new_tokens):
     with torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
     return out[0, inputs["input_ids"].shape[1]:].tolist()
+
+
+# A second tiny model, made and saved the way a transformers user does it (the one of issue 23): the config names
+# only the sizes it changes (SAM keeps image_size 1024, the Qwen2 encoder keeps transformers' default rope, the
+# decoder is GQA with 8 experts, top-2, one shared expert), and DeepseekOcr2Processor.save_pretrained writes the
+# tokenizer (a tokenizers-backed tokenizer that adds BOS) and processor_config.json (the nested image processor).
+SAVED_SPECIALS = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<image>", "<｜▁pad▁｜>"]
+
+
+def make_saved_checkpoint(out_dir, seed=1):
+    """save_pretrained folder of the model, processor and tokenizer above; returns out_dir."""
+    import os
+    import tempfile
+
+    from transformers import (DeepseekOcr2Config, DeepseekOcr2ForConditionalGeneration, DeepseekOcr2ImageProcessorPil,
+                              DeepseekOcr2Processor, PreTrainedTokenizerFast)
+
+    from tests.helpers.tiny_bpe import write_bpe_tokenizer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = os.path.join(tmp, "tokenizer.json")
+        write_bpe_tokenizer(raw, 300, SAVED_SPECIALS, seed)
+        bos, eos, image, pad = SAVED_SPECIALS
+        tok = PreTrainedTokenizerFast(tokenizer_file=raw, bos_token=bos, eos_token=eos, pad_token=pad,
+                                      add_bos_token=True)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in SAVED_SPECIALS}
+    cfg = DeepseekOcr2Config(
+        vision_config=dict(
+            sam_config=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, global_attn_indexes=[1],
+                            output_channels=16, downsample_channels=[24, 48]),
+            encoder_config=dict(hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                                num_key_value_heads=2)),
+        text_config=dict(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, moe_intermediate_size=32, n_routed_experts=8,
+                         num_experts_per_tok=2, n_shared_experts=1, mlp_layer_types=["dense", "sparse"],
+                         bos_token_id=ids[bos], eos_token_id=ids[eos], pad_token_id=ids[pad]),
+        image_token_id=ids[image])
+    model = DeepseekOcr2ForConditionalGeneration(cfg).eval()
+    randomize_(model, seed, vectors=lambda name: 1.0 if "view_separator" in name else None)
+    model.save_pretrained(out_dir)
+    DeepseekOcr2Processor(image_processor=DeepseekOcr2ImageProcessorPil(), tokenizer=tok).save_pretrained(out_dir)
+    return out_dir
+
+
+def saved_reference(folder):
+    """transformers' model and processor loaded back from the folder (the PIL image processor named explicitly:
+    the auto class would switch to torchvision when that is installed)."""
+    import torch
+    from transformers import (AutoTokenizer, DeepseekOcr2ForConditionalGeneration, DeepseekOcr2ImageProcessorPil,
+                              DeepseekOcr2Processor)
+    model = DeepseekOcr2ForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
+    processor = DeepseekOcr2Processor(image_processor=DeepseekOcr2ImageProcessorPil.from_pretrained(folder),
+                                      tokenizer=AutoTokenizer.from_pretrained(folder))
+    return model, processor

@@ -11,6 +11,7 @@ the released model) so tiny test models keep the same geometry.
 - Global view: tiny/small first stretch the image to a square; every mode then pads it to base_size with
   (127, 127, 127), aspect kept, centred (PIL ImageOps.pad).
 - Pixels: ToTensor then Normalize(0.5, 0.5) in float32.
+- Text: the prompt as given when it places one `<image>` per image, else "<image>\\n" per image before it.
 - Tokens: [bos] + text before `<image>` + N image tokens + text after; N = n_b (n_b + 1) + 1 (+ (h_t n)(w_t n + 1)
   with tiles), n_b = ceil(base / 64), n = ceil(image / 64).
 """
@@ -21,7 +22,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from ms_ocr.config_utils import CheckpointError
-from ms_ocr.models.deepseek_ocr2.processor import closest_grid as _closest_grid
+from ms_ocr.models.deepseek_ocr2.processor import closest_grid as _closest_grid, place_images
 from ms_ocr.processing.image import ImageError, to_rgb
 from ms_ocr.processing.tokenizer import Tokenizer
 
@@ -108,10 +109,10 @@ class DeepseekOCRProcessor:
     def __call__(self, images, prompt):
         images = [images] if isinstance(images, Image.Image) else list(images)
         views = [self.views(img) for img in images]
-        text = (IMAGE_TOKEN + "\n") * len(images) + prompt
+        text = place_images(prompt, len(images))
         parts = text.split(IMAGE_TOKEN)
         ids = [self.bos_id] + self.tokenizer.encode(parts[0], add_special_tokens=False)
-        for (_, grid, _), rest in zip(views, parts[1:]):
+        for (_, grid, _), rest in zip(views, parts[1:], strict=True):
             ids += [self.image_token_id] * self.image_token_count(grid)
             ids += self.tokenizer.encode(rest, add_special_tokens=False)
         input_ids = np.array(ids, np.int64)

@@ -4,9 +4,10 @@ Views per image: images whose longer side exceeds the tile (768) are also cut in
 with the aspect ratio closest to the image's (ties go to more tiles while the image area exceeds half of
 the tiled area), the image resized (PIL bicubic) to the grid and cut row-major; the global view is the image
 scaled so its longer side is 1024 (rounded), padded to a square with (127, 127, 127) centred. Pixels are
-rescaled and normalised with mean = std = 0.5. Text: "<image>\\n" per image before the prompt (DeepSeek-OCR's
-plain prompt format, no chat template), each `<image>` expanded to 256 + 144 * tiles + 1 tokens, BOS added
-by the tokenizer. Positions are plain 1D.
+rescaled and normalised with mean = std = 0.5. Text: a prompt that places its own `<image>` placeholders (one
+per image, as transformers' processor takes it) is used as given; a prompt without any gets "<image>\\n" per
+image before it (DeepSeek-OCR's plain prompt format, no chat template). Each `<image>` is expanded to
+256 + 144 * tiles + 1 tokens, BOS added by the tokenizer. Positions are plain 1D.
 """
 
 import math
@@ -71,6 +72,19 @@ def pad_square(chw, color):
     return out
 
 
+def place_images(prompt, count):
+    """The prompt text with one IMAGE_TOKEN per image: as given when the prompt places them itself (e.g. the
+    documented "<image>\\nFree OCR."), else "<image>\\n" per image before it. A prompt whose placeholders do not
+    match the images is an error (the text after an unmatched placeholder would otherwise be lost)."""
+    placed = prompt.count(IMAGE_TOKEN)
+    if placed == 0:
+        return (IMAGE_TOKEN + "\n") * count + prompt
+    if placed != count:
+        raise ValueError(f"the prompt has {placed} {IMAGE_TOKEN} placeholder(s) for {count} image(s): give one per "
+                         f"image, or none to put them before the prompt")
+    return prompt
+
+
 class DeepseekOCR2Processor:
     def __init__(self, tokenizer, settings, image_token_id):
         self.tokenizer = tokenizer
@@ -126,10 +140,10 @@ class DeepseekOCR2Processor:
     def __call__(self, images, prompt):
         images = [images] if isinstance(images, Image.Image) else list(images)
         views = [self.views(img) for img in images]
-        text = (IMAGE_TOKEN + "\n") * len(images) + prompt
+        text = place_images(prompt, len(images))
         parts = text.split(IMAGE_TOKEN)
         counts = [self.image_token_count(t) for t, _ in views]
-        expanded = parts[0] + "".join(self.image_token * n + rest for n, rest in zip(counts, parts[1:]))
+        expanded = parts[0] + "".join(self.image_token * n + rest for n, rest in zip(counts, parts[1:], strict=True))
         input_ids = np.array(self.tokenizer.encode(expanded, add_special_tokens=True), np.int64)
         mask = input_ids == self.image_token_id
         if int(mask.sum()) != sum(counts):

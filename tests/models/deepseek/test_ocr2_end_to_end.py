@@ -9,12 +9,14 @@ import pytest
 from PIL import Image
 
 from tests.cli_util import assert_one_line_error, run_module
-from tests.helpers.tiny_deepseek import (ENCODER, SAM, TEXT, make_tiny_checkpoint, reference_greedy,
+from tests.helpers.tiny_deepseek import (ENCODER, IMAGE_TOKEN_ID, SAM, TEXT, make_tiny_checkpoint, reference_greedy,
                                          reference_inputs, reference_processor)
 
 NEW_TOKENS = 10
-# (width, height): no tiles (small), 2..6 tile grids of different aspect ratios, a square just over the tile
-SIZES = [(300, 200), (1000, 800), (2000, 500), (700, 1400), (780, 780), (1200, 1700), (64, 900)]
+# (width, height): no tiles (small, tiny, odd, exactly one tile), 2..6 tile grids of different aspect ratios, a
+# square just over the tile, a side just over the tile, very wide and very tall strips
+SIZES = [(300, 200), (300, 140), (37, 23), (768, 768), (1000, 800), (2000, 500), (700, 1400), (780, 780),
+         (769, 301), (1200, 1700), (64, 900), (2000, 150), (150, 2000)]
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +43,40 @@ def test_processor_matches_reference(size, folder):
     assert (0 if tiles is None else len(tiles)) == n_local
     if n_local:
         np.testing.assert_array_equal(tiles, want["pixel_values_local"].numpy())
+
+
+# DeepSeek's documented prompts place the image themselves ("<image>\nFree OCR."), and transformers' processor
+# takes such text as given; a prompt without a placeholder gets "<image>\n" first
+PROMPTS = ["Free OCR.", "<image>\nFree OCR.", "<image>Free OCR.", "Describe <image> in detail.",
+           "<|grounding|><image>\nConvert the document to markdown."]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_prompt_ids_match_reference(prompt, folder):
+    from ms_ocr.models import deepseek_ocr2 as D
+    ours = D.DeepseekOCR2Processor.from_pretrained(folder, D.config_from_dir(folder))
+    img = _image((300, 140))
+    got = ours([img], prompt)["input_ids"]
+    text = prompt if "<image>" in prompt else "<image>\n" + prompt
+    want = reference_processor(folder)(images=[img], text=text, return_tensors="pt")["input_ids"][0].numpy()
+    np.testing.assert_array_equal(got, want)
+    assert int((got == IMAGE_TOKEN_ID).sum()) == 257
+
+
+@pytest.mark.parametrize("prompt,images", [("<image>\n<image>\nFree OCR.", 1), ("<image>\nFree OCR.", 2)])
+def test_prompt_placeholders_must_match_images(prompt, images, folder):
+    from ms_ocr.models import deepseek_ocr2 as D
+    ours = D.DeepseekOCR2Processor.from_pretrained(folder, D.config_from_dir(folder))
+    with pytest.raises(ValueError, match=f"{prompt.count('<image>')} <image> placeholder\\(s\\) for {images} image"):
+        ours([_image((64, 64))] * images, prompt)
+
+
+def test_cli_prompt_with_extra_placeholder_is_one_line_error(folder, tmp_path):
+    img_path = tmp_path / "x.png"
+    _image((64, 64)).save(img_path)
+    proc = run_module("ms_ocr.infer", "--model", "deepseek-ocr2", "--model-path", folder, "--image", str(img_path),
+                      "--prompt", "<image>\n<image>\nFree OCR.")
+    assert_one_line_error(proc, "2 <image> placeholder(s) for 1 image(s)")
 
 
 def deepseek_ai_config():

@@ -58,6 +58,19 @@ def test_views_grid_and_token_count_match_official(mode, source, data):
     assert out["input_ids"][0] == 0
 
 
+@pytest.mark.parametrize("prompt", ["Free OCR.", "<|grounding|>Convert the document to markdown."])
+def test_prompt_that_places_the_image_is_used_as_given(prompt):
+    """The documented "<image>\\n..." prompts give the same ids as the bare task prompt (the processor puts
+    "<image>\\n" first only when the prompt has no placeholder); a placeholder per image is required."""
+    proc = DeepseekOCRProcessor(_Tok(), 128815, 0, "base")
+    img = Image.new("RGB", (300, 140), (200, 30, 10))
+    plain = proc([img], prompt)["input_ids"]
+    assert plain[0] == 0 and int((plain == 128815).sum()) == proc.image_token_count(None)
+    np.testing.assert_array_equal(proc([img], "<image>\n" + prompt)["input_ids"], plain)
+    with pytest.raises(ValueError, match="2 <image> placeholder"):
+        proc([img], "<image>\n<image>\n" + prompt)
+
+
 def test_normalisation_is_the_official_lut():
     lut = np.load(os.path.join(ROOT, "process_norm_lut.npz"))
     u8 = np.broadcast_to(lut["u8"].astype(np.uint8).reshape(1, -1, 1), (1, 256, 3))
