@@ -1,21 +1,52 @@
 """Image loading and pixel arithmetic as transformers' PIL image processors do it (image_transforms.py).
 
-`to_rgb` is `convert_to_rgb` for PIL input; `rescale` / `normalize` repeat its float64 -> float32 rescale and
-float32 normalisation so pixel values come out bit-identical.
+`to_rgb` is `convert_to_rgb` for PIL input (except 16-bit grayscale, scaled to 8 bits instead of clipped);
+`rescale` / `normalize` repeat its float64 -> float32 rescale and float32 normalisation so pixel values come out
+bit-identical.
 """
 
 import os
+import warnings
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
+
+SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
 
 
 class ImageError(ValueError):
     """An input image that cannot be used (missing, unreadable, truncated, empty or badly shaped)."""
 
 
+def max_image_pixels():
+    """The most pixels an input may have: the size at which Pillow refuses to open an image file
+    (DecompressionBombError, twice Image.MAX_IMAGE_PIXELS: 178,956,970 by default); PDF pages are rendered
+    within it too. None when Image.MAX_IMAGE_PIXELS is None (no limit)."""
+    return None if Image.MAX_IMAGE_PIXELS is None else 2 * Image.MAX_IMAGE_PIXELS
+
+
+def to_8bit(img):
+    """A 16-bit grayscale image (modes I;16*, and I holding values above 255) scaled to mode L by v * 255 / 65535,
+    rounded; other images as they are. transformers' convert_to_rgb (PIL's convert) clips such values at 255, so a
+    16-bit scan comes out almost white; 8-bit images are unchanged."""
+    if img.mode not in SIXTEEN_BIT_MODES and img.mode != "I":
+        return img
+    values = np.asarray(img)
+    if img.mode == "I" and (values.size == 0 or int(values.max()) <= 255):
+        return img  # 8-bit data in a 32-bit mode: PIL's own conversion is exact
+    wide = np.clip(values.astype(np.int64), 0, 65535)
+    gray = Image.fromarray(((wide * 255 + 32767) // 65535).astype(np.uint8), "L")
+    transparency = img.info.get("transparency")
+    if isinstance(transparency, int):  # a tRNS gray value: those pixels become transparent
+        alpha = Image.fromarray(np.where(wide == transparency, 0, 255).astype(np.uint8), "L")
+        gray = Image.merge("LA", (gray, alpha))
+    return gray
+
+
 def to_rgb(img):
-    """RGB copy of a PIL image; any transparency is composited onto white (transformers' convert_to_rgb)."""
+    """RGB copy of a PIL image; any transparency is composited onto white (transformers' convert_to_rgb);
+    16-bit grayscale is scaled to 8 bits first (to_8bit)."""
+    img = to_8bit(img)
     if "A" in img.getbands() or img.info.get("transparency") is not None:
         rgba = img.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
@@ -26,7 +57,8 @@ def to_rgb(img):
 def load_image(path, exif_transpose=True):
     """Open an image file (png, jpg, webp, bmp, tiff; first frame of multi-page files) as an RGB PIL image.
 
-    The whole file is decoded here so truncated files fail now, with the path in the message. EXIF orientation
+    The whole file is decoded here so truncated files fail now, with the path in the message: any failure of
+    the decoder is an ImageError of one line (PIL's warnings about odd metadata are not shown). EXIF orientation
     is applied like transformers' load_image (and OpenCV's imread) do for files; pass exif_transpose=False to
     keep the stored pixel layout.
     """
@@ -38,23 +70,32 @@ def load_image(path, exif_transpose=True):
     if os.path.getsize(path) == 0:
         raise ImageError(f"{path} is empty (0 bytes)")
     try:
-        with Image.open(path) as img:
-            img.seek(0)
-            img.load()
-            if img.width == 0 or img.height == 0:
-                raise ImageError(f"{path} has zero size ({img.width}x{img.height})")
-            if exif_transpose:
-                img = ImageOps.exif_transpose(img)
-            return to_rgb(img)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. "Corrupt EXIF data", "Possibly corrupt TIFF tags"
+            with Image.open(path) as img:
+                img.seek(0)
+                img.load()
+                if img.width == 0 or img.height == 0:
+                    raise ImageError(f"{path} has zero size ({img.width}x{img.height})")
+                if exif_transpose:
+                    img = ImageOps.exif_transpose(img)
+                return to_rgb(img)
+    except ImageError:
+        raise
     except UnidentifiedImageError:
         raise ImageError(f"{path} is not a readable image (unknown format or invalid header)") from None
     except Image.DecompressionBombError as e:
-        raise ImageError(f"{path} is too large to decode safely ({e})") from None
-    except (OSError, SyntaxError, ValueError, EOFError) as e:
-        if isinstance(e, ImageError):
-            raise
-        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ImageError(f"{path} is truncated or corrupt ({detail})") from None
+        raise ImageError(f"{path} is too large to decode safely ({_detail(e)})") from None
+    except MemoryError:
+        raise ImageError(f"{path} is too large to decode in the memory available") from None
+    except Exception as e:  # noqa: BLE001 - a corrupt file can fail anywhere in a decoder plugin
+        raise ImageError(f"{path} is truncated or corrupt ({_detail(e)})") from None
+
+
+def _detail(e):
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}" if text and not isinstance(e, (OSError, SyntaxError, ValueError, EOFError)) \
+        else text or type(e).__name__
 
 
 def to_chw_uint8(img):

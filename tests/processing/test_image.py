@@ -156,3 +156,34 @@ def test_rescale_and_normalize_match_image_transforms():
     # scalar mean/std broadcast to every channel; uint8 input is promoted to float32 first
     np.testing.assert_array_equal(normalize(chw, 127.5, 127.5), (chw.astype(np.float32) - 127.5) / 127.5)
     assert float(normalize(ours, [0.5] * 3, [0.5] * 3)[0, 0, 0]) == pytest.approx(chw[0, 0, 0] / 127.5 - 1, abs=1e-6)
+
+
+def _gradient16(h=16, w=64):
+    return (np.arange(h * w).reshape(h, w) * (65535 / (h * w - 1))).round().astype(np.uint16)
+
+
+@pytest.mark.parametrize("fmt,suffix,dtype", [("PNG", "png", "<u2"), ("TIFF", "tif", "<u2"), ("TIFF", "tif", ">u2")])
+def test_16bit_grayscale_is_scaled_not_clipped(tmp_path, fmt, suffix, dtype):
+    """PIL's convert (the reference's convert_to_rgb) clips 16-bit values at 255: a 16-bit scan came out 99.6 %
+    white. We scale v -> round(v * 255 / 65535) on purpose (a deviation from the reference, README)."""
+    from transformers.image_transforms import convert_to_rgb
+    values = _gradient16()
+    path = tmp_path / f"g16.{suffix}"
+    Image.fromarray(values.astype(dtype)).save(path, fmt)
+    with Image.open(path) as img:
+        assert img.mode in ("I;16", "I;16B")
+        assert (convert_to_rgb(img, return_numpy=True) == 255).mean() > 0.99  # the reference: almost all white
+    out = np.asarray(load_image(path))
+    want = ((values.astype(np.int64) * 255 + 32767) // 65535).astype(np.uint8)
+    np.testing.assert_array_equal(out, np.repeat(want[..., None], 3, axis=2))
+    assert out[0, 0, 0] == 0 and out[-1, -1, 0] == 255 and abs(out.mean() - 127.5) < 0.6
+
+
+def test_16bit_transparency_and_8bit_data_in_mode_i():
+    values = _gradient16(2, 2)  # 0, 21845, 43690, 65535
+    img = Image.fromarray(values)
+    img.info["transparency"] = 21845  # a PNG tRNS gray value
+    assert np.asarray(to_rgb(img))[..., 0].tolist() == [[0, 255], [170, 255]]  # that pixel composited on white
+    eight = Image.fromarray(np.array([[0, 77], [200, 255]], np.int32))  # mode I holding 8-bit values
+    assert eight.mode == "I"
+    np.testing.assert_array_equal(np.asarray(to_rgb(eight)), np.asarray(eight.convert("RGB")))
