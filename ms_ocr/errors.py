@@ -3,6 +3,10 @@
 from ms_ocr.config_utils import CheckpointError
 
 
+class UsageError(ValueError):
+    """Input a command cannot use as given (an input, a manifest, an output folder): one line, exit status 2."""
+
+
 def user_error_message(exc):
     """A single line: known error types speak for themselves, others are named by type."""
     text = " ".join(str(exc).split()) or exc.__class__.__name__

@@ -1,9 +1,11 @@
 """Command line OCR: python -m ms_ocr.infer --model paddleocr-vl --image page.png [--task ocr]."""
 
 import argparse
-import json
+import contextlib
 import os
+import signal
 import sys
+import threading
 
 # MindSpore logs warnings (e.g. absent Ascend plugins) to stderr on import; keep the CLI's output clean.
 os.environ.setdefault("GLOG_v", "3")
@@ -189,13 +191,14 @@ def run(argv):
     if args.mode:
         pipe.processor.set_mode(args.mode)
     sampling = sampling_config(args, package, pipe)
+    from ms_ocr.batch.names import display, to_json
     groups = [images] if args.one_prompt else [[item] for item in images]
     drawings = visualize_paths(args.visualize, len(groups)) if args.visualize else [None] * len(groups)
     for group, drawing in zip(groups, drawings):
         name = ",".join(path for path, _ in group)
         printer = StreamPrinter(pipe.processor.tokenizer, pipe.eos_ids) if args.stream and not args.json else None
         if printer and len(groups) > 1:
-            print(f"== {name} ==", flush=True)
+            print(f"== {display(name)} ==", flush=True)
         result = pipe.run([img for _, img in group], prompt, sampling, on_token=printer, task=task)
         if drawing:
             from ms_ocr.processing.boxes import draw_boxes
@@ -209,37 +212,80 @@ def run(argv):
             for key in ("boxes", "grounding"):
                 if key in result:
                     record[key] = result[key]
-            print(json.dumps(record, ensure_ascii=False), flush=True)
+            print(to_json(record), flush=True)
         elif printer:
             printer.finish(result["text"])
         else:
             if len(groups) > 1:
-                print(f"== {name} ==")
+                print(f"== {display(name)} ==")
             print(result["text"], flush=True)
     return 0
 
 
-def cli_main(run, argv=None, usage_errors=(), interrupted="error: interrupted"):
-    """Run a command line's `run(argv)`: CliError (and `usage_errors`) -> one line, exit 2; any other failure ->
-    one line, exit 1 (MS_OCR_DEBUG=1 shows the traceback); Ctrl-C -> exit 130."""
-    from ms_ocr.errors import user_error_message
+@contextlib.contextmanager
+def exit_on_interrupt(message):
+    """Within the block, Ctrl-C (SIGINT) and SIGTERM end the process at once: `message()` on one line on stderr,
+    exit status 130.
+
+    Why not Python's KeyboardInterrupt: MindSpore's runtime replaces the SIGINT handler while graphs run with
+    one that sends the process SIGTERM (which killed it without a word), and a KeyboardInterrupt raised inside
+    `import mindspore` aborts the interpreter ("Fatal Python error") or, inside a graph compile, prints
+    MindSpore's compile log. Whatever has finished is already on disk (batch records are fsynced one by one,
+    pipeline files replaced atomically), so ending at once loses only the work in flight. Python runs the
+    handler between bytecodes, so a graph already running finishes first. Only the main thread can set
+    handlers; elsewhere the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        try:
+            text = message()
+        except Exception:  # noqa: BLE001 - the exit must happen
+            text = "error: interrupted"
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()  # results printed so far
+        try:
+            fd = sys.stderr.fileno()
+        except Exception:  # noqa: BLE001 - a replaced stderr
+            fd = 2
+        with contextlib.suppress(OSError):
+            os.write(fd, (text + "\n").encode("utf-8", "backslashreplace"))  # not sys.stderr: it may be mid-write
+        os._exit(130)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return run(sys.argv[1:] if argv is None else argv)
-    except (CliError,) + tuple(usage_errors) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(interrupted, file=sys.stderr)
-        return 130
-    except Exception as e:  # every failure is one line; MS_OCR_DEBUG=1 shows the traceback
-        if os.environ.get("MS_OCR_DEBUG"):
-            raise
-        print(f"error: {user_error_message(e)}", file=sys.stderr)
-        return 1
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def cli_main(run, argv=None, usage_errors=(), interrupted="error: interrupted", exit_on_signal=False):
+    """Run a command line's `run(argv)`: CliError, errors.UsageError (and `usage_errors`) -> one line, exit 2;
+    any other failure -> one line, exit 1 (MS_OCR_DEBUG=1 shows the traceback); Ctrl-C -> `interrupted` (a
+    line, or a function returning it), exit 130. exit_on_signal: Ctrl-C and SIGTERM end the process at once
+    (exit_on_interrupt), set up before anything heavy (NumPy, MindSpore) is imported."""
+    message = interrupted if callable(interrupted) else (lambda: interrupted)
+    with exit_on_interrupt(message) if exit_on_signal else contextlib.nullcontext():
+        from ms_ocr.errors import UsageError, user_error_message
+        try:
+            return run(sys.argv[1:] if argv is None else argv)
+        except (CliError, UsageError) + tuple(usage_errors) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print(message(), file=sys.stderr)
+            return 130
+        except Exception as e:  # every failure is one line; MS_OCR_DEBUG=1 shows the traceback
+            if os.environ.get("MS_OCR_DEBUG"):
+                raise
+            print(f"error: {user_error_message(e)}", file=sys.stderr)
+            return 1
 
 
 def main(argv=None):
-    return cli_main(run, argv)
+    return cli_main(run, argv, exit_on_signal=True)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,9 @@ def build_parser():
     p.add_argument("--rank", type=int, default=None, help="this process's shard (default: msrun/RANK_ID, else 0)")
     p.add_argument("--world-size", type=int, default=None, help="number of shards (default: msrun/RANK_SIZE, else 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    p.add_argument("--overwrite", action="store_true",
+                   help="OUT holds another job's results (other model, checkpoint, task/prompt or generation "
+                        "settings): delete them and run this job (default: refuse)")
 
     return p
 
@@ -88,7 +91,33 @@ class Progress:
             sys.stderr.write("\n")
 
 
-def run(argv):
+def job_identity(args, model, model_dir, prompt, task):
+    """The settings that decide a page's text: a page in OUT counts as done only for the same ones (job.py)."""
+    from ms_ocr.batch.job import checkpoint_fingerprint
+    return {"tool": "ms_ocr.batch", "model": model, "checkpoint": checkpoint_fingerprint(model_dir), "task": task,
+            "prompt": prompt, "mode": args.mode, "dpi": args.dpi, "max_output_length": args.max_output_length,
+            "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
+            "repetition_penalty": args.repetition_penalty, "no_repeat_ngram": args.no_repeat_ngram,
+            "seed": args.seed}
+
+
+class RunState:
+    """What an interrupted run has saved, for its last line."""
+
+    def __init__(self):
+        self.out, self.store, self.saved, self.progress = None, None, 0, None
+
+    def interrupted(self):
+        head = "\n" if self.progress is not None and self.progress.enabled and self.progress.done else ""
+        if self.store is None:
+            return head + "error: interrupted before any page was run; saved 0 results"
+        n = self.saved
+        return (head + f"error: interrupted; saved {n} result{'' if n == 1 else 's'} this run "
+                f"({len(self.store.done)} pages done in {self.out}); run the same command again to resume")
+
+
+def run(argv, state=None):
+    state = state or RunState()
     args = build_parser().parse_args(argv)
     for flag in ("max_batch_size", "max_input_length", "max_output_length"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
@@ -97,7 +126,7 @@ def run(argv):
         raise CliError("--dpi must be at least 10")
     from ms_ocr.models import canonical, model_package
     try:
-        canonical(args.model)
+        model = canonical(args.model)
     except ValueError as e:
         raise CliError(str(e)) from None
     package = model_package(args.model)
@@ -106,6 +135,7 @@ def run(argv):
     if args.mode and not getattr(package, "MODES", None):
         raise CliError(f"--mode applies to deepseek-ocr, not {args.model}")
     from ms_ocr.batch import inputs as I
+    from ms_ocr.batch import job as J
     from ms_ocr.batch import results as R
     shard = rank_and_world(args)
     if shard is None:
@@ -116,15 +146,33 @@ def run(argv):
         if item.task is not None and item.task not in package.TASK_PROMPTS:
             raise CliError(f"{item.key}: unknown task {item.task!r} for {args.model}; choose one of: "
                            f"{', '.join(package.TASK_PROMPTS)}")
-    os.makedirs(args.out, exist_ok=True)
-    store = R.ResultStore(os.path.join(args.out, R.shard_name(rank, world)))
+    from ms_ocr.weights import locate
+    model_dir = locate(args.model, args.model_path)
+    identity = job_identity(args, model, model_dir, job_prompt, job_task)
+    with J.FolderLock(args.out, None if world == 1 else f"rank{rank}-of{world}"):
+        state.out = args.out
+        status = J.check_job(args.out, identity, args.overwrite, R.has_results(args.out))
+        if status == "overwrite":
+            R.clear(args.out, rank, world)
+        elif status == "adopted":
+            print(f"note: {args.out} has results but no {J.JOB_FILE} (written by an older ms_ocr): taken as this "
+                  "job's", file=sys.stderr)
+        if status != "same":
+            J.write_job(args.out, identity, {"checkpoint_path": os.path.abspath(model_dir)})
+        store = R.ResultStore(os.path.join(args.out, R.shard_name(rank, world)), J.job_id(identity),
+                              adopt=status == "adopted")
+        state.store = store
+        return _run_job(args, package, model_dir, items, job_prompt, job_task, world, rank, store, state)
+
+
+def _run_job(args, package, model_dir, items, job_prompt, job_task, world, rank, store, state):
+    from ms_ocr.batch import inputs as I
+    from ms_ocr.batch import results as R
     if os.path.exists(store.path + ".done"):  # this rank runs again: no merge until it has finished
         os.remove(store.path + ".done")
     todo = [item for item in items if item.key not in store.done]
     skipped = len(items) - len(todo)
 
-    from ms_ocr.weights import locate
-    model_dir = locate(args.model, args.model_path)
     from ms_ocr.device import setup
     target = setup(args.device, args.threads)
     pipe = package.load(model_dir, target, args.dtype)
@@ -141,6 +189,7 @@ def run(argv):
     import fnmatch
     dump_all = args.dump is not None and not args.dump
     progress = Progress(len(todo), not args.no_progress)
+    state.progress = progress
     finished, pages = [], {}
 
     def requests():
@@ -166,6 +215,8 @@ def run(argv):
         from ms_ocr.errors import user_error_message
         item = by_key[req.key]
         record = {"key": item.key, "source": item.source, "page": item.page, "ok": error is None}
+        if item.page and item.key in pages:
+            record["dpi"] = I.page_dpi(pages[item.key][1])  # below --dpi when the page hit the pixel limit
         if error is not None:
             record["error"] = user_error_message(error)
         else:
@@ -175,14 +226,15 @@ def run(argv):
                 if key in result:
                     record[key] = result[key]
             if "dump" in result:
-                record["dump"] = R.save_dump(args.out, item.key, result["dump"])
+                record["dump"] = R.save_dump(args.out, item, result["dump"])
             if args.visualize and result.get("boxes"):
                 from ms_ocr.processing.boxes import draw_boxes
-                vis = os.path.join(args.out, "vis", os.path.basename(R.dump_dir(args.out, item.key)) + ".png")
+                vis = os.path.join(args.out, "vis", R.item_name(item) + ".png")
                 os.makedirs(os.path.dirname(vis), exist_ok=True)
                 draw_boxes(pages[item.key][1], result["boxes"]).save(vis)
                 record["visualization"] = vis
         store.append(record)
+        state.saved += 1
         pages.pop(item.key, None)
         finished.append(record)
         progress.update(record.get("num_tokens", 0))
@@ -195,9 +247,9 @@ def run(argv):
         store.close()
     wall = time.perf_counter() - t0
     open(store.path + ".done", "w").close()
-    merged = R.merge_shards(args.out, world)
+    merged = R.merge_shards(args.out, world, store.job)
     if merged:
-        R.write_markdown(args.out, R.latest(R.read_records(merged)).values())
+        R.write_markdown(args.out, R.latest(R.read_records(merged, store.job)).values())
     rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
     figures = R.report(finished, wall, sum(engine.compile_seconds().values()), skipped, rss_gb, args.max_batch_size)
     R.write_report(os.path.join(args.out, "report.csv" if world == 1 else f"report.rank{rank}.csv"), figures)
@@ -206,6 +258,5 @@ def run(argv):
 
 
 def main(argv=None):
-    from ms_ocr.batch.inputs import InputError
-    return cli_main(run, argv, (InputError,), "\nerror: interrupted (finished results are saved; run the same "
-                                              "command again to resume)")
+    state = RunState()
+    return cli_main(lambda a: run(a, state), argv, interrupted=state.interrupted, exit_on_signal=True)

@@ -2,15 +2,17 @@
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 
-from ms_ocr.processing.image import ImageError, load_image, to_rgb
+from ms_ocr.errors import UsageError
+from ms_ocr.processing.image import ImageError, load_image, max_image_pixels, to_rgb
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
 
 
-class InputError(ValueError):
+class InputError(UsageError):
     """A batch input that cannot be listed at all (missing path, unreadable manifest)."""
 
 
@@ -54,13 +56,32 @@ def pdf_page_count(path):
         doc.close()
 
 
+def capped_scale(width_pt, height_pt, dpi, limit):
+    """The rendering scale (pixels per point) for `dpi`, lowered so the page has at most `limit` pixels (pdfium
+    rounds sizes up: the bound holds for the rendered image)."""
+    scale = dpi / 72.0
+    if limit is None or math.ceil(width_pt * scale) * math.ceil(height_pt * scale) <= limit:
+        return scale
+    scale = math.sqrt(limit / (width_pt * height_pt))
+    while math.ceil(width_pt * scale) * math.ceil(height_pt * scale) > limit:
+        scale *= 0.999
+    return scale
+
+
 def render_pdf_page(path, page, dpi):
-    """Page `page` (1-based) of a PDF rasterised at `dpi` as an RGB PIL image."""
+    """Page `page` (1-based) of a PDF rasterised at `dpi` as an RGB PIL image. A page that would exceed the
+    pixel limit of image files (processing.image.max_image_pixels) is rendered at the DPI that fits; the DPI
+    used is the image's info["dpi"] (x, y), below `dpi` exactly when it was lowered."""
     doc = _open_pdf(path)
     try:
         if not 1 <= page <= len(doc):
             raise ImageError(f"{path} has no page {page} (it has {len(doc)})")
-        img = doc[page - 1].render(scale=dpi / 72.0).to_pil()
+        pdf_page = doc[page - 1]
+        width_pt, height_pt = pdf_page.get_size()
+        if width_pt <= 0 or height_pt <= 0:
+            raise ImageError(f"{path} page {page} is empty")
+        scale = capped_scale(width_pt, height_pt, dpi, max_image_pixels())
+        img = pdf_page.render(scale=scale).to_pil()
     except ImageError:
         raise
     except Exception as e:  # noqa: BLE001
@@ -69,7 +90,16 @@ def render_pdf_page(path, page, dpi):
         doc.close()
     if img.width == 0 or img.height == 0:
         raise ImageError(f"{path} page {page} is empty")
-    return to_rgb(img)
+    img = to_rgb(img)
+    used = dpi if scale == dpi / 72.0 else math.floor(scale * 72000.0) / 1000.0
+    img.info["dpi"] = (used, used)
+    return img
+
+
+def page_dpi(img):
+    """The DPI a rendered PDF page (render_pdf_page) was rendered at (image files may carry their own)."""
+    dpi = img.info.get("dpi")
+    return dpi[0] if isinstance(dpi, tuple) and dpi else None
 
 
 def _pdfium():
@@ -93,15 +123,23 @@ def _expand_file(path, task=None, prompt=None):
 
 
 def read_manifest(path):
-    """JSONL lines {"image": path, "task" | "prompt": ...}; relative paths are relative to the manifest."""
+    """JSONL lines {"image": path, "task" | "prompt": ...}; relative paths are relative to the manifest. The file
+    is UTF-8 (JSON's encoding); a file name that is not valid UTF-8 is written with \\udcXX escapes, as
+    results.jsonl records it."""
     base = os.path.dirname(os.path.abspath(path))
     items = []
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
+        with open(path, "rb") as f:
+            lines = f.read().split(b"\n")
     except OSError as e:
         raise InputError(f"cannot read manifest {path}: {e.strerror or e}") from None
-    for n, line in enumerate(lines, 1):
+    for n, raw in enumerate(lines, 1):
+        try:
+            line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(f"{path} line {n}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+                             "save the manifest as UTF-8 (a file name that is not UTF-8 can be written as "
+                             "\\udcXX escapes per byte, as results.jsonl does)") from None
         if not line.strip():
             continue
         try:
@@ -115,18 +153,24 @@ def read_manifest(path):
         image = entry["image"]
         image = image if os.path.isabs(image) else os.path.normpath(os.path.join(base, image))
         items += _expand_file(image, entry.get("task"), entry.get("prompt"))
+    if not items:
+        raise InputError(f"manifest {path} lists no images")
     return items
 
 
 def collect(paths):
     """All work items of the given folders (recursive: images and PDFs), PDFs, images and .jsonl manifests,
-    in a deterministic order (sorted within folders; duplicates keep their first occurrence)."""
+    in a deterministic order (sorted within folders; duplicates keep their first occurrence). A folder without
+    any image or PDF is an error (a wrong path is likelier than an intended no-op)."""
     items = []
     for path in paths:
         if os.path.isdir(path):
             found = []
             for root, _, files in os.walk(path):
                 found += [os.path.join(root, f) for f in files if f.lower().endswith(IMAGE_EXTENSIONS + (".pdf",))]
+            if not found:
+                kinds = ", ".join(e.lstrip(".") for e in IMAGE_EXTENSIONS + (".pdf",))
+                raise InputError(f"input folder {path} has no images or PDFs ({kinds}), in any subfolder")
             for f in sorted(found):
                 items += _expand_file(f)
         elif path.lower().endswith(".jsonl"):

@@ -5,26 +5,30 @@ import csv
 import glob
 import json
 import os
-import re
+import shutil
 
 import numpy as np
+
+from ms_ocr.batch.names import path_name, to_json
 
 
 def shard_name(rank, world):
     return "results.jsonl" if world == 1 else f"results.rank{rank}-of{world}.jsonl"
 
 
-def read_records(path):
-    """Records of a results file; a torn last line (crash mid-write) is ignored."""
+def read_records(path, job=None):
+    """Records of a results file (only job `job`'s when given); a torn last line (crash mid-write) is ignored."""
     records = []
     if not os.path.isfile(path):
         return records
     with open(path, encoding="utf-8") as f:
         for line in f:
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if job is None or record.get("job") == job:
+                records.append(record)
     return records
 
 
@@ -37,13 +41,17 @@ def latest(records):
 
 
 class ResultStore:
-    """Appends one JSON line per finished input and makes it durable before returning."""
+    """Appends one JSON line per finished input and makes it durable before returning. With `job`, every record
+    is stamped with it and only that job's records count as done; `adopt` stamps records that have no job
+    (written before records carried one) as this job's first."""
 
-    def __init__(self, path):
-        self.path = path
+    def __init__(self, path, job=None, adopt=False):
+        self.path, self.job = path, job
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self._repair_tail()
-        self.done = {k for k, r in latest(read_records(path)).items() if r.get("ok")}
+        if adopt and job is not None:
+            self._stamp_unowned()
+        self.done = {k for k, r in latest(read_records(path, job)).items() if r.get("ok")}
         self._f = open(path, "a", encoding="utf-8")
 
     def _repair_tail(self):
@@ -55,8 +63,22 @@ class ResultStore:
             if not data.endswith(b"\n"):
                 f.truncate(data.rfind(b"\n") + 1)
 
+    def _stamp_unowned(self):
+        records = read_records(self.path)
+        if not any("job" not in r for r in records):
+            return
+        tmp = f"{self.path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            for r in records:
+                f.write(to_json(r if "job" in r else {**r, "job": self.job}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
     def append(self, record):
-        self._f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        if self.job is not None:
+            record = {**record, "job": self.job}
+        self._f.write(to_json(record) + "\n")
         self._f.flush()
         os.fsync(self._f.fileno())
         if record.get("ok"):
@@ -66,29 +88,30 @@ class ResultStore:
         self._f.close()
 
 
-def merge_shards(out_dir, world):
-    """When every rank has finished (its .done marker exists), merge the shard files into results.jsonl.
-    Returns the merged path, or None while some rank is still running."""
+def merge_shards(out_dir, world, job=None):
+    """When every rank has finished (its .done marker exists), merge the shard files (job `job`'s records) into
+    results.jsonl. Returns the merged path, or None while some rank is still running."""
     if world == 1:
         return os.path.join(out_dir, "results.jsonl")
     if any(not os.path.exists(os.path.join(out_dir, shard_name(r, world) + ".done")) for r in range(world)):
         return None
     records = []
     for r in range(world):
-        records += latest(read_records(os.path.join(out_dir, shard_name(r, world)))).values()
+        records += latest(read_records(os.path.join(out_dir, shard_name(r, world)), job)).values()
     records.sort(key=lambda r: (r["source"], r.get("page", 0), r["key"]))
     target = os.path.join(out_dir, "results.jsonl")
     tmp = f"{target}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         for rec in records:
-            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            f.write(to_json(rec) + "\n")
     os.replace(tmp, target)  # atomic: ranks finishing together write identical files
     return target
 
 
-def _doc_name(source):
-    stem = re.sub(r"[^\w.-]+", "_", os.path.splitext(os.path.normpath(source))[0].strip("/\\."))
-    return stem or "document"
+def doc_name(source):
+    """The Markdown file name of a document: its absolute path encoded (names.path_name), so no two documents
+    share one (a/scan.png and a/scan.jpg, a/x/y.png and a/x_y.png) and a document keeps its name across runs."""
+    return path_name(source) + ".md"
 
 
 def write_markdown(out_dir, records):
@@ -106,7 +129,7 @@ def write_markdown(out_dir, records):
         for r in recs:
             head = f"<!-- page {r['page']} -->\n" if r.get("page") else ""
             parts.append(head + r["text"].strip())
-        path = os.path.join(md_dir, _doc_name(source) + ".md")
+        path = os.path.join(md_dir, doc_name(source))
         with open(path, "w", encoding="utf-8") as f:
             f.write("\n\n".join(parts) + "\n")
         paths.append(path)
@@ -151,13 +174,15 @@ def format_report(figures):
     return "\n".join(f"{k:<{width}}  {v}" for k, v in figures.items())
 
 
-def dump_dir(out_dir, key):
-    return os.path.join(out_dir, "dumps", re.sub(r"[^\w.@#-]+", "_", key).strip("_"))
+def item_name(item):
+    """A file name for one work item (precision dumps, drawings): the encoded absolute path of its source with
+    the key's page and task suffix, unique as keys are."""
+    return path_name(item.source) + item.key[len(item.source):].replace("/", "+")
 
 
-def save_dump(out_dir, key, dump):
+def save_dump(out_dir, item, dump):
     """Per-step logits [steps, V] (float32) and the chosen token ids of one input, as .npy."""
-    d = dump_dir(out_dir, key)
+    d = os.path.join(out_dir, "dumps", item_name(item))
     os.makedirs(d, exist_ok=True)
     np.save(os.path.join(d, "logits.npy"), dump["logits"])
     np.save(os.path.join(d, "token_ids.npy"), dump["token_ids"])
@@ -166,3 +191,27 @@ def save_dump(out_dir, key, dump):
 
 def shard_files(out_dir):
     return sorted(glob.glob(os.path.join(out_dir, "results.rank*-of*.jsonl")))
+
+
+def has_results(out_dir):
+    """True when `out_dir` holds records of an earlier run (merged or of any shard)."""
+    return any(os.path.getsize(p) > 0 for p in [os.path.join(out_dir, "results.jsonl"), *shard_files(out_dir)]
+               if os.path.isfile(p))
+
+
+def clear(out_dir, rank, world):
+    """Remove an earlier job's results before a run with --overwrite. Each rank removes its own shard file,
+    marker and report (never another rank's: it may already be writing); rank 0 also the merged results, the
+    shards of other world sizes, the reports, Markdown, dumps and drawings."""
+    own = os.path.join(out_dir, shard_name(rank, world))
+    paths = [own, own + ".done", os.path.join(out_dir, f"report.rank{rank}.csv")]
+    if rank == 0:
+        paths += [os.path.join(out_dir, "results.jsonl"), os.path.join(out_dir, "report.csv")]
+        paths += [p for p in shard_files(out_dir) if not p.endswith(f"-of{world}.jsonl")]
+        paths += [p for p in glob.glob(os.path.join(out_dir, "results.rank*-of*.jsonl.done"))
+                  if not p.endswith(f"-of{world}.jsonl.done")]
+        for sub in ("markdown", "dumps", "vis"):
+            shutil.rmtree(os.path.join(out_dir, sub), ignore_errors=True)
+    for path in set(paths):
+        if os.path.isfile(path):
+            os.remove(path)

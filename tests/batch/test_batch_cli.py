@@ -75,9 +75,9 @@ def test_folder_with_pdf_and_corrupt_files(tiny_dir, docs, tmp_path):
     assert json.loads(single.stdout.splitlines()[-1])["token_ids"] == recs[f"{d}/a.png"]["token_ids"]
 
     # Markdown per document, PDF pages in order
-    pdf_md = [p for p in os.listdir(out / "markdown") if p.endswith("c.md")]
-    assert len(pdf_md) == 1 and len(os.listdir(out / "markdown")) == 3
-    text = (out / "markdown" / pdf_md[0]).read_text(encoding="utf-8")
+    assert sorted(os.listdir(out / "markdown")) == sorted(d[1:].replace("/", "+") + f"+{n}.md"
+                                                         for n in ("a.png", "c.pdf", "sub+b.jpg"))
+    text = (out / "markdown" / (d[1:].replace("/", "+") + "+c.pdf.md")).read_text(encoding="utf-8")
     assert text.index("<!-- page 1 -->") < text.index("<!-- page 2 -->")
     assert recs[f"{d}/c.pdf#2"]["text"].strip() in text
 
