@@ -1,7 +1,6 @@
 """python -m ms_ocr.pipeline --image page.png | --pdf doc.pdf --out DIR: layout analysis + region recognition ->
 Markdown, JSON (every block: label, box in page pixels, reading order, text) and a drawing of the numbered blocks."""
 
-import json
 import os
 import sys
 import time
@@ -38,6 +37,9 @@ def build_parser():
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "ascend"])
     p.add_argument("--threads", type=int, default=None)
     add_sampling_args(p)
+    p.add_argument("--overwrite", action="store_true",
+                   help="OUT holds another job's results (other recogniser, checkpoints, options or generation "
+                        "settings): delete them and run this job (default: refuse)")
     return p
 
 
@@ -83,82 +85,116 @@ def load(args, pages=None):
                                  ignore=() if args.keep_all_labels else IGNORED_LABELS)
 
 
-def _stem(path):
-    return os.path.splitext(os.path.basename(path))[0]
+def job_identity(args):
+    """The settings that decide the results (batch/job.py): a page in OUT counts as done only for the same."""
+    from ms_ocr.batch.job import checkpoint_fingerprint
+    from ms_ocr.models import canonical
+    from ms_ocr.weights import locate, locate_layout
+    layout_dir = locate_layout(args.layout_model_path)
+    model_dir = locate(args.recognizer, args.model_path)
+    return {"tool": "ms_ocr.pipeline", "recognizer": canonical(args.recognizer),
+            "checkpoint": checkpoint_fingerprint(model_dir), "layout_checkpoint": checkpoint_fingerprint(layout_dir),
+            "charts": args.charts, "keep_all_labels": args.keep_all_labels, "dpi": args.dpi,
+            "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
+            "top_k": args.top_k, "repetition_penalty": args.repetition_penalty,
+            "no_repeat_ngram": args.no_repeat_ngram, "seed": args.seed}
 
 
-def run(argv):
+class RunState:
+    """What an interrupted run has written, for its last line."""
+
+    def __init__(self):
+        self.out, self.saved = None, 0
+
+    def interrupted(self):
+        if self.out is None:
+            return "error: interrupted before any page was parsed; saved 0 results"
+        n = self.saved
+        return (f"error: interrupted; saved {n} page result{'' if n == 1 else 's'} in {self.out} this run; run "
+                "the same command again to resume")
+
+
+def run(argv, state=None):
+    from ms_ocr.batch import job as J
+    from ms_ocr.pipeline import outputs as O
+    state = state or RunState()
     args = build_parser().parse_args(argv)
     if args.max_new_tokens < 1 or args.max_batch_size < 1 or args.dpi < 1:
         raise CliError("--max-new-tokens, --max-batch-size and --dpi must be at least 1")
     pages = _inputs(args)
-    os.makedirs(args.out, exist_ok=True)
-    if args.pdf:
-        done = _finished_pages(args.out, _stem(args.pdf), args.pdf)
-        todo = sum(page_no not in done for page_no, _ in pages)
-    else:
-        todo = sum(not _finished_image(args.out, _stem(path), path) for path, _ in pages)
-    doc = load(args, todo)  # pages left to parse: a resumed run of a long PDF may take the eager layout
+    identity = job_identity(args)
+    with J.FolderLock(args.out):
+        state.out = args.out
+        status = J.check_job(args.out, identity, args.overwrite, O.has_outputs(args.out))
+        if status == "overwrite":
+            O.remove_outputs(args.out)
+        elif status == "adopted":
+            print(f"note: {args.out} has results but no {J.JOB_FILE} (written by an older ms_ocr): taken as this "
+                  "job's", file=sys.stderr)
+        if status != "same":
+            J.write_job(args.out, identity)
+        names = O.claim_names(args.out, [args.pdf] if args.pdf else [path for path, _ in pages])
+        if args.pdf:
+            return _run_pdf(args, pages, names[args.pdf], state)
+        return _run_images(args, pages, names, state)
+
+
+def _run_pdf(args, pages, name, state):
+    from ms_ocr.pipeline import outputs as O
+    done = O.finished_pages(args.out, name, args.pdf)
+    doc = load(args, sum(page_no not in done for page_no, _ in pages))  # a resumed long PDF may go eager
+    source = os.path.abspath(args.pdf)
+    records, markdown, failed = [], [], 0
+    if done:
+        print(f"{len(done)} page(s) already done in {args.out}, kept", file=sys.stderr)
+    for page_no, get in pages:
+        if page_no in done:
+            record = done[page_no]
+            md = record.get("markdown")
+        else:
+            record, md = _parse_page(doc, get, args.out, f"{name}_page{page_no}", f"imgs/{name}/page{page_no}",
+                                     pdf=True)
+            record["page"] = page_no
+            if md is not None:
+                record["markdown"] = md
+            state.saved += 1
+        records.append(record)
+        failed += "error" in record
+        if md:
+            markdown.append(md)
+        O.write(args.out, name, {"source": source, "pages": records}, "\n\n".join(markdown))
+    if not pages:
+        O.write(args.out, name, {"source": source, "pages": []}, "")
+    return _summary(args.out, len(pages), failed)
+
+
+def _run_images(args, pages, names, state):
+    from ms_ocr.batch.names import display
+    from ms_ocr.pipeline import outputs as O
+    kept = {path for path, _ in pages if O.finished_image(args.out, names[path], path)}
+    doc = load(args, sum(path not in kept for path, _ in pages))
     failed = 0
-    if args.pdf:
-        stem = _stem(args.pdf)
-        records, markdown = [], []
-        if done:
-            print(f"{len(done)} page(s) already done in {args.out}, kept", file=sys.stderr)
-        for page_no, get in pages:
-            if page_no in done:
-                record = done[page_no]
-                md = record.get("markdown")
-            else:
-                record, md = _parse_page(doc, get, args.out, f"{stem}_page{page_no}", f"imgs/page{page_no}")
-                record["page"] = page_no
-                if md is not None:
-                    record["markdown"] = md
-            records.append(record)
-            failed += "error" in record
-            if md:
-                markdown.append(md)
-            _write(args.out, stem, {"source": os.path.abspath(args.pdf), "pages": records}, "\n\n".join(markdown))
-        if not pages:
-            _write(args.out, stem, {"source": os.path.abspath(args.pdf), "pages": []}, "")
-    else:
-        for path, get in pages:
-            stem = _stem(path)
-            if _finished_image(args.out, stem, path):
-                print(f"{path}: already done in {args.out}, kept", file=sys.stderr)
-                continue
-            record, md = _parse_page(doc, get, args.out, stem, f"imgs/{stem}" if len(pages) > 1 else "imgs")
-            record["source"] = os.path.abspath(path)
-            failed += "error" in record
-            _write(args.out, stem, record, md or "")
-    print(f"wrote {args.out} ({len(pages)} page(s){f', {failed} failed' if failed else ''})", file=sys.stderr)
+    for path, get in pages:
+        name = names[path]
+        if path in kept:
+            print(f"{display(path)}: already done in {args.out}, kept", file=sys.stderr)
+            continue
+        record, md = _parse_page(doc, get, args.out, name, f"imgs/{name}")
+        record["source"] = os.path.abspath(path)
+        failed += "error" in record
+        O.write(args.out, name, record, md or "")
+        state.saved += 1
+    return _summary(args.out, len(pages), failed)
+
+
+def _summary(out, count, failed):
+    print(f"wrote {out} ({count} page(s){f', {failed} failed' if failed else ''})", file=sys.stderr)
     return 3 if failed else 0
 
 
-def _earlier_record(out, stem, source):
-    """The JSON an earlier run wrote for `source` into `out`, or None (absent, unreadable or another source)."""
-    try:
-        with open(os.path.join(out, stem + ".json"), encoding="utf-8") as f:
-            old = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return old if isinstance(old, dict) and old.get("source") == os.path.abspath(source) else None
-
-
-def _finished_image(out, stem, path):
-    """True when an earlier run wrote this image's results into `out` without an error."""
-    old = _earlier_record(out, stem, path)
-    return old is not None and "error" not in old and os.path.isfile(os.path.join(out, stem + ".md"))
-
-
-def _finished_pages(out, stem, pdf):
-    """{page: record} of the pages an earlier run of the same PDF into `out` finished (failed pages are redone)."""
-    old = _earlier_record(out, stem, pdf) or {}
-    return {r["page"]: r for r in old.get("pages", []) if isinstance(r, dict) and "error" not in r and "page" in r}
-
-
-def _parse_page(doc, get, out, name, picture_dir):
-    """(JSON record, Markdown) of one page; a page that cannot be read or parsed gives a record with its error."""
+def _parse_page(doc, get, out, name, picture_dir, pdf=False):
+    """(JSON record, Markdown) of one page; a page that cannot be read or parsed gives a record with its error.
+    A PDF page's record has the DPI it was rendered at (below --dpi when the page hit the pixel limit)."""
     from ms_ocr.errors import user_error_message
     t0 = time.perf_counter()
     try:
@@ -173,18 +209,13 @@ def _parse_page(doc, get, out, name, picture_dir):
     result.save_pictures(out)
     result.draw(page).save(os.path.join(out, f"{name}_layout.png"))
     record = result.as_dict()
+    if pdf:
+        from ms_ocr.batch.inputs import page_dpi
+        record["dpi"] = page_dpi(page)
     record["timings"]["total_ms"] = 1000 * (time.perf_counter() - t0)
     return record, result.markdown()
 
 
-def _write(out, stem, record, markdown):
-    """JSON and Markdown of a document, replaced atomically (a PDF's are rewritten after every page)."""
-    for ext, text in ((".json", json.dumps(record, ensure_ascii=False, indent=1)), (".md", markdown + "\n")):
-        path = os.path.join(out, stem + ext)
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(path + ".tmp", path)
-
-
 def main(argv=None):
-    return cli_main(run, argv)
+    state = RunState()
+    return cli_main(lambda a: run(a, state), argv, interrupted=state.interrupted, exit_on_signal=True)

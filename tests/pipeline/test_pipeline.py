@@ -167,8 +167,8 @@ def test_cli_image(tiny_dir, layout_dir, layout_detector, vlm, tmp_path, monkeyp
     out = tmp_path / "out"
     assert _cli("--image", page, "--out", out, "--model-path", tiny_dir, "--layout-model-path", layout_dir,
                 "--max-new-tokens", 3, "--max-batch-size", 16, "--device", "cpu", "--layout-mode", "eager") == 0
-    assert sorted(p for p in os.listdir(out) if not os.path.isdir(out / p)) == ["page.json", "page.md",
-                                                                               "page_layout.png"]
+    assert sorted(p for p in os.listdir(out) if not os.path.isdir(out / p)) == [".lock", "job.json", "page.json",
+                                                                               "page.md", "page_layout.png"]
     record = json.loads((out / "page.json").read_text())
     assert record["layout"], "the tiny random detector finds boxes on the drawn page"
     detected = [LayoutBlock(d["label"], d["label_id"], d["score"], tuple(d["box"]), d["order"])
@@ -182,9 +182,10 @@ def test_cli_image(tiny_dir, layout_dir, layout_detector, vlm, tmp_path, monkeyp
             assert os.path.isfile(out / b["image"])
     assert set(record["timings"]) >= {"layout_ms", "filter_ms", "crops_ms", "total_ms"}
     assert calls == [(layout_dir, "eager"), (tiny_dir, "CPU", "auto")]
-    # a second run keeps the finished page
+    # a second run of the same job keeps the finished page (batch size and layout mode are not part of a job)
     before = (out / "page.json").stat().st_mtime_ns
-    assert _cli("--image", page, "--out", out, "--model-path", tiny_dir, "--layout-model-path", layout_dir) == 0
+    assert _cli("--image", page, "--out", out, "--model-path", tiny_dir, "--layout-model-path", layout_dir,
+                "--max-new-tokens", 3) == 0
     assert (out / "page.json").stat().st_mtime_ns == before and "already done" in capsys.readouterr().err
     assert calls[2] == (layout_dir, "eager")  # the default, --layout-mode auto, for one page on the CPU
 
@@ -197,7 +198,7 @@ def test_layout_mode_auto_is_eager_for_a_few_pages_on_the_cpu():
     assert layout_mode_for("graph", "CPU", 1) == "graph" and layout_mode_for("eager", "Ascend", 40) == "eager"
 
 
-def test_cli_pdf_with_a_corrupt_page(blind_doc, tmp_path, monkeypatch, capsys):
+def test_cli_pdf_with_a_corrupt_page(blind_doc, tiny_dir, layout_dir, tmp_path, monkeypatch, capsys):
     """Every page is written as it finishes; a page that cannot be loaded (its page-tree entry points at an image
     object) is recorded with its error and the exit status says so; run again on the repaired file, the finished
     page is kept and only the other one is parsed. (The loaded models are the fixture's: loading is
@@ -216,7 +217,8 @@ def test_cli_pdf_with_a_corrupt_page(blind_doc, tmp_path, monkeypatch, capsys):
     todo = []  # pages each run has left to parse (what --layout-mode auto decides by)
     monkeypatch.setattr(cli, "load", lambda args, pages: todo.append(pages) or blind_doc)
     out = tmp_path / "out"
-    code = _cli("--pdf", pdf, "--out", out, "--dpi", 72)
+    ckpts = ("--model-path", tiny_dir, "--layout-model-path", layout_dir)
+    code = _cli("--pdf", pdf, "--out", out, "--dpi", 72, *ckpts)
     assert code == 3  # a page failed; the rest is written
     record = json.loads((out / "doc.json").read_text())
     assert [p["page"] for p in record["pages"]] == [1, 2]
@@ -228,11 +230,97 @@ def test_cli_pdf_with_a_corrupt_page(blind_doc, tmp_path, monkeypatch, capsys):
     pdf.write_bytes(good)
     parsed = []
     monkeypatch.setattr(blind_doc, "parse", lambda page, _parse=blind_doc.parse: parsed.append(page) or _parse(page))
-    assert _cli("--pdf", pdf, "--out", out, "--dpi", 72) == 0
+    assert _cli("--pdf", pdf, "--out", out, "--dpi", 72, *ckpts) == 0
     assert len(parsed) == 1 and "1 page(s) already done" in capsys.readouterr().err
     assert todo == [2, 1]
     record = json.loads((out / "doc.json").read_text())
     assert [p["page"] for p in record["pages"]] == [1, 2] and all("error" not in p for p in record["pages"])
+
+
+def _outputs(out):
+    return sorted(p for p in os.listdir(out) if not p.startswith("."))
+
+
+def test_cli_inputs_with_the_same_name_keep_their_own_results(blind_doc, tiny_dir, layout_dir, tmp_path,
+                                                               monkeypatch, capsys):
+    """`dA/page.png dB/page.png` reported 2 pages and kept one (both wrote page.json). Each input now owns a name
+    (page, page-2, ...) recorded by its JSON's source, and keeps it in later runs."""
+    from ms_ocr.pipeline import cli
+    monkeypatch.setattr(cli, "load", lambda args, pages: blind_doc)
+    paths = [tmp_path / "dA" / "page.png", tmp_path / "dB" / "page.png", tmp_path / "dA" / "page.jpg"]
+    for i, path in enumerate(paths):
+        path.parent.mkdir(exist_ok=True)
+        Image.new("RGB", (200 + 10 * i, 300), "white").save(path)
+    out = tmp_path / "out"
+    ckpts = ("--model-path", tiny_dir, "--layout-model-path", layout_dir)
+    assert _cli("--image", *paths, "--out", out, *ckpts) == 0
+    names = ["page", "page-2", "page-3"]
+    assert _outputs(out) == sorted(["job.json"] + [n + e for n in names for e in (".json", ".md", "_layout.png")])
+    for name, path in zip(names, paths):
+        record = json.loads((out / f"{name}.json").read_text())
+        assert record["source"] == str(path) and record["width"] == Image.open(path).width
+    capsys.readouterr()
+    # a later run of dB/page.png alone finds its results under page-2; a new input takes the next free name
+    (tmp_path / "dC").mkdir()
+    Image.new("RGB", (90, 90), "white").save(tmp_path / "dC" / "page.png")
+    assert _cli("--image", paths[1], tmp_path / "dC" / "page.png", "--out", out, *ckpts) == 0
+    assert f"{paths[1]}: already done" in capsys.readouterr().err
+    assert json.loads((out / "page-4.json").read_text())["source"] == str(tmp_path / "dC" / "page.png")
+    assert json.loads((out / "page.json").read_text())["source"] == str(paths[0])
+
+
+def test_cli_name_not_utf8(blind_doc, tiny_dir, layout_dir, tmp_path, monkeypatch):
+    """Such a name failed the page ('surrogates not allowed') and left page.json.tmp behind."""
+    from ms_ocr.pipeline import cli
+    monkeypatch.setattr(cli, "load", lambda args, pages: blind_doc)
+    path = os.path.join(os.fsencode(tmp_path), b"r\xe9sum\xe9.png")
+    Image.new("RGB", (120, 160), "white").save(path)
+    out = tmp_path / "out"
+    assert _cli("--image", os.fsdecode(path), "--out", out, "--model-path", tiny_dir, "--layout-model-path",
+                layout_dir) == 0
+    files = sorted(os.listdir(os.fsencode(out)))
+    assert files == [b".lock", b"job.json", b"r%E9sum%E9.json", b"r%E9sum%E9.md", b"r%E9sum%E9_layout.png"]
+    text = (out / "r%E9sum%E9.json").read_bytes().decode("utf-8")
+    assert os.fsencode(json.loads(text)["source"]) == path and "\\udce9" in text
+
+
+def test_cli_another_job_is_refused(blind_doc, tiny_dir, layout_dir, tmp_path, monkeypatch, capsys):
+    from ms_ocr.pipeline import cli
+    monkeypatch.setattr(cli, "load", lambda args, pages: blind_doc)
+    page = tmp_path / "page.png"
+    Image.new("RGB", (120, 160), "white").save(page)
+    out = tmp_path / "out"
+    ckpts = ("--model-path", tiny_dir, "--layout-model-path", layout_dir)
+    assert _cli("--image", page, "--out", out, *ckpts) == 0
+    before = (out / "page.json").read_bytes()
+    capsys.readouterr()
+    assert _cli("--image", page, "--out", out, *ckpts, "--charts", "--max-new-tokens", 9) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: {out} holds the results of another job (charts false -> true; max_new_tokens 4096 -> "
+                   "9); use another --out, or --overwrite to replace them"), err
+    assert (out / "page.json").read_bytes() == before
+    with open(out / ".lock") as holder:  # a run in progress
+        import fcntl
+        fcntl.flock(holder.fileno(), fcntl.LOCK_EX)
+        assert _cli("--image", page, "--out", out, *ckpts) == 2
+        assert "is in use by another run" in capsys.readouterr().err
+    assert _cli("--image", page, "--out", out, *ckpts, "--charts", "--overwrite") == 0
+    assert json.loads((out / "job.json").read_text())["identity"]["charts"] is True
+    assert "already done" not in capsys.readouterr().err
+
+
+def test_cli_pdf_page_over_the_pixel_limit(blind_doc, tiny_dir, layout_dir, tmp_path, monkeypatch):
+    """A 200-inch PDF page is rendered at the DPI that fits the image pixel limit; the page record says which."""
+    from ms_ocr.pipeline import cli
+    monkeypatch.setattr(cli, "load", lambda args, pages: blind_doc)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 500_000)
+    Image.new("RGB", (200, 100), "white").save(tmp_path / "huge.pdf", resolution=1.0)  # 14,400 x 7,200 pt
+    out = tmp_path / "out"
+    assert _cli("--pdf", tmp_path / "huge.pdf", "--out", out, "--model-path", tiny_dir, "--layout-model-path",
+                layout_dir) == 0
+    (page,) = json.loads((out / "huge.json").read_text())["pages"]
+    assert page["width"] * page["height"] <= 1_000_000 and page["dpi"] == pytest.approx(
+        72 * page["width"] / 14400, abs=0.01) and page["dpi"] < 200
 
 
 @pytest.mark.parametrize("args, message", [
