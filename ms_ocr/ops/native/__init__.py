@@ -77,11 +77,6 @@ class NativeKernels:
         """The SIMD level the library was compiled for (one of ISA_LEVELS), as kernels.cc reports it."""
         return self.lib.ms_ocr_isa_level().decode()
 
-    @property
-    def vector_floats(self):
-        """Floats per vector at that level (16 AVX-512, 8 AVX2, 4 NEON / SSE2 / scalar)."""
-        return int(self.lib.ms_ocr_vector_floats())
-
 
 def _cpu_tag():
     """What -march=native depends on: the CPU model and its flags."""
@@ -146,7 +141,7 @@ def load():
     kernels = None
     if os.environ.get(ENV_SWITCH, "1") != "0" and sys.platform.startswith("linux"):
         try:
-            kernels = NativeKernels(build(arch=build_arch()))
+            kernels = NativeKernels(build())
         except (OSError, subprocess.SubprocessError) as e:
             lines = (getattr(e, "stderr", None) or str(e)).strip().splitlines() or [type(e).__name__]
             print(f"[ms_ocr] native CPU kernels unavailable, using MindSpore's ({lines[-1]})", file=sys.stderr)

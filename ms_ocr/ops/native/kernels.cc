@@ -423,8 +423,6 @@ int64_t ms_ocr_matmul_t_calls() { return g_matmul_t_calls.load(); }
 
 // The SIMD level this library was compiled for: "avx512", "avx2", "neon", "sse2" or "scalar".
 const char* ms_ocr_isa_level() { return MS_OCR_ISA; }
-// Floats per vector of that level.
-int ms_ocr_vector_floats() { return kVL; }
 
 // MatMulT: x [M, K] (M <= 8), w [N, K] -> y [M, N] = x w^T, for the decode step's matrix-vector products.
 int MatMulT(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream, void* extra) {
