@@ -32,6 +32,12 @@ class ServerState:
     created: int = 0
 
 
+def _short(exc, limit=300):
+    """One line, at most `limit` characters (MindSpore errors carry whole C++ and graph traces)."""
+    text = user_error_message(exc)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _error(status, message, param=None):
     return JSONResponse(ApiError(status, message, param).body(), status_code=status)
 
@@ -65,7 +71,7 @@ def create_app(state):
 
     @app.exception_handler(Exception)
     async def internal_error(request, exc):  # one line, never a traceback
-        return _error(500, user_error_message(exc))
+        return _error(500, _short(exc))
 
     @app.get("/health")
     async def health():
@@ -150,8 +156,8 @@ async def _chat(state, http_request):
 
 def _engine_error(exc):
     if isinstance(exc, ValueError):
-        return ApiError(400, user_error_message(exc))
-    return ApiError(500, user_error_message(exc))
+        return ApiError(400, _short(exc))
+    return ApiError(500, _short(exc))
 
 
 async def _collect(job, http_request):

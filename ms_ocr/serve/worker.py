@@ -64,7 +64,10 @@ class Job:
         self.n_tokens, self.t_last, self.finish_reason = 0, None, None
 
     def _post(self, *event):
-        self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        except RuntimeError:  # the event loop has closed (server shutting down): nobody is listening
+            pass
 
     def on_token(self, token):  # engine thread
         now = time.perf_counter()
