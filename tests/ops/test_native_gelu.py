@@ -1,6 +1,6 @@
 """The native GELU kernels (GeluTanh / GeluErf in ms_ocr/ops/native/kernels.cc), which ops.gelu_tanh / gelu_erf use
-on the CPU for fp32: against float64 NumPy (the exact GELU through math.erf), against the composed formulas, in
-the portable build, and their routing."""
+on the CPU for fp32: against float64 NumPy (the exact GELU through math.erf), against the composed formulas, at
+every ISA level this machine builds, and their routing."""
 
 import math
 import os

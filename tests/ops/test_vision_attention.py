@@ -1,6 +1,6 @@
 """The native bidirectional attention (VisionAttention in ms_ocr/ops/native/kernels.cc), which ops.attention uses
-on the CPU for unmasked fp32 attention (the vision encoders): against float64 NumPy, its portable build, and
-its routing. The model parity tests run it inside the vision towers against transformers."""
+on the CPU for unmasked fp32 attention (the vision encoders): against float64 NumPy at every ISA level this
+machine builds, and its routing. The model parity tests run it inside the vision towers against transformers."""
 
 import importlib
 import os
