@@ -44,7 +44,8 @@ def attention(q, k, v, mask, scale):
 # kv heads as query heads and head_dim a multiple of 8 up to 256: the vision encoders. It keeps each 32 query
 # rows' scores in L2 instead of writing and re-reading the [H, S, T] scores and probabilities three times
 # (BatchMatMul, Softmax, BatchMatMul): a PaddleOCR-VL 512-row block (16 heads x 3,996 keys, head_dim 72)
-# measured 48-51 ms against 66-82 ms composed and ~60 ms for torch's SDPA.
+# measured 48-51 ms against 66-82 ms composed and ~60 ms for torch's SDPA. That is its AVX-512 build: at AVX2 and
+# SSE2 it measured slower than the composed path, and backend.NATIVE_ROUTES leaves it out there.
 def _native_ok(q, k, v):
     ok = backend.NATIVE_ATTENTION is not None and q.ndim == 4 and q.shape[1] == k.shape[1]
     ok = ok and q.shape[-1] % 8 == 0 and q.shape[-1] <= 256
