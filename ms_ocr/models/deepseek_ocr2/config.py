@@ -78,6 +78,9 @@ class DeepseekOCR2Config:
         else:
             layout = "transformers"
             text = text_from(raw.get("text_config") or {})
+            # transformers ties lm_head by the root flag (DeepseekOcr2Config.tie_word_embeddings, default False);
+            # the text config's own flag is not read
+            text.tie_word_embeddings = bool(raw.get("tie_word_embeddings", False))
             sam_raw = vision.get("sam_config") or {}
             enc_raw = dict(vision.get("encoder_config") or {})
             enc_raw["rope_theta"] = _rope_theta(enc_raw, ENCODER_DEFAULTS["rope_theta"])

@@ -10,7 +10,7 @@ from PIL import Image
 
 from tests.cli_util import assert_one_line_error, run_module
 from tests.helpers.tiny_deepseek import (ENCODER, IMAGE_TOKEN_ID, SAM, TEXT, make_tiny_checkpoint, reference_greedy,
-                                         reference_inputs, reference_processor)
+                                         reference_inputs, reference_processor, tiny_config)
 
 NEW_TOKENS = 10
 # (width, height): no tiles (small, tiny, odd, exactly one tile), 2..6 tile grids of different aspect ratios, a
@@ -123,6 +123,31 @@ def test_deepseek_ai_layout_reads_the_same_model(folder, tmp_path):
     assert cfg.sam["out_channels"] == 256 and cfg.sam["mlp_dim"] == 4 * cfg.sam["dim"]
     assert cfg.encoder.hidden_size == ENCODER["hidden_size"] and cfg.encoder.num_hidden_layers == 24
     assert cfg.image_token_id == ours.image_token_id
+
+
+@pytest.mark.parametrize("root,text", [(True, False), (False, True)], ids=["root-tied", "text-tied"])
+def test_root_tie_word_embeddings_decides_the_head(root, text, tmp_path):
+    """transformers ties lm_head to the embeddings by DeepseekOcr2Config.tie_word_embeddings (the root flag); the
+    text config's flag is not read. The head we load equals the one transformers loads back."""
+    import torch
+    from transformers import DeepseekOcr2ForConditionalGeneration
+
+    from ms_ocr.config_utils import load_config_json
+    from ms_ocr.convert.loader import load_weights
+    from ms_ocr.convert.safetensors_io import iter_checkpoint
+    from ms_ocr.models import deepseek_ocr2 as D
+    from ms_ocr.models.deepseek_ocr2.config import DeepseekOCR2Config
+    ref_cfg = tiny_config()
+    ref_cfg.tie_word_embeddings, ref_cfg.text_config.tie_word_embeddings = root, text
+    torch.manual_seed(0)
+    DeepseekOcr2ForConditionalGeneration(ref_cfg).save_pretrained(tmp_path)
+    want = DeepseekOcr2ForConditionalGeneration.from_pretrained(tmp_path).lm_head.weight.detach().numpy()
+    cfg = DeepseekOCR2Config.from_dict(load_config_json(str(tmp_path)))
+    assert cfg.text.tie_word_embeddings == root
+    net = D.build(cfg)
+    load_weights(net, iter_checkpoint(str(tmp_path)), D.name_table(cfg), source="tiny")  # strict
+    head = net.model.embed_tokens.weight if net.tied else net.lm_head.weight
+    np.testing.assert_array_equal(head.asnumpy(), want)
 
 
 def test_wrong_checkpoint_for_model(folder, hunyuan_checkpoint, tmp_path):
