@@ -24,7 +24,11 @@ ENCODER_DEFAULTS = dict(hidden_size=896, intermediate_size=4864, num_hidden_laye
 
 
 def _rope_theta(raw, default):
+    """The rope base; only plain rope is implemented, so a scaled one (yarn, linear, ...) fails by name."""
     params = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind != "default":
+        raise CheckpointError(f"rope type {kind!r} is not supported (DeepSeek-OCR uses plain rope)")
     return float(params.get("rope_theta", raw.get("rope_theta", default)))
 
 

@@ -125,6 +125,19 @@ def test_deepseek_ai_layout_reads_the_same_model(folder, tmp_path):
     assert cfg.image_token_id == ours.image_token_id
 
 
+@pytest.mark.parametrize("where", ["text_config", "encoder_config", "language_config"])
+def test_scaled_rope_is_refused(where):
+    """Only plain rope is implemented: a scaled one fails by name instead of running as plain rope."""
+    from ms_ocr.config_utils import CheckpointError
+    from ms_ocr.models.deepseek_ocr2.config import DeepseekOCR2Config
+    raw = deepseek_ai_config() if where == "language_config" else tiny_config().to_dict()
+    part = raw["vision_config"]["encoder_config"] if where == "encoder_config" else raw[where]
+    part["rope_parameters" if where != "language_config" else "rope_scaling"] = {
+        "rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
+    with pytest.raises(CheckpointError, match="rope type 'linear'"):
+        DeepseekOCR2Config.from_dict(raw)
+
+
 @pytest.mark.parametrize("root,text", [(True, False), (False, True)], ids=["root-tied", "text-tied"])
 def test_root_tie_word_embeddings_decides_the_head(root, text, tmp_path):
     """transformers ties lm_head to the embeddings by DeepseekOcr2Config.tie_word_embeddings (the root flag); the
