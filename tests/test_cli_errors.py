@@ -119,3 +119,23 @@ def test_aspect_ratio_error_gives_the_image_size(tmp_path, tiny_dir):
     Image.fromarray(np.full((10, 3000, 3), 128, np.uint8)).save(strip)
     assert_one_line_error(infer("--model", "paddleocr-vl", "--model-path", tiny_dir, "--image", str(strip)),
                           "aspect ratio", "the image is 3000x10 pixels")
+
+
+def test_ctrl_c_while_mindspore_loads(tiny_dir, good_png):
+    """SIGINT during `import mindspore` aborted the interpreter (rc -6, 'Fatal Python error', a traceback)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from tests.cli_util import ROOT
+    env = dict(os.environ, PYTHONPATH=ROOT, GLOG_v="3", MS_OCR_OFFLINE="1")
+    proc = subprocess.Popen([sys.executable, "-m", "ms_ocr.infer", "--model", "paddleocr-vl", "--model-path", tiny_dir,
+                             "--image", good_png], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and "mindspore" not in open(f"/proc/{proc.pid}/maps").read():
+        time.sleep(0.005)
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err, out) == (130, "error: interrupted\n", "")

@@ -105,15 +105,15 @@ class RunState:
     """What an interrupted run has saved, for its last line."""
 
     def __init__(self):
-        self.out, self.store, self.saved, self.progress = None, None, 0, None
+        self.out, self.store, self.progress = None, None, None
 
     def interrupted(self):
         head = "\n" if self.progress is not None and self.progress.enabled and self.progress.done else ""
         if self.store is None:
             return head + "error: interrupted before any page was run; saved 0 results"
-        n = self.saved
+        n, done = self.store.saved()
         return (head + f"error: interrupted; saved {n} result{'' if n == 1 else 's'} this run "
-                f"({len(self.store.done)} pages done in {self.out}); run the same command again to resume")
+                f"({done} pages done in {self.out}); run the same command again to resume")
 
 
 def run(argv, state=None):
@@ -234,7 +234,6 @@ def _run_job(args, package, model_dir, items, job_prompt, job_task, world, rank,
                 draw_boxes(pages[item.key][1], result["boxes"]).save(vis)
                 record["visualization"] = vis
         store.append(record)
-        state.saved += 1
         pages.pop(item.key, None)
         finished.append(record)
         progress.update(record.get("num_tokens", 0))

@@ -53,6 +53,7 @@ class ResultStore:
             self._stamp_unowned()
         self.done = {k for k, r in latest(read_records(path, job)).items() if r.get("ok")}
         self._f = open(path, "a", encoding="utf-8")
+        self._start, self._done_at_open = self._f.tell(), set(self.done)
 
     def _repair_tail(self):
         """A crash mid-write can leave a last line without its newline: cut it so appends start clean."""
@@ -83,6 +84,19 @@ class ResultStore:
         os.fsync(self._f.fileno())
         if record.get("ok"):
             self.done.add(record["key"])
+
+    def saved(self):
+        """(records written since this store opened, pages done in all), read back from the file: what is there
+        is what an interrupted run has saved (a record still in Python's buffer is not, and is not counted)."""
+        with open(self.path, "rb") as f:
+            f.seek(self._start)
+            lines = f.read().split(b"\n")[:-1]
+        done = set(self._done_at_open)
+        for line in lines:
+            record = json.loads(line)
+            if record.get("ok"):
+                done.add(record["key"])
+        return len(lines), len(done)
 
     def close(self):
         self._f.close()

@@ -186,7 +186,9 @@ def test_store_counts_only_its_jobs_records(tmp_path):
     store.close()
     assert [r["job"] for r in R.read_records(path)] == ["job-1", "job-1"]
     store = R.ResultStore(path, job="job-2")
-    assert store.done == set()
+    assert store.done == set() and store.saved() == (0, 0)
     store.append({"key": "a", "source": "a", "page": 0, "ok": True, "text": "A2"})
+    store.append({"key": "c", "source": "c", "page": 0, "ok": False, "error": "bad"})
+    assert store.saved() == (2, 1)  # what an interrupted run reports: records this run, pages done
     store.close()
-    assert [r["text"] for r in R.read_records(path, "job-2")] == ["A2"]
+    assert [r.get("text") for r in R.read_records(path, "job-2")] == ["A2", None]
