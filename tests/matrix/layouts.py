@@ -56,8 +56,12 @@ def move_template(folder, where):
 
 def move_image_settings(folder, name):
     """Image processor settings in preprocessor_config.json (flat) or processor_config.json (transformers 5's
-    processor file, settings under "image_processor")."""
+    processor file, settings under "image_processor"), moved from wherever they are."""
     if name == "preprocessor_config.json":
+        if _exists(folder, "processor_config.json"):  # transformers 5's nested file -> the flat one
+            nested = read_json(folder, "processor_config.json")
+            os.remove(os.path.join(folder, "processor_config.json"))
+            write_json(folder, "preprocessor_config.json", nested["image_processor"])
         return
     settings = read_json(folder, "preprocessor_config.json")
     os.remove(os.path.join(folder, "preprocessor_config.json"))

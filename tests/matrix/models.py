@@ -7,7 +7,7 @@ writes; "hub": the published repository's original files) plus layout keys appli
   rope            rope_scaling / rope_parameters
   template        jinja / json / tokenizer_config
   image_settings  preprocessor_config.json / processor_config.json
-Each variant names the images (by size) and the prompt it runs, so that across a model's variants every axis
+Each variant names the images (by size) and the prompt it runs (`slow`: only with -m slow), so that across a model's variants every axis
 value, every processor branch (below the minimum, above the maximum, very wide, very tall, ordinary) and a
 prompt with and without the model's special tokens each occur at least once, without the full product.
 """
@@ -122,6 +122,38 @@ HUNYUAN = ModelMatrix(
                                                    images=["large"], prompt="special"),
     })
 
+def _ds2_build(folder, layout):
+    from tests.helpers.tiny_deepseek import make_saved_checkpoint
+    return make_saved_checkpoint(folder)
+
+
+def _ds2_reference(folder, images, prompt):
+    from tests.helpers.tiny_deepseek import saved_reference
+    model, processor = saved_reference(folder)
+    # ms_ocr puts "<image>\n" before a prompt that places no image itself (DeepSeek's documented prompt form)
+    text = prompt if "<image>" in prompt else "<image>\n" * len(images) + prompt
+    return model.float(), processor(images=images, text=text, return_tensors="pt")
+
+
+DEEPSEEK_V2 = ModelMatrix(
+    cli="deepseek-ocr2", package="deepseek_ocr2", build=_ds2_build, reference=transformers_reference(_ds2_reference),
+    # global view only below a 768-px tile (300x140: 257 image tokens), tiles beyond, 6 in a row / column
+    images={"small": (300, 140), "wide": (2000, 150), "tall": (150, 2000), "large": (1000, 700)},
+    prompts={"plain": "Free OCR.", "special": "<image>\nFree OCR."},
+    variants={
+        # transformers' save: nested text_config, processor_config.json, its own head (flags false)
+        "save_pretrained": dict(layout="transformers", images=["small"], prompt="special"),
+        "tied_bf16_sharded": dict(layout="transformers", head="tied", weights=("bfloat16", "200KB"),
+                                  images=["small"], prompt="plain"),
+        "own_head_flag_tied_preprocessor_config": dict(layout="transformers", head="own_head_flag_tied",
+                                                       image_settings="preprocessor_config.json",
+                                                       images=["small"], prompt="special"),
+        # the tile branch (7 views of SAM at 1024 px: ~30 s an image here); tests/models/deepseek runs these
+        # sizes on the save_pretrained layout in the default run
+        "tiles": dict(layout="transformers", images=["large", "wide", "tall"], prompt="plain", slow=True),
+    })
+
+
 def _v1_build(folder, layout):
     from tests.helpers.golden_v1 import make_v1_checkpoint
     make_v1_checkpoint(folder)
@@ -187,4 +219,4 @@ DEEPSEEK_V1 = ModelMatrix(
                                    prompt="plain"),
     })
 
-MATRICES = {m.cli: m for m in (PADDLE, HUNYUAN, DEEPSEEK_V1)}
+MATRICES = {m.cli: m for m in (PADDLE, HUNYUAN, DEEPSEEK_V2, DEEPSEEK_V1)}

@@ -14,7 +14,9 @@ from tests.matrix import layouts
 from tests.matrix.models import MATRICES
 
 NEW_TOKENS = 10
-CASES = [(model, variant) for model, m in MATRICES.items() for variant in m.variants]
+CASES = [pytest.param(model, variant, id=f"{model}-{variant}",
+                      marks=[pytest.mark.slow] if spec.get("slow") else [])
+         for model, m in MATRICES.items() for variant, spec in m.variants.items()]
 
 
 @pytest.fixture(scope="session")
@@ -76,7 +78,7 @@ def ours_first_logits(matrix, spec, folder, image_path, prompt):
     return pipe.runtime.prefill(prep, pipe.encode_images(prep), max_new_tokens=1).asnumpy()[0]
 
 
-@pytest.mark.parametrize("model,variant", CASES, ids=[f"{m}-{v}" for m, v in CASES])
+@pytest.mark.parametrize("model,variant", CASES)
 def test_variant_matches_reference(model, variant, matrix_checkpoint, matrix_images, graph_mode):
     matrix = MATRICES[model]
     spec = matrix.variants[variant]
