@@ -60,7 +60,9 @@ def test_folder_lock(tmp_path):
         with pytest.raises(J.JobError):
             J.FolderLock(out).__enter__()
     # released when the holder dies, even by SIGKILL
-    code = f"from ms_ocr.batch.job import FolderLock; FolderLock({out!r}).__enter__(); import os; os.kill(os.getpid(), 9)"
-    subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    code = (f"import os; from ms_ocr.batch.job import FolderLock; FolderLock({out!r}).__enter__(); "
+            "os.kill(os.getpid(), 9)")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == -9
     with J.FolderLock(out):
         pass
