@@ -86,8 +86,9 @@ def create_app(state):
     @app.get("/metrics")
     async def metrics():
         running, waiting = state.worker.counts()
-        text = state.metrics.render(running, waiting, dict(state.worker.engine.step_sizes),
-                                    state.worker.engine.batch)
+        engine = state.worker.engine
+        text = state.metrics.render(running, waiting, dict(engine.step_sizes), engine.batch,
+                                    dict(engine.rt.compiler.seconds))
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.post("/v1/chat/completions")
