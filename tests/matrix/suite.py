@@ -1,5 +1,8 @@
 """The checkpoint-layout matrix: every variant of tests/matrix/models.py gives transformers' greedy tokens end to
-end through the CLI, and its first logits within 1e-4 of max|logit| in process."""
+end through the CLI, and its first logits within 1e-4 of max|logit| in process.
+
+The tests run from one small module per model (tests/matrix/test_<model>.py: `MODEL = ...` and a star import of
+this file), so that the test runner's workers, which take whole files, share the models out."""
 
 import json
 import os
@@ -14,9 +17,17 @@ from tests.matrix import layouts
 from tests.matrix.models import MATRICES
 
 NEW_TOKENS = 10
-CASES = [pytest.param(model, variant, id=f"{model}-{variant}",
-                      marks=[pytest.mark.slow] if spec.get("slow") else [])
-         for model, m in MATRICES.items() for variant, spec in m.variants.items()]
+
+
+def pytest_generate_tests(metafunc):
+    """Each importing module's MODEL: its variants (the slow ones marked) and the model itself."""
+    model = metafunc.module.MODEL
+    if "variant" in metafunc.fixturenames:
+        metafunc.parametrize("model,variant", [
+            pytest.param(model, variant, id=variant, marks=[pytest.mark.slow] if spec.get("slow") else [])
+            for variant, spec in MATRICES[model].variants.items()])
+    elif "model" in metafunc.fixturenames:
+        metafunc.parametrize("model", [model])
 
 
 @pytest.fixture(scope="session")
@@ -78,7 +89,6 @@ def ours_first_logits(matrix, spec, folder, image_path, prompt):
     return pipe.runtime.prefill(prep, pipe.encode_images(prep), max_new_tokens=1).asnumpy()[0]
 
 
-@pytest.mark.parametrize("model,variant", CASES)
 def test_variant_matches_reference(model, variant, matrix_checkpoint, matrix_images, graph_mode):
     matrix = MATRICES[model]
     spec = matrix.variants[variant]
@@ -92,7 +102,6 @@ def test_variant_matches_reference(model, variant, matrix_checkpoint, matrix_ima
     assert np.abs(logits - want_logits).max() <= 1e-4 * np.abs(want_logits).max()
 
 
-@pytest.mark.parametrize("model", list(MATRICES))
 def test_generation_config_eos_list_stops_both_at_the_same_token(model, matrix_checkpoint, matrix_images,
                                                                  tmp_path):
     """The checkpoint's own eos: generation_config.json's list (here with a token the model emits at step 4 added)
