@@ -30,11 +30,12 @@ class JobError(UsageError):
 def checkpoint_fingerprint(folder):
     """A short hash of a checkpoint folder's files: names, sizes, the small files' bytes and the first and last
     64 KiB of the large ones (weights). Moving or copying a checkpoint keeps it; re-converting or swapping
-    weights changes it. Costs milliseconds, not a read of the weights."""
+    weights changes it. Costs milliseconds, not a read of the weights. Hidden files and folders are left out
+    (huggingface-cli keeps download timestamps in .cache/)."""
     h = hashlib.sha1()
     for root, dirs, files in os.walk(folder):
-        dirs.sort()
-        for name in sorted(files):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(f for f in files if not f.startswith(".")):
             path = os.path.join(root, name)
             size = os.path.getsize(path)
             h.update(f"{os.path.relpath(path, folder)}\0{size}\0".encode("utf-8", "surrogateescape"))

@@ -40,6 +40,9 @@ def test_checkpoint_fingerprint(tmp_path):
     moved = tmp_path / "moved"
     ck.rename(moved)
     assert J.checkpoint_fingerprint(str(moved)) == first  # a moved checkpoint is the same checkpoint
+    (moved / ".cache").mkdir()
+    (moved / ".cache" / "model.safetensors.metadata").write_text("etag 2026-11-24T07:00")  # huggingface-cli's
+    assert J.checkpoint_fingerprint(str(moved)) == first
     (moved / "model.safetensors").write_bytes(weights[:-1] + bytes([weights[-1] ^ 1]))  # last byte changed
     assert J.checkpoint_fingerprint(str(moved)) != first
     (moved / "model.safetensors").write_bytes(weights)
