@@ -1,0 +1,187 @@
+"""Synthetic printed-text lines for the demo model (scripts/train_demo.py): text generator, fonts, renderer with
+scan augmentations, and the example images. Pillow and NumPy only; everything is a pure function of its seed.
+
+Fonts come from Debian's packages: fonts-dejavu-core + fonts-dejavu-extra (training) and fonts-liberation2
+(the unseen font the accuracy gate reports). `python scripts/demo_data.py --examples examples/` writes the
+example images.
+"""
+
+import argparse
+import io
+import os
+import random
+import string
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
+
+FONT_DIRS = ("/usr/share/fonts/truetype/dejavu", "/usr/share/fonts/truetype/liberation2")
+# Regular, bold, condensed, mono, oblique: the shapes a printed page mixes.
+TRAIN_FONTS = ("DejaVuSans.ttf", "DejaVuSans-Bold.ttf", "DejaVuSerif.ttf", "DejaVuSerif-Bold.ttf",
+               "DejaVuSansMono.ttf", "DejaVuSansMono-Bold.ttf", "DejaVuSansCondensed.ttf",
+               "DejaVuSerifCondensed.ttf", "DejaVuSans-Oblique.ttf")
+UNSEEN_FONT = "LiberationSans-Regular.ttf"  # an Arial-metric design the training never renders
+FONT_PACKAGES = "fonts-dejavu-core fonts-dejavu-extra fonts-liberation2"
+
+LINE_HEIGHT = (28, 40)  # rendered line heights: smart_resize maps all of them to one 28-px row of patches
+MAX_CHARS = 40
+
+_WORDS = ("the of and to in is was for on that with as by at from it an are were which this be or has had not but "
+          "have one their also its first new after who been two they other page table total invoice date amount "
+          "account number balance payment order customer address street city phone email report year month "
+          "price quantity item description tax net due paid received shipped office company limited service "
+          "project summary section figure chapter note reference version update status approved pending "
+          "model text image document scan line word value data result error system file record name title "
+          "Monday Tuesday Friday January March April June August October December north south east west "
+          "water light house market school health energy travel garden window river morning evening").split()
+_MONTHS = ("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec").split()
+_CURRENCIES = ("$", "EUR ", "USD ", "GBP ", "")
+_PUNCT = ".,:;!?"
+
+
+def font_path(name):
+    """Absolute path of a font file, or FileNotFoundError naming the Debian packages to install."""
+    for folder in FONT_DIRS:
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            return path
+    raise FileNotFoundError(f"font {name} not found in {', '.join(FONT_DIRS)}; install: apt-get install "
+                            f"{FONT_PACKAGES}")
+
+
+def _pseudo_word(rng):
+    """Letters without meaning, so the model has to read characters rather than recall words."""
+    return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 9)))
+
+
+def _number(rng):
+    kind = rng.random()
+    if kind < 0.3:
+        return str(rng.randint(0, 99999))
+    if kind < 0.5:
+        return f"{rng.randint(0, 9999)}.{rng.randint(0, 99):02d}"
+    if kind < 0.7:
+        return f"{rng.randint(1, 999)},{rng.randint(0, 999):03d}"
+    if kind < 0.85:
+        return f"{rng.randint(0, 100)}%"
+    return f"#{rng.randint(1, 9999)}"
+
+
+def _date(rng):
+    y, m, d = rng.randint(1950, 2049), rng.randint(1, 12), rng.randint(1, 28)
+    return rng.choice((f"{y}-{m:02d}-{d:02d}", f"{d:02d}/{m:02d}/{y}", f"{d} {_MONTHS[m - 1]} {y}",
+                       f"{_MONTHS[m - 1]} {d}, {y}", f"{m}/{d}/{y % 100:02d}"))
+
+
+def _amount(rng):
+    value = f"{rng.randint(0, 99999):,}.{rng.randint(0, 99):02d}"
+    cur = rng.choice(_CURRENCIES)
+    return rng.choice((f"{cur}{value}", f"-{cur}{value}", f"{value} EUR"))
+
+
+def _code(rng):
+    letters = "".join(rng.choice(string.ascii_uppercase) for _ in range(rng.randint(1, 3)))
+    return rng.choice((f"{letters}-{rng.randint(0, 9999)}", f"{letters}{rng.randint(0, 999)}",
+                       f"({letters.lower()})", f"[{rng.randint(1, 99)}]", f"{rng.randint(1, 99)}:{rng.randint(0, 59):02d}"))
+
+
+def _word(rng):
+    word = rng.choice(_WORDS) if rng.random() < 0.7 else _pseudo_word(rng)
+    case = rng.random()
+    if case < 0.2:
+        return word.capitalize()
+    if case < 0.27:
+        return word.upper()
+    if case < 0.3:
+        return "".join(c.upper() if rng.random() < 0.5 else c for c in word)
+    return word
+
+
+def random_text(rng, max_chars=MAX_CHARS):
+    """One printed line: words, numbers, dates, amounts, codes and punctuation, at most `max_chars` long."""
+    parts = []
+    for _ in range(rng.randint(1, 8)):
+        r = rng.random()
+        token = (_word(rng) if r < 0.6 else _number(rng) if r < 0.72 else _date(rng) if r < 0.8
+                 else _amount(rng) if r < 0.88 else _code(rng))
+        if rng.random() < 0.15:
+            token += rng.choice(_PUNCT)
+        if rng.random() < 0.03:
+            token = rng.choice(("\"", "'", "(")) + token + rng.choice(("\"", "'", ")"))
+        parts.append(token)
+    text = " ".join(parts)
+    if rng.random() < 0.3:
+        text = text[:1].upper() + text[1:] + rng.choice(".!?:")
+    text = text[:max_chars].strip()
+    return text or _word(rng)
+
+
+def corpus(seed, count):
+    rng = random.Random(seed)
+    return [random_text(rng) for _ in range(count)]
+
+
+def render_line(text, font_file, rng, augment=True):
+    """RGB image of `text` on one line, its height in LINE_HEIGHT, with scan augmentations (scale, slight
+    rotation, blur, noise, contrast, JPEG) when `augment`."""
+    height = rng.randint(*LINE_HEIGHT) if augment else 34
+    size = int(height * (rng.uniform(0.58, 0.72) if augment else 0.66))
+    font = ImageFont.truetype(font_file, size)
+    left, top, right, bottom = font.getbbox(text)
+    ascent, descent = font.getmetrics()
+    pad_x = rng.randint(2, 10) if augment else 6
+    width = right - left + 2 * pad_x
+    paper = rng.randint(200, 255) if augment else 255
+    ink = rng.randint(0, 70) if augment else 0
+    img = Image.new("L", (width, height), paper)
+    y = (height - (ascent + descent)) // 2 + (rng.randint(-2, 2) if augment else 0)
+    ImageDraw.Draw(img).text((pad_x - left, y), text, font=font, fill=ink)
+    if augment:
+        angle = rng.uniform(-1.2, 1.2)
+        if abs(angle) > 0.2:
+            img = img.rotate(angle, resample=Image.BICUBIC, expand=False, fillcolor=paper)
+        if rng.random() < 0.5:
+            img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0.2, 0.9)))
+        if rng.random() < 0.5:
+            noise = np.random.default_rng(rng.getrandbits(32)).normal(0.0, rng.uniform(3, 12), (height, width))
+            img = Image.fromarray(np.clip(np.asarray(img, np.float32) + noise, 0, 255).astype(np.uint8))
+        if rng.random() < 0.5:
+            buf = io.BytesIO()
+            img.save(buf, format="JPEG", quality=rng.randint(30, 90))
+            img = Image.open(io.BytesIO(buf.getvalue())).convert("L")
+    return img.convert("RGB")
+
+
+def sample(rng, fonts=TRAIN_FONTS, augment=True):
+    """(image, text) for one random line in one of `fonts`."""
+    text = random_text(rng)
+    return render_line(text, font_path(rng.choice(fonts)), rng, augment), text
+
+
+def held_out(seed, count, fonts=TRAIN_FONTS, augment=True):
+    """A fixed evaluation set: [(image, text)] from `seed` (use seeds the training never draws)."""
+    rng = random.Random(seed)
+    return [sample(rng, fonts, augment) for _ in range(count)]
+
+
+EXAMPLES = (("invoice.png", "Invoice #2041 due 15 Mar 2026: $1,284.50", "DejaVuSerif.ttf"),
+            ("address.png", "221B Baker Street, London NW1 6XE", "DejaVuSans.ttf"),
+            ("receipt.png", "Total (incl. 19% tax): EUR 86.37", "DejaVuSansMono.ttf"))
+
+
+def make_examples(out_dir):
+    """Write the example line images (clean renders, fixed seed) and return their paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    for i, (name, text, font) in enumerate(EXAMPLES):
+        path = os.path.join(out_dir, name)
+        render_line(text, font_path(font), random.Random(i), augment=False).save(path, optimize=True)
+        paths.append(path)
+    return paths
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", metavar="DIR", required=True, help="write the example images here")
+    for p in make_examples(parser.parse_args().examples):
+        print(p)

@@ -1,0 +1,346 @@
+"""Train the embedded demo model: a tiny PaddleOCR-VL (transformers' own class) on rendered text lines.
+
+    nice -n 19 python scripts/train_demo.py --out ms_ocr/demo/paddleocr_vl --minutes 60
+
+Test-only dependencies (torch, transformers, tokenizers); fonts from scripts/demo_data.FONT_PACKAGES. The run is
+deterministic for a seed and a step count (single thread; --minutes only stops it early). It writes the checkpoint
+in the hub's layout (flat config.json, bf16 safetensors, tokenizer.json, tokenizer_config.json with the chat
+template, preprocessor_config.json) plus training.json (loss curve, CER figures) and training.png beside it.
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from scripts import demo_data  # noqa: E402
+
+# PaddleOCR-VL's (ERNIE 4.5) special tokens, first in the vocabulary; <unk>/<s>/</s> keep the hub's ids 0/1/2.
+SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<|begin_of_sentence|>", "<|end_of_sentence|>", "<|IMAGE_PLACEHOLDER|>",
+                  "<|IMAGE_START|>", "<|IMAGE_END|>", "<|VIDEO_PLACEHOLDER|>", "<mask:1>")
+TOKEN_IDS = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+VOCAB_SIZE = 512  # 10 specials + 256 byte symbols + merges
+PROMPT = "OCR:"
+SEEDS = dict(tokenizer=1000, train=0, held_out=7000)  # held-out lines come from a seed the training never draws
+MIN_PIXELS, MAX_PIXELS = 28 * 28, 28 * 28 * 96  # a line up to 28 x 2688 px keeps its size
+VISION = dict(hidden_size=192, intermediate_size=576, num_hidden_layers=4, num_attention_heads=4, num_channels=3,
+              image_size=224, patch_size=14, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6,
+              spatial_merge_size=2)
+TEXT = dict(vocab_size=VOCAB_SIZE, hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=64, hidden_act="silu", max_position_embeddings=4096, rms_norm_eps=1e-5,
+            use_bias=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+MROPE_SECTION = [8, 12, 12]  # sums to head_dim / 2
+ROPE_THETA = 500000.0
+SPECIAL_IDS = dict(image_token_id=TOKEN_IDS["<|IMAGE_PLACEHOLDER|>"], video_token_id=TOKEN_IDS["<|VIDEO_PLACEHOLDER|>"],
+                   vision_start_token_id=TOKEN_IDS["<|IMAGE_START|>"], vision_end_token_id=TOKEN_IDS["<|IMAGE_END|>"])
+IMAGE_MEAN, IMAGE_STD = [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]
+
+
+# ---- tokenizer -------------------------------------------------------------------------------------------------
+
+def train_tokenizer(seed=SEEDS["tokenizer"], lines=20000):
+    """Byte-level BPE over the text distribution, the special tokens at ids 0..9 (deterministic for a seed)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=list(SPECIAL_TOKENS), show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    text = demo_data.corpus(seed, lines) + [f"User: {PROMPT}\nAssistant: "]
+    tok.train_from_iterator(text, trainer=trainer)
+    return tok
+
+
+def prompt_text(image_tokens):
+    """The hub chat template rendered for one image and the OCR prompt (tests check it against jinja)."""
+    image = "<|IMAGE_START|>" + "<|IMAGE_PLACEHOLDER|>" * image_tokens + "<|IMAGE_END|>"
+    return f"<|begin_of_sentence|>User: {image}{PROMPT}\nAssistant: "
+
+
+def _added(content):
+    return {"content": content, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+            "special": True}
+
+
+def write_tokenizer(tok, out_dir):
+    """tokenizer.json + the hub's tokenizer_config.json (chat template inside) and special_tokens_map.json."""
+    from tests.helpers.tiny_tokenizer import HUB_CHAT_TEMPLATE
+
+    tok.save(os.path.join(out_dir, "tokenizer.json"))
+    named = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<unk>",
+             "cls_token": "<|begin_of_sentence|>", "sep_token": "<|end_of_sentence|>", "mask_token": "<mask:1>"}
+    extra = [t for t in SPECIAL_TOKENS if t not in named.values()]
+    config = {"add_bos_token": False, "add_eos_token": False,
+              "added_tokens_decoder": {str(i): _added(t) for t, i in TOKEN_IDS.items()},
+              "additional_special_tokens": extra, "clean_up_tokenization_spaces": False,
+              "model_max_length": 4096, "tokenizer_class": "TokenizersBackend", **named,
+              "chat_template": HUB_CHAT_TEMPLATE}
+    _write_json(os.path.join(out_dir, "tokenizer_config.json"), config)
+    _write_json(os.path.join(out_dir, "special_tokens_map.json"), {**named, "additional_special_tokens": extra})
+
+
+# ---- model -----------------------------------------------------------------------------------------------------
+
+def model_config():
+    from transformers import PaddleOCRVLConfig
+
+    rope = {"rope_type": "default", "rope_theta": ROPE_THETA, "mrope_section": MROPE_SECTION}
+    # tied head: transformers ties the hub's flat layout whatever its flag says, so train it tied
+    return PaddleOCRVLConfig(text_config={**TEXT, "rope_parameters": rope, "tie_word_embeddings": True},
+                             vision_config=dict(VISION), tie_word_embeddings=True, **SPECIAL_IDS)
+
+
+def image_processor():
+    from transformers import PaddleOCRVLImageProcessorPil
+
+    return PaddleOCRVLImageProcessorPil(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS, image_mean=IMAGE_MEAN,
+                                        image_std=IMAGE_STD)
+
+
+class Batcher:
+    """Images + answers -> the model's training or generation inputs (answer-only labels)."""
+
+    def __init__(self, tok, processor):
+        self.tok, self.processor = tok, processor
+        self.eos = TOKEN_IDS["</s>"]
+
+    def encode_images(self, images):
+        out = self.processor(images=images, return_tensors="pt")
+        merged = (out["image_grid_thw"].prod(-1) // 4).tolist()
+        return out["pixel_values"], out["image_grid_thw"], merged
+
+    def prompt_ids(self, image_tokens):
+        return self.tok.encode(prompt_text(image_tokens)).ids
+
+    def train_inputs(self, images, texts):
+        import torch
+
+        pixels, grid, merged = self.encode_images(images)
+        seqs, labels = [], []
+        for n, text in zip(merged, texts):
+            prompt, answer = self.prompt_ids(n), self.tok.encode(text).ids + [self.eos]
+            seqs.append(prompt + answer)
+            labels.append([-100] * len(prompt) + answer)
+        width = max(map(len, seqs))
+        ids = torch.tensor([s + [0] * (width - len(s)) for s in seqs])
+        lab = torch.tensor([s + [-100] * (width - len(s)) for s in labels])
+        mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])
+        return dict(input_ids=ids, attention_mask=mask, labels=lab, pixel_values=pixels, image_grid_thw=grid,
+                    mm_token_type_ids=(ids == SPECIAL_IDS["image_token_id"]).int())
+
+    def generate_inputs(self, images):
+        import torch
+
+        pixels, grid, merged = self.encode_images(images)
+        seqs = [self.prompt_ids(n) for n in merged]
+        width = max(map(len, seqs))
+        ids = torch.tensor([[0] * (width - len(s)) + s for s in seqs])  # left padding for generate
+        mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs])
+        return dict(input_ids=ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grid,
+                    mm_token_type_ids=(ids == SPECIAL_IDS["image_token_id"]).int())
+
+
+def edit_distance(a, b):
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1]
+
+
+def cer(predictions, references):
+    """Character error rate: total edit distance / total reference characters."""
+    return sum(edit_distance(p, r) for p, r in zip(predictions, references)) / max(1, sum(map(len, references)))
+
+
+def greedy_texts(model, batcher, images, max_new_tokens=64, batch=16):
+    import torch
+
+    texts = []
+    for i in range(0, len(images), batch):
+        inputs = batcher.generate_inputs(images[i:i + batch])
+        with torch.no_grad():
+            out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
+                                 eos_token_id=batcher.eos, pad_token_id=0)
+        for row in out[:, inputs["input_ids"].shape[1]:].tolist():
+            row = row[:row.index(batcher.eos)] if batcher.eos in row else row
+            texts.append(batcher.tok.decode(row, skip_special_tokens=True))
+    return texts
+
+
+# ---- training --------------------------------------------------------------------------------------------------
+
+def lr_at(step, steps, peak, warmup):
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, steps - warmup))))
+
+
+def evaluate(model, batcher, sets):
+    model.eval()
+    figures = {}
+    for name, items in sets.items():
+        preds = greedy_texts(model, batcher, [img for img, _ in items])
+        figures[name] = cer(preds, [t for _, t in items])
+    model.train()
+    return figures
+
+
+def train(args):
+    import torch
+    from transformers import PaddleOCRVLForConditionalGeneration
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    tok = train_tokenizer()
+    batcher = Batcher(tok, image_processor())
+    model = PaddleOCRVLForConditionalGeneration(model_config())
+    model.generation_config.update(eos_token_id=2, bos_token_id=1, pad_token_id=0)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"parameters: {params / 1e6:.2f} M, vocab {tok.get_vocab_size()}", flush=True)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.98))
+    eval_sets = {"train_fonts": demo_data.held_out(SEEDS["held_out"], args.eval_lines),
+                 "unseen_font": demo_data.held_out(SEEDS["held_out"] + 1, args.eval_lines,
+                                                   fonts=(demo_data.UNSEEN_FONT,))}
+    rng = random.Random(args.seed)
+    log = {"config": {k: v for k, v in vars(args).items() if k != "out"}, "parameters": params, "loss": [],
+           "eval": []}
+    start = time.time()
+    model.train()
+    step = 0
+    for step in range(args.steps):
+        lr = lr_at(step, args.steps, args.lr, args.warmup)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        images, texts = zip(*(demo_data.sample(rng) for _ in range(args.batch)))
+        loss = model(**batcher.train_inputs(list(images), list(texts))).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        elapsed = time.time() - start
+        log["loss"].append([step, round(loss.item(), 5), round(elapsed, 1)])
+        if step % 10 == 0:
+            print(f"step {step} loss {loss.item():.4f} lr {lr:.2e} {elapsed:.0f}s", flush=True)
+        last = step == args.steps - 1 or elapsed > args.minutes * 60
+        if (args.eval_every and step and step % args.eval_every == 0) or last:
+            figures = evaluate(model, batcher, eval_sets)
+            log["eval"].append({"step": step, "seconds": round(time.time() - start, 1), **figures})
+            print(f"step {step} held-out CER {figures}", flush=True)
+        if last:
+            break
+    log["steps_done"] = step + 1
+    log["seconds"] = round(time.time() - start, 1)
+    return model, tok, log
+
+
+# ---- export ----------------------------------------------------------------------------------------------------
+
+def _write_json(path, obj):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+def flat_config():
+    """config.json in the hub's original flat form (text fields at the root, rope_scaling)."""
+    vision = {"architectures": ["PaddleOCRVisionModel"], "model_type": "paddleocr_vl", **VISION,
+              "attention_dropout": 0.0, "pad_token_id": 0, "temporal_patch_size": 2, "tokens_per_second": 2,
+              "torch_dtype": "bfloat16"}
+    return {"architectures": ["PaddleOCRVLForConditionalGeneration"], "model_type": "paddleocr_vl", **TEXT,
+            "rope_theta": ROPE_THETA,
+            "rope_scaling": {"mrope_section": MROPE_SECTION, "rope_type": "default", "type": "default"},
+            "tie_word_embeddings": True, **SPECIAL_IDS, "use_3d_rope": True, "rope_is_neox_style": True,
+            "use_cache": False, "torch_dtype": "bfloat16", "vision_config": vision}
+
+
+def export(model, tok, out_dir):
+    """The checkpoint in the hub's layout, bf16 weights."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    os.makedirs(out_dir, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        model.to(torch.bfloat16).save_pretrained(tmp)  # the hub's names (visual.vision_model.*, mlp_AR.*, model.*)
+        state = {}
+        for name in sorted(os.listdir(tmp)):
+            if name.endswith(".safetensors"):
+                state.update(load_file(os.path.join(tmp, name)))
+    model.float()
+    save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    _write_json(os.path.join(out_dir, "config.json"), flat_config())
+    _write_json(os.path.join(out_dir, "generation_config.json"),
+                {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "use_cache": True})
+    _write_json(os.path.join(out_dir, "preprocessor_config.json"),
+                {"min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS, "image_mean": IMAGE_MEAN, "image_std": IMAGE_STD,
+                 "patch_size": 14, "merge_size": 2, "temporal_patch_size": 1, "resample": 3,
+                 "rescale_factor": 1 / 255, "do_convert_rgb": True, "do_normalize": True, "do_rescale": True,
+                 "do_resize": True, "image_processor_type": "PaddleOCRVLImageProcessor"})
+    write_tokenizer(tok, out_dir)
+
+
+def save_figures(log, out_dir):
+    """training.json (loss per step, held-out CER per evaluation) and training.png (drawn with Pillow)."""
+    from PIL import Image, ImageDraw
+
+    _write_json(os.path.join(out_dir, "training.json"), log)
+    w, h, m = 720, 360, 50
+    img = Image.new("RGB", (w, h), "white")
+    d = ImageDraw.Draw(img)
+    d.rectangle([m, m // 2, w - m, h - m], outline="black")
+    steps = max(1, log["loss"][-1][0])
+    losses = [max(v, 1e-3) for _, v, _ in log["loss"]]
+    lo, hi = math.log10(min(losses)), math.log10(max(losses))
+
+    def xy(step, frac):
+        return m + (w - 2 * m) * step / steps, h - m - (h - 1.5 * m) * frac
+
+    d.line([xy(s_, (math.log10(max(v, 1e-3)) - lo) / max(hi - lo, 1e-6)) for s_, v, _ in log["loss"]],
+           fill="steelblue", width=1)
+    for key, colour in (("train_fonts", "firebrick"), ("unseen_font", "darkorange")):
+        points = [xy(e["step"], min(1.0, e[key])) for e in log["eval"]]
+        if len(points) > 1:
+            d.line(points, fill=colour, width=2)
+        for x, y in points:
+            d.ellipse([x - 3, y - 3, x + 3, y + 3], fill=colour)
+    d.text((m, 4), f"train loss (blue, log {10 ** lo:.3g}..{10 ** hi:.3g}); held-out CER 0..100%: train fonts (red), "
+                   f"unseen font (orange)", fill="black")
+    d.text((m, h - m + 6), "step 0", fill="black")
+    d.text((w - m - 60, h - m + 6), f"step {steps}", fill="black")
+    img.save(os.path.join(out_dir, "training.png"))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="checkpoint folder to write")
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--minutes", type=float, default=60.0, help="stop early (then evaluate and export) after this")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--eval-every", type=int, default=250)
+    p.add_argument("--eval-lines", type=int, default=64)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=SEEDS["train"])
+    args = p.parse_args(argv)
+    model, tok, log = train(args)
+    export(model, tok, args.out)
+    save_figures(log, args.out)
+    print(f"wrote {args.out}: {log['steps_done']} steps in {log['seconds']:.0f}s, held-out CER {log['eval'][-1]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""The demo model's data: renderer, text generator and tokenizer are deterministic for a seed, the tokenizer
+carries PaddleOCR-VL's special tokens and reproduces the hub chat template, and examples/ is what the script makes."""
+
+import os
+import random
+
+import numpy as np
+import pytest
+
+from scripts import demo_data
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _pixels(items):
+    return [np.asarray(img) for img, _ in items]
+
+
+def test_held_out_set_is_deterministic():
+    a, b = demo_data.held_out(11, 6), demo_data.held_out(11, 6)
+    assert [t for _, t in a] == [t for _, t in b]
+    assert all(np.array_equal(x, y) for x, y in zip(_pixels(a), _pixels(b)))
+    c = demo_data.held_out(12, 6)
+    assert [t for _, t in a] != [t for _, t in c]
+
+
+def test_lines_cover_the_text_distribution():
+    lines = demo_data.corpus(3, 400)
+    assert max(map(len, lines)) <= demo_data.MAX_CHARS and min(map(len, lines)) >= 1
+    text = "".join(lines)
+    for chars in ("0123456789", "abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ", ".,:;!?", "$%#-/()"):
+        assert set(chars) <= set(text), set(chars) - set(text)
+    assert any(w.isupper() and len(w) > 1 for line in lines for w in line.split())
+
+
+def test_rendered_line_sizes():
+    rng = random.Random(5)
+    for img, text in (demo_data.sample(rng) for _ in range(20)):
+        assert img.mode == "RGB" and demo_data.LINE_HEIGHT[0] <= img.height <= demo_data.LINE_HEIGHT[1]
+        assert np.asarray(img).std() > 5, text  # ink on paper, not a blank canvas
+
+
+def test_unseen_font_is_not_a_training_font():
+    assert demo_data.UNSEEN_FONT not in demo_data.TRAIN_FONTS
+    for name in demo_data.TRAIN_FONTS + (demo_data.UNSEEN_FONT,):
+        assert os.path.isfile(demo_data.font_path(name))
+
+
+def test_examples_folder_is_reproducible(tmp_path):
+    made = demo_data.make_examples(str(tmp_path))
+    assert [os.path.basename(p) for p in made] == [name for name, _, _ in demo_data.EXAMPLES]
+    for path in made:
+        committed = os.path.join(ROOT, "examples", os.path.basename(path))
+        assert np.array_equal(np.asarray(demo_data.Image.open(path)), np.asarray(demo_data.Image.open(committed)))
+        assert os.path.getsize(committed) < 20_000
+
+
+def test_tokenizer_is_deterministic_with_the_real_special_tokens():
+    pytest.importorskip("transformers")
+    from scripts import train_demo
+
+    a, b = train_demo.train_tokenizer(lines=3000), train_demo.train_tokenizer(lines=3000)
+    assert a.to_str() == b.to_str()
+    assert a.get_vocab_size() == train_demo.VOCAB_SIZE
+    for token, idx in (("<unk>", 0), ("<s>", 1), ("</s>", 2), ("<|begin_of_sentence|>", 3),
+                       ("<|IMAGE_PLACEHOLDER|>", 5), ("<|IMAGE_START|>", 6), ("<|IMAGE_END|>", 7)):
+        assert a.token_to_id(token) == idx
+    for text in demo_data.corpus(99, 50) + ["Ünïcödé 東京 €5"]:
+        assert a.decode(a.encode(text).ids) == text  # byte-level: any text round-trips
+
+
+def test_saved_tokenizer_renders_the_hub_template_like_the_script(tmp_path):
+    """ms_ocr's processor (chat template + tokenizer from the saved files) gives the ids the training used."""
+    pytest.importorskip("transformers")
+    from ms_ocr.processing.chat import load_chat_template, render_chat
+    from ms_ocr.processing.tokenizer import Tokenizer
+    from scripts import train_demo
+
+    tok = train_demo.train_tokenizer(lines=3000)
+    train_demo.write_tokenizer(tok, str(tmp_path))
+    saved = Tokenizer.from_dir(str(tmp_path))
+    template = load_chat_template(str(tmp_path))
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": train_demo.PROMPT}]}]
+    rendered = render_chat(template, messages, add_generation_prompt=True, **saved.special_tokens)
+    assert rendered == train_demo.prompt_text(1)
+    expected = train_demo.prompt_text(3)
+    assert saved.encode(expected, add_special_tokens=False) == tok.encode(expected).ids
+    assert saved.eos_token_id == 2
