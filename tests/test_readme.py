@@ -15,6 +15,7 @@ import importlib
 import importlib.util
 import os
 import re
+import runpy
 import shlex
 import sys
 from unittest import mock
@@ -57,29 +58,31 @@ class _Captured(BaseException):  # BaseException: the CLIs' "any error is one li
         self.parser = parser
 
 
-def _capture_from_main(main):
-    """The parser main() builds, taken at its parse_args call (nothing after it runs)."""
+def _capture(run, what):
+    """The parser run() builds, taken at its parse_args call (nothing after it runs)."""
     def grab(self, *args, **kwargs):
         raise _Captured(self)
     with mock.patch.object(argparse.ArgumentParser, "parse_args", grab), \
             mock.patch.object(argparse.ArgumentParser, "parse_known_args", grab), \
             mock.patch.object(sys, "argv", ["prog"]):
         try:
-            main()
+            run()
         except _Captured as c:
             return c.parser
-    raise AssertionError(f"{main.__module__}.main() returned without parsing arguments")
+    raise AssertionError(f"{what} returned without parsing arguments")
 
 
-def _parser_of_module(mod):
+def _parser_of_module(mod, path=None):
     if callable(getattr(mod, "build_parser", None)):
         return mod.build_parser()
     main = getattr(mod, "main", None)
+    if main is None and path is not None:  # a script that parses under `if __name__ == "__main__"` only
+        return _capture(lambda: runpy.run_path(path, run_name="__main__"), path)
     assert callable(main), f"{mod.__name__} has neither build_parser() nor main()"
     home = sys.modules.get(main.__module__)
     if home is not None and home is not mod and callable(getattr(home, "build_parser", None)):
         return home.build_parser()  # e.g. scripts/batch_infer.py runs ms_ocr.batch.cli's main
-    return _capture_from_main(main)
+    return _capture(main, f"{main.__module__}.main()")
 
 
 _parsers = {}
@@ -87,30 +90,32 @@ _parsers = {}
 
 def parser_for(program):
     """argparse parser of 'ms_ocr.X' (a module, or a package's cli/__main__) or 'scripts/X.py'."""
-    if program in _parsers:
-        return _parsers[program]
-    if program.startswith("scripts/"):
-        path = os.path.join(REPO, program)
-        assert os.path.exists(path), f"{program} does not exist"
-        spec = importlib.util.spec_from_file_location("_readme_" + os.path.basename(path)[:-3], path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)  # scripts keep their work under `if __name__ == "__main__"`
-    else:
-        spec = importlib.util.find_spec(program)
-        assert spec is not None, f"module {program} does not exist"
-        if spec.submodule_search_locations is not None:  # a package run by `python -m`: its cli or __main__
-            candidates = [program + ".cli", program + ".__main__"]
-            found = [c for c in candidates if importlib.util.find_spec(c) is not None]
-            assert found, f"package {program} has no cli or __main__ module"
-            main_src = importlib.util.find_spec(found[-1]).origin
-            if found[0].endswith(".__main__"):
-                assert "__name__" in open(main_src, encoding="utf-8").read(), \
-                    f"{found[0]} runs on import; give it a build_parser() in a cli module"
-            mod = importlib.import_module(found[0])
-        else:
-            mod = importlib.import_module(program)
-    _parsers[program] = _parser_of_module(mod)
+    if program not in _parsers:
+        _parsers[program] = _script_parser(program) if program.startswith("scripts/") else _module_parser(program)
     return _parsers[program]
+
+
+def _script_parser(program):
+    path = os.path.join(REPO, program)
+    assert os.path.exists(path), f"{program} does not exist"
+    spec = importlib.util.spec_from_file_location("_readme_" + os.path.basename(path)[:-3], path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # scripts keep their work under `if __name__ == "__main__"`
+    return _parser_of_module(mod, path)
+
+
+def _module_parser(program):
+    spec = importlib.util.find_spec(program)
+    assert spec is not None, f"module {program} does not exist"
+    if spec.submodule_search_locations is None:
+        return _parser_of_module(importlib.import_module(program))
+    # a package run by `python -m`: its cli module, else its __main__ if that does not run on import
+    found = [m for m in (program + ".cli", program + ".__main__") if importlib.util.find_spec(m) is not None]
+    assert found, f"package {program} has no cli or __main__ module"
+    if found[0].endswith(".__main__"):
+        source = open(importlib.util.find_spec(found[0]).origin, encoding="utf-8").read()
+        assert "__name__" in source, f"{found[0]} runs on import; give it a build_parser() in a cli module"
+    return _parser_of_module(importlib.import_module(found[0]))
 
 
 def _join_continuations(text):
