@@ -145,6 +145,20 @@ def visualize_paths(out, count):
     return [f"{stem}-{i}{ext or '.png'}" for i in range(1, count + 1)]
 
 
+def _use_demo(args):
+    """No --model: run the embedded demo checkpoint when it exists and no weights are in the default folders."""
+    from ms_ocr.models import ALIASES, DEMO_MODEL, HUB_IDS, demo_checkpoint
+    from ms_ocr.weights import default_dir
+    demo = demo_checkpoint()
+    if demo is None or any(os.path.isfile(os.path.join(default_dir(name), "config.json")) for name in ALIASES):
+        raise CliError("the following arguments are required: --model")
+    args.model, args.model_path = DEMO_MODEL, demo
+    print("note: no --model and no weights found: running the built-in demo model (a tiny PaddleOCR-VL trained on "
+          "synthetic printed lines, not PaddleOCR-VL's accuracy)", file=sys.stderr)
+    print(f"note: for real weights pass --model paddleocr-vl (downloads {HUB_IDS['paddleocr_vl']}) or --model-path "
+          "DIR", file=sys.stderr)
+
+
 def run(argv):
     args = build_parser().parse_args(argv)
     if args.max_new_tokens < 1:
@@ -154,7 +168,7 @@ def run(argv):
     if args.mindir and not args.model:
         args.model = _export_model(args.mindir)
     if not args.model:
-        raise CliError("the following arguments are required: --model")
+        _use_demo(args)
     from ms_ocr.models import canonical, model_package
     try:
         canonical(args.model)

@@ -1,6 +1,7 @@
 """Model packages, found by import: ms_ocr.models.<model_type>. CLI names map here."""
 
 import importlib
+import os
 
 # CLI / user-facing names -> model package (the checkpoint's model_type).
 ALIASES = {
@@ -38,3 +39,14 @@ def canonical(name):
 
 def model_package(name):
     return importlib.import_module(f"ms_ocr.models.{canonical(name)}")
+
+
+# The embedded demo checkpoint (scripts/train_demo.py): what `infer` runs when no --model is given and no weights
+# are found. A demonstration of the port, not PaddleOCR-VL's accuracy (ms_ocr/demo/README.md).
+DEMO_MODEL = "paddleocr-vl"
+DEMO_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "demo", "paddleocr_vl")
+
+
+def demo_checkpoint():
+    """The demo checkpoint folder, or None while the package ships none."""
+    return DEMO_DIR if os.path.isfile(os.path.join(DEMO_DIR, "config.json")) else None
