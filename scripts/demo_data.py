@@ -152,16 +152,30 @@ def render_line(text, font_file, rng, augment=True):
     return img.convert("RGB")
 
 
-def sample(rng, fonts=TRAIN_FONTS, augment=True):
+def sample(rng, fonts=TRAIN_FONTS, augment=True, max_chars=MAX_CHARS):
     """(image, text) for one random line in one of `fonts`."""
-    text = random_text(rng)
+    text = random_text(rng, max_chars)
     return render_line(text, font_path(rng.choice(fonts)), rng, augment), text
 
 
-def held_out(seed, count, fonts=TRAIN_FONTS, augment=True):
-    """A fixed evaluation set: [(image, text)] from `seed` (use seeds the training never draws)."""
+def pad_width(img, multiple):
+    """Extend a line image on the right with its paper colour to a width that is a multiple of `multiple` (a
+    margin, as on a scan), so a set of lines needs only a few image shapes (and graph compilations)."""
+    width = -(-img.width // multiple) * multiple
+    if width == img.width:
+        return img
+    paper = tuple(int(v) for v in np.median(np.asarray(img)[:, -2:].reshape(-1, 3), axis=0))
+    out = Image.new("RGB", (width, img.height), paper)
+    out.paste(img, (0, 0))
+    return out
+
+
+def held_out(seed, count, fonts=TRAIN_FONTS, augment=True, pad_to=None):
+    """A fixed evaluation set: [(image, text)] from `seed` (use seeds the training never draws); `pad_to` pads
+    widths to a multiple (pad_width)."""
     rng = random.Random(seed)
-    return [sample(rng, fonts, augment) for _ in range(count)]
+    items = [sample(rng, fonts, augment) for _ in range(count)]
+    return [(pad_width(img, pad_to), text) for img, text in items] if pad_to else items
 
 
 EXAMPLES = (("invoice.png", "Invoice #2041 due 15 Mar 2026: $1,284.50", "DejaVuSerif.ttf"),

@@ -224,7 +224,10 @@ def train(args):
         lr = lr_at(step, args.steps, args.lr, args.warmup)
         for group in opt.param_groups:
             group["lr"] = lr
-        images, texts = zip(*(demo_data.sample(rng) for _ in range(args.batch)))
+        # curriculum: short lines first, so the text-to-image alignment is found early
+        max_chars = round(8 + (demo_data.MAX_CHARS - 8) * min(1.0, step / args.curriculum)) if args.curriculum \
+            else demo_data.MAX_CHARS
+        images, texts = zip(*(demo_data.sample(rng, max_chars=max_chars) for _ in range(args.batch)))
         loss = model(**batcher.train_inputs(list(images), list(texts))).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -331,6 +334,8 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--curriculum", type=int, default=0, help="steps over which the longest line grows from 8 "
+                                                                 "characters to the full length (0: off)")
     p.add_argument("--eval-every", type=int, default=250)
     p.add_argument("--eval-lines", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
