@@ -49,6 +49,12 @@ def font_path(name):
                             f"{FONT_PACKAGES}")
 
 
+def missing_fonts():
+    """The font files of TRAIN_FONTS and UNSEEN_FONT that are not installed."""
+    return [name for name in TRAIN_FONTS + (UNSEEN_FONT,)
+            if not any(os.path.isfile(os.path.join(folder, name)) for folder in FONT_DIRS)]
+
+
 def _pseudo_word(rng):
     """Letters without meaning, so the model has to read characters rather than recall words."""
     return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 9)))
@@ -82,7 +88,8 @@ def _amount(rng):
 def _code(rng):
     letters = "".join(rng.choice(string.ascii_uppercase) for _ in range(rng.randint(1, 3)))
     return rng.choice((f"{letters}-{rng.randint(0, 9999)}", f"{letters}{rng.randint(0, 999)}",
-                       f"({letters.lower()})", f"[{rng.randint(1, 99)}]", f"{rng.randint(1, 99)}:{rng.randint(0, 59):02d}"))
+                       f"({letters.lower()})", f"[{rng.randint(1, 99)}]",
+                       f"{rng.randint(1, 99)}:{rng.randint(0, 59):02d}"))
 
 
 def _word(rng):

@@ -10,6 +10,8 @@ import pytest
 from scripts import demo_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+pytestmark = pytest.mark.skipif(bool(demo_data.missing_fonts()), reason=f"fonts missing: {demo_data.missing_fonts()}; "
+                                f"apt-get install {demo_data.FONT_PACKAGES}")
 
 
 def _pixels(items):

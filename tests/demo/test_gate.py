@@ -17,8 +17,10 @@ MAX_CER = 0.02
 MAX_NEW_TOKENS = 64
 PAD_TO = 224  # right margins to a multiple of 224 px: a handful of image shapes, so few graph compilations
 
-pytestmark = pytest.mark.skipif(demo_checkpoint() is None, reason="ms_ocr/demo/paddleocr_vl holds no checkpoint yet "
-                                "(train one with scripts/train_demo.py; this gate then runs)")
+pytestmark = [pytest.mark.skipif(demo_checkpoint() is None, reason="ms_ocr/demo/paddleocr_vl holds no checkpoint yet "
+                                 "(train one with scripts/train_demo.py; this gate then runs)"),
+              pytest.mark.skipif(bool(demo_data.missing_fonts()), reason=f"fonts missing: {demo_data.missing_fonts()}; "
+                                 f"apt-get install {demo_data.FONT_PACKAGES}")]
 
 
 def _cer(pred, ref):
@@ -32,7 +34,8 @@ def gate(tmp_path_factory):
     """Held-out images through the CLI's demo fallback (no --model, empty weights cache): records per image."""
     tmp = tmp_path_factory.mktemp("gate")
     sets = {"train_fonts": demo_data.held_out(GATE_SEED, LINES, pad_to=PAD_TO),
-            "unseen_font": demo_data.held_out(GATE_SEED + 1, UNSEEN_LINES, fonts=(demo_data.UNSEEN_FONT,), pad_to=PAD_TO)}
+            "unseen_font": demo_data.held_out(GATE_SEED + 1, UNSEEN_LINES, fonts=(demo_data.UNSEEN_FONT,),
+                                              pad_to=PAD_TO)}
     paths = {}
     for name, items in sets.items():
         paths[name] = []
