@@ -35,8 +35,11 @@ VISION = dict(hidden_size=192, intermediate_size=576, num_hidden_layers=4, num_a
 TEXT = dict(vocab_size=VOCAB_SIZE, hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
             num_key_value_heads=2, head_dim=64, hidden_act="silu", max_position_embeddings=4096, rms_norm_eps=1e-5,
             use_bias=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-MROPE_SECTION = [8, 12, 12]  # sums to head_dim / 2
-ROPE_THETA = 500000.0
+# MRoPE sections (t, h, w) take contiguous slices of the frequencies, w the lowest: with the hub's theta 5e5 and
+# [8, 12, 12] a column index below 100 turns the w pairs by < 0.03 rad, so the decoder could hardly tell image
+# columns apart. Lines have one row of tokens, so w gets the high frequencies (sums to head_dim / 2).
+MROPE_SECTION = [4, 4, 24]
+ROPE_THETA = 10000.0
 SPECIAL_IDS = dict(image_token_id=TOKEN_IDS["<|IMAGE_PLACEHOLDER|>"], video_token_id=TOKEN_IDS["<|VIDEO_PLACEHOLDER|>"],
                    vision_start_token_id=TOKEN_IDS["<|IMAGE_START|>"], vision_end_token_id=TOKEN_IDS["<|IMAGE_END|>"])
 IMAGE_MEAN, IMAGE_STD = [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]
