@@ -3,7 +3,7 @@
     nice -n 19 python scripts/train_demo.py --out ms_ocr/demo/paddleocr_vl --minutes 60
 
 Test-only dependencies (torch, transformers, tokenizers); fonts from scripts/demo_data.FONT_PACKAGES. The run is
-deterministic for a seed and a step count (single thread; --minutes only stops it early). It writes the checkpoint
+deterministic for a seed, a step count and a thread count (--minutes only stops it early). It writes the checkpoint
 in the hub's layout (flat config.json, bf16 safetensors, tokenizer.json, tokenizer_config.json with the chat
 template, preprocessor_config.json) plus training.json (loss curve, CER figures) and training.png beside it.
 """
