@@ -71,6 +71,12 @@ def weight_files(model_dir):
     return [os.path.join(model_dir, fn) for fn in files]
 
 
+def has_weights(model_dir):
+    """Whether a folder holds safetensors weights (an index or any *.safetensors file)."""
+    return os.path.isfile(os.path.join(model_dir, "model.safetensors.index.json")) or any(
+        fn.endswith(".safetensors") for fn in os.listdir(model_dir))
+
+
 def iter_checkpoint(model_dir):
     for path in weight_files(model_dir):
         yield from iter_file(path)

@@ -5,7 +5,7 @@ import time
 
 from ms_ocr.config_utils import read_json
 from ms_ocr.convert.loader import load_weights
-from ms_ocr.convert.safetensors_io import checkpoint_dtypes, iter_checkpoint, same_values, tensor_index
+from ms_ocr.convert.safetensors_io import checkpoint_dtypes, has_weights, iter_checkpoint, same_values, tensor_index
 from ms_ocr.device import resolve_dtype
 from ms_ocr.vlm import VLMPipeline
 from ms_ocr.runtime import Buckets, VLMRuntime
@@ -28,7 +28,7 @@ def resolve_tied_head(cfg, model_dir, table, embed="model.embed_tokens.weight", 
     the checkpoint stores an lm_head whose values differ from the embeddings: then it loads that head, whatever
     the flag says. Without this check a flat hub folder with its own head ran a tied head (wrong tokens).
     `table` maps checkpoint names to ours (to find the embeddings under either layout's name)."""
-    if not cfg.text.tie_word_embeddings:
+    if not cfg.text.tie_word_embeddings or not has_weights(model_dir):  # host files only (MindIR export folder)
         return cfg
     index = tensor_index(model_dir)
     heads = [n for n in index if n == head or table(n) == head]
