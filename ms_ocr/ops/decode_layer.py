@@ -23,13 +23,14 @@ MAX_HEAD_DIM = 512
 
 def available(x, k_cache, weights, silu_mlp):
     """Whether `decoder_layer_decode` serves this layer (decided at graph-compile time): the native library is
-    in use, the MLP is SiLU-gated (silu_mlp), everything is fp32, and the shapes are within the kernel's
+    in use, the MLP is SiLU-gated (silu_mlp), activations and caches are fp32, weights fp32 or bf16 (read as
+    bf16 and widened in registers: bit-identical to their fp32 copies), and the shapes are within the kernel's
     limits."""
     ok = backend.NATIVE_DECODE_LAYER is not None and silu_mlp
     ok = ok and x.shape[0] <= MAX_ROWS and k_cache.shape[-1] <= MAX_HEAD_DIM
     ok = ok and x.dtype == ms.float32 and k_cache.dtype == ms.float32
     for w in weights:
-        ok = ok and w.dtype == ms.float32
+        ok = ok and w.dtype in (ms.float32, ms.bfloat16)
     return ok
 
 

@@ -18,8 +18,13 @@ NATIVE_MIN_WEIGHT = 1 << 25
 
 
 def matmul_t(x, w):
-    """x [M, K] times w [N, K] transposed: [M, N]."""
+    """x [M, K] times w [N, K] transposed: [M, N]. An fp32 x against a bf16 w (a bf16 checkpoint kept in bf16 on
+    the CPU) is computed in fp32 on the weight widened exactly: by the native kernel where it serves (widening in
+    registers, bit-identical to the widened weight's product), else by MatMul over a widened copy."""
     if (backend.NATIVE_MATMUL_T is not None and x.shape[0] <= NATIVE_MAX_ROWS
-            and w.shape[0] * w.shape[1] >= NATIVE_MIN_WEIGHT and x.dtype == ms.float32 and w.dtype == ms.float32):
+            and w.shape[0] * w.shape[1] >= NATIVE_MIN_WEIGHT and x.dtype == ms.float32
+            and w.dtype in (ms.float32, ms.bfloat16)):
         return backend.NATIVE_MATMUL_T(x, w)
+    if x.dtype == ms.float32 and w.dtype == ms.bfloat16:
+        w = w.astype(ms.float32)
     return _mm(x, w)

@@ -65,15 +65,26 @@ def build_harness(out_dir, cxx, arch_flags=()):
     return exe
 
 
+def bf16_bits(a):
+    """bf16-exact float32 values as the bfloat16 words the kernels read (the high halves; exact)."""
+    a = np.ascontiguousarray(a, np.float32)
+    bits = a.view(np.uint32)
+    assert not (bits & 0xFFFF).any(), "not bf16-exact"
+    return (bits >> 16).astype(np.uint16)
+
+
 def run_harness(runner, kernel, inputs, out_shapes, work_dir, threads=2):
-    """Run `kernel` of a harness executable (`runner`: the command prefix, e.g. [qemu, -L, sysroot, exe]) on fp32
-    inputs; returns (its outputs as arrays of out_shapes, the ISA level it reports)."""
+    """Run `kernel` of a harness executable (`runner`: the command prefix, e.g. [qemu, -L, sysroot, exe]) on
+    inputs: float arrays are passed as float32, uint16 arrays as bfloat16 words (bf16_bits); returns (its fp32
+    outputs as arrays of out_shapes, the ISA level it reports)."""
     os.makedirs(work_dir, exist_ok=True)
-    inputs = [np.ascontiguousarray(a, np.float32) for a in inputs]
+    inputs = [np.ascontiguousarray(a) if np.asarray(a).dtype == np.uint16 else np.ascontiguousarray(a, np.float32)
+              for a in inputs]
     with open(os.path.join(work_dir, "spec.txt"), "w") as f:
         f.write(f"{len(inputs) + len(out_shapes)} {len(inputs)}\n")
-        for shape in [a.shape for a in inputs] + [tuple(s) for s in out_shapes]:
-            f.write(" ".join(str(v) for v in (len(shape), *shape)) + "\n")
+        dtypes = ["bfloat16" if a.dtype == np.uint16 else "float32" for a in inputs] + ["float32"] * len(out_shapes)
+        for dtype, shape in zip(dtypes, [a.shape for a in inputs] + [tuple(s) for s in out_shapes]):
+            f.write(" ".join(str(v) for v in (dtype, len(shape), *shape)) + "\n")
     for i, a in enumerate(inputs):
         a.tofile(os.path.join(work_dir, f"in{i}.bin"))
     proc = subprocess.run([*runner, kernel, work_dir, str(threads)], capture_output=True, text=True, timeout=600)

@@ -3,8 +3,9 @@
 // aarch64 build under qemu-user, tests/ops/test_native_isa.py).
 //
 //   kernel_harness <kernel> <dir> <threads>
-// <dir>/spec.txt: "<nparam> <ninputs>", then one line per operand (inputs, then outputs): "<ndims> <dim>...";
-// inputs are read from <dir>/in<i>.bin and outputs written to <dir>/out<j>.bin (raw float32, row-major).
+// <dir>/spec.txt: "<nparam> <ninputs>", then one line per operand (inputs, then outputs):
+// "<dtype> <ndims> <dim>..." with dtype float32 or bfloat16 (as MindSpore names them to the kernels); inputs are
+// read from <dir>/in<i>.bin and outputs written to <dir>/out<j>.bin (raw, row-major; bfloat16 as 16-bit words).
 // Prints the library's ISA level on stdout.
 #include <cstdint>
 #include <cstdio>
@@ -46,9 +47,15 @@ int main(int argc, char** argv) {
   std::vector<std::vector<float>> data(nparam);
   std::vector<int64_t*> shape_ptrs(nparam);
   std::vector<void*> params(nparam);
-  std::vector<const char*> dtypes(nparam, "float32");
+  std::vector<std::string> dtype_names(nparam);
+  std::vector<const char*> dtypes(nparam);
   for (int i = 0; i < nparam; ++i) {
-    if (std::fscanf(spec, "%d", &ndims[i]) != 1) return 3;
+    char dtype[16] = {};
+    if (std::fscanf(spec, "%15s %d", dtype, &ndims[i]) != 2) return 3;
+    dtype_names[i] = dtype;
+    if (dtype_names[i] != "float32" && dtype_names[i] != "bfloat16") return 3;
+    dtypes[i] = dtype_names[i].c_str();
+    const size_t elem = dtype_names[i] == "bfloat16" ? 2 : 4;
     shapes[i].resize(ndims[i]);
     int64_t n = 1;
     for (int j = 0; j < ndims[i]; ++j) {
@@ -57,12 +64,12 @@ int main(int argc, char** argv) {
       shapes[i][j] = dim;
       n *= dim;
     }
-    data[i].assign(n, 0.f);
+    data[i].assign(n, 0.f);  // large enough for either dtype
     shape_ptrs[i] = shapes[i].data();
     params[i] = data[i].data();
     if (i < ninputs) {
       FILE* f = std::fopen((dir + "/in" + std::to_string(i) + ".bin").c_str(), "rb");
-      if (!f || std::fread(data[i].data(), sizeof(float), n, f) != static_cast<size_t>(n)) return 4;
+      if (!f || std::fread(data[i].data(), elem, n, f) != static_cast<size_t>(n)) return 4;
       std::fclose(f);
     }
   }

@@ -136,7 +136,7 @@ def test_decode_layer_at_every_isa_level(graph_cpu, isa_kernels):
 
 @needs_compiler
 def test_decode_layer_routing(graph_cpu, all_routes, monkeypatch):
-    """The kernel serves fp32 SiLU-gated layers of at most 8 sequences and head_dim <= 512, with the library in
+    """The kernel serves SiLU-gated layers (fp32 activations, fp32 or bf16 weights) of at most 8 sequences and head_dim <= 512, with the library in
     use; anything else keeps the composed layer."""
     *tensors, weights = make_case(np.random.default_rng(0), *CASES[0])
     x, k_cache = Tensor(tensors[0]), Tensor(tensors[4])
@@ -145,7 +145,9 @@ def test_decode_layer_routing(graph_cpu, all_routes, monkeypatch):
     assert not decode_layer.available(x, k_cache, ws, False)
     assert not decode_layer.available(Tensor(np.zeros((9, 1, 64), np.float32)), k_cache, ws, True)
     assert not decode_layer.available(x, Tensor(np.zeros((1, 2, 4, 520), np.float32)), ws, True)
-    assert not decode_layer.available(x, k_cache, ws[:-1] + [ws[-1].astype(ms.bfloat16)], True)
+    assert decode_layer.available(x, k_cache, [w.astype(ms.bfloat16) for w in ws], True)  # bf16-resident weights
+    assert not decode_layer.available(x, k_cache, ws[:-1] + [ws[-1].astype(ms.float16)], True)
+    assert not decode_layer.available(x.astype(ms.bfloat16), k_cache, ws, True)
     assert not decode_layer.available(x, k_cache.astype(ms.float16), ws, True)
     with backend.without_native():
         assert backend.NATIVE_DECODE_LAYER is None and not decode_layer.available(x, k_cache, ws, True)

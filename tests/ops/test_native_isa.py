@@ -6,8 +6,9 @@ The MindSpore Custom-op tests of each kernel cover the x86 levels this CPU runs 
 import numpy as np
 import pytest
 
-from tests.helpers.native import (AARCH64_CXX, AARCH64_SYSROOT, CXX, QEMU, build_harness, needs_aarch64_tools,
-                                  needs_compiler, needs_x86, run_harness)
+from ms_ocr.convert.loader import round_to_bf16
+from tests.helpers.native import (AARCH64_CXX, AARCH64_SYSROOT, CXX, QEMU, bf16_bits, build_harness,
+                                  needs_aarch64_tools, needs_compiler, needs_x86, run_harness)
 from tests.ops import test_decode_layer, test_native_gelu, test_vision_attention
 
 
@@ -39,6 +40,40 @@ def _cases():
 CASES = _cases()
 
 
+def _bf16_pairs():
+    """(name, kernel, fp32 inputs, the same inputs with the weights as bfloat16 words, output shapes, float64
+    reference, tolerance): weights rounded to bf16 first, so both forms hold the same values."""
+    rng = np.random.default_rng(12)
+    pairs = []
+    for m, n, k in [(1, 1030, 1000), (4, 37, 37), (8, 257, 1152), (5, 9, 3)]:
+        x, w = rng.standard_normal((m, k)).astype(np.float32), round_to_bf16(rng.standard_normal((n, k)))
+        pairs.append((f"matmul_t_bf16_{m}x{n}x{k}", "MatMulT", [x, w], [x, bf16_bits(w)], [(m, n)],
+                      [x.astype(np.float64) @ w.astype(np.float64).T], 1e-5))
+    for i, case in enumerate(test_decode_layer.CASES):
+        *tensors, weights = test_decode_layer.make_case(np.random.default_rng(i), *case)
+        weights = [round_to_bf16(w) for w in weights]
+        ref = test_decode_layer.reference(*tensors, weights, 1e-5)
+        eps = np.array([1e-5], np.float32)
+        pairs.append((f"decode_layer_bf16_{i}", "DecodeLayer", [*tensors, *weights, eps],
+                      [*tensors, *(bf16_bits(w) for w in weights), eps], [r.shape for r in ref], list(ref), 2e-5))
+    return pairs
+
+
+BF16_PAIRS = _bf16_pairs()
+
+
+def _check_bf16(runner, tmp_path, threads, level):
+    """Each kernel with bf16 weights gives bit for bit its result on the same weights in fp32, and matches
+    float64 NumPy."""
+    for name, kernel, fp32_inputs, bf16_inputs, out_shapes, refs, tol in BF16_PAIRS:
+        want, _ = run_harness(runner, kernel, fp32_inputs, out_shapes, str(tmp_path / (name + "_fp32")), threads)
+        got, got_level = run_harness(runner, kernel, bf16_inputs, out_shapes, str(tmp_path / name), threads)
+        assert got_level == level, name
+        for g, w in zip(got, want):
+            assert np.array_equal(g.view(np.uint32), w.view(np.uint32)), name
+        _check(got, refs, tol)
+
+
 def _check(outs, refs, tol):
     for got, want in zip(outs, refs):
         assert got.shape == want.shape
@@ -63,6 +98,7 @@ def test_aarch64_neon_kernels_match_numpy(aarch64_harness, tmp_path, threads):
         outs, level = run_harness(runner, kernel, inputs, out_shapes, str(tmp_path / name), threads)
         assert level == "neon", name
         _check(outs, refs, tol)
+    _check_bf16(runner, tmp_path, threads, "neon")
 
 
 @needs_compiler
@@ -76,3 +112,4 @@ def test_harness_builds_match_numpy(tmp_path, arch, level):
         outs, got_level = run_harness([exe], kernel, inputs, out_shapes, str(tmp_path / name))
         assert got_level == level, name
         _check(outs, refs, tol)
+    _check_bf16([exe], tmp_path, 2, level)

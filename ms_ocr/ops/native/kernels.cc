@@ -1,7 +1,10 @@
 // CPU kernels for MindSpore Custom(func_type="aot") operators, built on first use by ms_ocr/ops/native/__init__.py.
 //
 // Entry points follow MindSpore's AOT CPU ABI: params holds the inputs then the outputs; ndims/shapes/dtypes
-// describe each. Every kernel is fp32 and reads contiguous (row-major) tensors. The kernels: MatMulT (a decode
+// describe each. Every kernel computes in fp32 and reads contiguous (row-major) tensors; the decode kernels'
+// weights (MatMulT's w, DecodeLayer's weights) may instead be bfloat16 (dtype "bfloat16", raw 16-bit words),
+// widened to fp32 in registers (bits << 16: exact), so a bf16 weight gives bit for bit the result of the same
+// weight widened to fp32 beforehand, at half the bytes read. The kernels: MatMulT (a decode
 // step's products against a very large weight, ops/linear.py), DecodeLayer (a dense decoder layer of a decode
 // step, ops/decode_layer.py), VisionAttention (unmasked attention, ops/attention.py), GeluTanh / GeluErf
 // (ops/activation.py).
@@ -53,10 +56,28 @@ constexpr int kVRegs = MS_OCR_VREGS;     // vector registers the tiles may fill
 typedef float vf __attribute__((vector_size(MS_OCR_VBYTES)));
 typedef int32_t vi __attribute__((vector_size(MS_OCR_VBYTES)));
 
+typedef uint16_t bf16;  // a bfloat16's bits
+typedef uint16_t vh __attribute__((vector_size(MS_OCR_VBYTES / 2)));  // kVL bfloat16s
+typedef uint32_t vu __attribute__((vector_size(MS_OCR_VBYTES)));
+
 inline vf vload(const float* p) {
   vf v;
   std::memcpy(&v, p, sizeof v);
   return v;
+}
+// kVL bfloat16s widened to floats: zero-extend and shift into the high half (vpmovzxwd + vpslld, NEON
+// ushll/shl), which every level has; exact
+inline vf widen(vh h) { return (vf)(__builtin_convertvector(h, vu) << 16); }
+inline vf vload(const bf16* p) {
+  vh h;
+  std::memcpy(&h, p, sizeof h);
+  return widen(h);
+}
+inline float to_float(bf16 b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
 }
 inline void vstore(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
 inline vf vset(float a) { return a - vf{}; }  // (not vf{} + a: 0 + a is no identity for a = -0)
@@ -76,6 +97,11 @@ inline vf vload_tail(const float* p, int64_t n) {
   for (int64_t i = 0; i < n; ++i) v[i] = p[i];
   return v;
 #endif
+}
+inline vf vload_tail(const bf16* p, int64_t n) {
+  vh h = {};
+  for (int64_t i = 0; i < n; ++i) h[i] = p[i];
+  return widen(h);
 }
 
 inline float vsum(vf v) {
@@ -130,11 +156,12 @@ float dot(const float* a, const float* b, int64_t n) {
 // y[m, o] = sum_i x[m, i] W[o, i] for rows o in [o0, o1): R weight rows at a time against all M (<= 8)
 // activation rows. Memory bound: each weight row is read once, and R concurrent row streams keep more
 // reads in flight than the hardware prefetcher alone (measured with AVX-512: 2 rows ~29 GB/s, 8 rows ~41 GB/s).
-template <int M, int R>
-int64_t gemv_block(const float* x, const float* w, float* y, int64_t out, int64_t in, int64_t o, int64_t o1) {
+// W: float or bf16 (widened as loaded; the same arithmetic in the same order, so the same result as its fp32 copy).
+template <int M, int R, typename W>
+int64_t gemv_block(const float* x, const W* w, float* y, int64_t out, int64_t in, int64_t o, int64_t o1) {
   const int64_t full = in - in % kVL;
   for (; o + R <= o1; o += R) {
-    const float* w0 = w + o * in;
+    const W* w0 = w + o * in;
     vf acc[R][M] = {};
     for (int64_t i = 0; i < full; i += kVL) {
       vf xv[M];
@@ -164,14 +191,14 @@ constexpr int kBlockRows = kVRegs >= 32 ? (M <= 3 ? 8 : (M <= 6 ? 4 : 3))
                                         : (M <= 1 ? 8 : (M <= 2 ? 5 : (M <= 4 ? 2 : 1)));
 
 // Rows [o, o1) of y [m, out] = x [m, in] w [out, in]^T: blocks of kBlockRows weight rows, then single rows.
-template <int M>
-void gemv_rows_m(const float* x, const float* w, float* y, int64_t out, int64_t in, int64_t o, int64_t o1) {
-  const int64_t rest = gemv_block<M, kBlockRows<M>>(x, w, y, out, in, o, o1);
-  gemv_block<M, 1>(x, w, y, out, in, rest, o1);
+template <int M, typename W>
+void gemv_rows_m(const float* x, const W* w, float* y, int64_t out, int64_t in, int64_t o, int64_t o1) {
+  const int64_t rest = gemv_block<M, kBlockRows<M>, W>(x, w, y, out, in, o, o1);
+  gemv_block<M, 1, W>(x, w, y, out, in, rest, o1);
 }
 
-template <int M>
-void gemv(const float* x, const float* w, float* y, int64_t out, int64_t in) {
+template <int M, typename W>
+void gemv(const float* x, const W* w, float* y, int64_t out, int64_t in) {
   // Chunks of rows handed out as threads ask: the calling thread may be niced below MindSpore's kernel threads
   // (device.lower_launcher_priority), and a static split would wait for its half.
   constexpr int64_t kChunk = 32 * kBlockRows<M>;
@@ -180,12 +207,15 @@ void gemv(const float* x, const float* w, float* y, int64_t out, int64_t in) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t o1 = (c + 1) * kChunk < out ? (c + 1) * kChunk : out;
-    gemv_rows_m<M>(x, w, y, out, in, c * kChunk, o1);
+    gemv_rows_m<M, W>(x, w, y, out, in, c * kChunk, o1);
   }
 }
 
-using GemvFn = void (*)(const float*, const float*, float*, int64_t, int64_t);
-const GemvFn kGemv[] = {nullptr, gemv<1>, gemv<2>, gemv<3>, gemv<4>, gemv<5>, gemv<6>, gemv<7>, gemv<8>};
+template <typename W>
+using GemvFn = void (*)(const float*, const W*, float*, int64_t, int64_t);
+template <typename W>
+constexpr GemvFn<W> kGemv[] = {nullptr, gemv<1, W>, gemv<2, W>, gemv<3, W>, gemv<4, W>,
+                               gemv<5, W>, gemv<6, W>, gemv<7, W>, gemv<8, W>};
 
 
 // ---- the fused decoder layer of one decode step ----------------------------------------------------------
@@ -241,14 +271,25 @@ float exp_sum(float* s, int64_t n, float mx) {
   return sum;
 }
 
-using GemvRowsFn = void (*)(const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t);
-const GemvRowsFn kGemvRows[] = {nullptr, gemv_rows_m<1>, gemv_rows_m<2>, gemv_rows_m<3>, gemv_rows_m<4>,
-                                gemv_rows_m<5>, gemv_rows_m<6>, gemv_rows_m<7>, gemv_rows_m<8>};
+template <typename W>
+using GemvRowsFn = void (*)(const float*, const W*, float*, int64_t, int64_t, int64_t, int64_t);
+template <typename W>
+constexpr GemvRowsFn<W> kGemvRows[] = {nullptr, gemv_rows_m<1, W>, gemv_rows_m<2, W>, gemv_rows_m<3, W>,
+                                       gemv_rows_m<4, W>, gemv_rows_m<5, W>, gemv_rows_m<6, W>, gemv_rows_m<7, W>,
+                                       gemv_rows_m<8, W>};
+
+// A weight operand: fp32 or bfloat16 words.
+struct Weight {
+  const void* p;
+  bool bf16;
+};
+
+inline bool is_bf16(const char* dtype) { return dtype != nullptr && std::strcmp(dtype, "bfloat16") == 0; }
 
 // One product y [m, out] = x [m, in] w^T (+ res [m, out] when given) of a group run by parallel_products.
 struct Product {
   const float* x;
-  const float* w;
+  Weight w;
   float* y;
   int64_t out, in;
   const float* res;
@@ -266,7 +307,10 @@ void parallel_products(int m, const Product* ps, int n) {
     while (c >= first[j + 1]) ++j;
     const Product& p = ps[j];
     const int64_t o = (c - first[j]) * kChunk, o1 = o + kChunk < p.out ? o + kChunk : p.out;
-    kGemvRows[m](p.x, p.w, p.y, p.out, p.in, o, o1);
+    if (p.w.bf16)
+      kGemvRows<bf16>[m](p.x, static_cast<const bf16*>(p.w.p), p.y, p.out, p.in, o, o1);
+    else
+      kGemvRows<float>[m](p.x, static_cast<const float*>(p.w.p), p.y, p.out, p.in, o, o1);
     if (p.res)
       for (int r = 0; r < m; ++r)
         for (int64_t i = o; i < o1; ++i) p.y[r * p.out + i] += p.res[r * p.out + i];
@@ -424,14 +468,20 @@ int64_t ms_ocr_matmul_t_calls() { return g_matmul_t_calls.load(); }
 // The SIMD level this library was compiled for: "avx512", "avx2", "neon", "sse2" or "scalar".
 const char* ms_ocr_isa_level() { return MS_OCR_ISA; }
 
-// MatMulT: x [M, K] (M <= 8), w [N, K] -> y [M, N] = x w^T, for the decode step's matrix-vector products.
+// MatMulT: x [M, K] (M <= 8), w [N, K] (fp32 or bfloat16) -> y [M, N] = x w^T (fp32), for the decode step's
+// matrix-vector products.
 int MatMulT(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream, void* extra) {
-  (void)stream; (void)extra; (void)dtypes;
+  (void)stream; (void)extra;
   if (nparam != 3 || ndims[0] != 2 || ndims[1] != 2) return 1;
   const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[1][0];
   if (m < 1 || m > 8 || shapes[1][1] != k) return 1;
   g_matmul_t_calls.fetch_add(1);
-  kGemv[m](static_cast<const float*>(params[0]), static_cast<const float*>(params[1]), static_cast<float*>(params[2]), n, k);
+  const float* x = static_cast<const float*>(params[0]);
+  float* y = static_cast<float*>(params[2]);
+  if (is_bf16(dtypes[1]))
+    kGemv<bf16>[m](x, static_cast<const bf16*>(params[1]), y, n, k);
+  else
+    kGemv<float>[m](x, static_cast<const float*>(params[1]), y, n, k);
   return 0;
 }
 
@@ -446,16 +496,27 @@ int64_t ms_ocr_decode_layer_calls() { return g_decode_layer_calls.load(); }
 // Outputs: x [B, 1, H] and this token's k, v [B, Hkv, 1, D].
 int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
                 void* extra) {
-  (void)stream; (void)extra; (void)dtypes;
+  (void)stream; (void)extra;
   if (nparam != 19 && nparam != 21) return 1;
   const bool qk_norm = nparam == 21;
   const int n_in = nparam - 3;
   auto in = [&](int i) { return static_cast<const float*>(params[i]); };
-  const float *x = in(0), *cos = in(1), *sin = in(2), *mask = in(3), *kc = in(4), *vc = in(5), *inw = in(6),
-              *qw = in(7), *kw = in(8), *vw = in(9);
+  // weights: fp32 or bfloat16 each; the norms' (small) vectors are widened once here, the products' matrices
+  // as they are read
+  auto wt = [&](int i) { return Weight{params[i], is_bf16(dtypes[i])}; };
+  std::vector<float> norm_bufs[4];
+  auto vec = [&](int i, std::vector<float>& buf) {
+    if (!is_bf16(dtypes[i])) return in(i);
+    buf.resize(shapes[i][0]);
+    for (int64_t j = 0; j < shapes[i][0]; ++j) buf[j] = to_float(static_cast<const bf16*>(params[i])[j]);
+    return static_cast<const float*>(buf.data());
+  };
+  const float *x = in(0), *cos = in(1), *sin = in(2), *mask = in(3), *kc = in(4), *vc = in(5);
+  const Weight qw = wt(7), kw = wt(8), vw = wt(9);
   const int w = qk_norm ? 12 : 10;
-  const float *qnw = qk_norm ? in(10) : nullptr, *knw = qk_norm ? in(11) : nullptr;
-  const float *ow = in(w), *postw = in(w + 1), *gw = in(w + 2), *uw = in(w + 3), *dw = in(w + 4);
+  const Weight ow = wt(w), gw = wt(w + 2), uw = wt(w + 3), dw = wt(w + 4);
+  const float *inw = vec(6, norm_bufs[0]), *postw = vec(w + 1, norm_bufs[1]);
+  const float *qnw = qk_norm ? vec(10, norm_bufs[2]) : nullptr, *knw = qk_norm ? vec(11, norm_bufs[3]) : nullptr;
   const float eps = in(n_in - 1)[0];
   float* x_out = static_cast<float*>(params[n_in]);
   float* k_out = static_cast<float*>(params[n_in + 1]);

@@ -1,0 +1,86 @@
+"""The native decode kernels reading bf16 weights (a bf16 checkpoint kept in bf16 on the CPU): MatMulT and
+DecodeLayer as MindSpore Custom ops with bfloat16 weight tensors give bit for bit what they give on the same
+weights widened to fp32, and match float64 NumPy, at every SIMD level this machine builds (the aarch64 NEON
+build: tests/ops/test_native_isa.py)."""
+
+import numpy as np
+import pytest
+import mindspore as ms
+from mindspore import Tensor, nn
+
+from ms_ocr.convert.loader import round_to_bf16
+from ms_ocr.ops import backend, linear
+from tests.helpers.native import needs_compiler
+from tests.ops import test_decode_layer
+
+
+class _Call(nn.Cell):
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def construct(self, *args):
+        return self.op(*args)
+
+
+def _bits(t):
+    return t.asnumpy().view(np.uint32)
+
+
+MATMUL_CASES = [(1, 1030, 1000), (4, 37, 37), (8, 257, 1152), (5, 9, 3)]
+
+
+@needs_compiler
+def test_matmul_t_bf16_weights_at_every_isa_level(graph_cpu, isa_kernels):
+    op = backend.native_ops(isa_kernels)[0]
+    rng = np.random.default_rng(3)
+    before = isa_kernels.matmul_t_calls
+    for m, n, k in MATMUL_CASES:
+        x, w = rng.standard_normal((m, k)).astype(np.float32), round_to_bf16(rng.standard_normal((n, k)))
+        w_bf16 = Tensor(w).astype(ms.bfloat16)
+        assert w_bf16.dtype == ms.bfloat16
+        got, want = _Call(op)(Tensor(x), w_bf16), _Call(op)(Tensor(x), Tensor(w))
+        assert got.dtype == ms.float32
+        assert np.array_equal(_bits(got), _bits(want))
+        ref = x.astype(np.float64) @ w.astype(np.float64).T
+        assert np.abs(got.asnumpy() - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max())
+    assert isa_kernels.matmul_t_calls == before + 2 * len(MATMUL_CASES)
+
+
+@needs_compiler
+def test_decode_layer_bf16_weights_at_every_isa_level(graph_cpu, isa_kernels):
+    ops_by_qk_norm = backend.native_ops(isa_kernels)[1]
+    before = isa_kernels.decode_layer_calls
+    for i, case in enumerate(test_decode_layer.CASES):
+        *tensors, weights = test_decode_layer.make_case(np.random.default_rng(20 + i), *case)
+        weights = [round_to_bf16(w) for w in weights]
+        op = ops_by_qk_norm[1 if len(weights) == 11 else 0]
+        eps = Tensor(np.array([1e-5], np.float32))
+        args = [Tensor(a) for a in tensors]
+        got = _Call(op)(*args, *(Tensor(w).astype(ms.bfloat16) for w in weights), eps)
+        want = _Call(op)(*args, *(Tensor(w) for w in weights), eps)
+        ref = test_decode_layer.reference(*tensors, weights, 1e-5)
+        for g, w_, r in zip(got, want, ref):
+            assert g.dtype == ms.float32 and np.array_equal(_bits(g), _bits(w_))
+            assert np.abs(g.asnumpy() - r).max() <= 2e-5 * max(1.0, np.abs(r).max())
+    assert isa_kernels.decode_layer_calls == before + 2 * len(test_decode_layer.CASES)
+
+
+@needs_compiler
+def test_matmul_t_routes_bf16_weights(graph_cpu, all_routes):
+    """ops.matmul_t sends an fp32 x against a large bf16 weight to the kernel, and a bf16 weight the kernel does
+    not serve (small) to MatMul over its widened copy: both equal the fp32 weight's product."""
+    kernels = backend.native_kernels()
+    rng = np.random.default_rng(5)
+    n = linear.NATIVE_MIN_WEIGHT // 256
+    x, w = rng.standard_normal((2, 256)).astype(np.float32), round_to_bf16(rng.standard_normal((n, 256)) * 0.1)
+    f = _Call(linear.matmul_t)
+    before = kernels.matmul_t_calls
+    got = f(Tensor(x), Tensor(w).astype(ms.bfloat16))
+    assert kernels.matmul_t_calls == before + 1
+    assert np.array_equal(_bits(got), _bits(f(Tensor(x), Tensor(w))))
+    small = Tensor(w[:64]).astype(ms.bfloat16)
+    out = f(Tensor(x), small)
+    assert kernels.matmul_t_calls == before + 2  # the fp32 call above only
+    ref = x.astype(np.float64) @ w[:64].astype(np.float64).T
+    assert out.dtype == ms.float32 and np.abs(out.asnumpy() - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max())
