@@ -100,3 +100,17 @@ def resolve_dtype(dtype, target, checkpoint_tags):
     if dtype == "auto":
         dtype = "bf16" if "BF16" in checkpoint_tags else ("fp16" if "F16" in checkpoint_tags else "fp32")
     return DTYPES[dtype], None
+
+
+def bf16_resident(dtype, target, checkpoint_tags):
+    """Whether the text weights a model names (VLMCell.bf16_weight_names) stay bf16 in memory: on the CPU, for
+    --dtype bf16 or auto on a checkpoint holding bf16 tensors, where the native decode kernels (which read bf16
+    weights and widen them in registers) are routed. Widening bf16 to fp32 is exact, so this computes bit for
+    bit what the fp32 path computes on the same checkpoint, reading half the bytes per decode step. --dtype fp32
+    keeps every weight fp32 (the A/B); Ascend computes in bf16 already."""
+    if target == "Ascend" or dtype not in ("auto", "bf16"):
+        return False
+    if dtype == "auto" and "BF16" not in checkpoint_tags:
+        return False
+    b = ops.backend
+    return b.NATIVE_DECODE_LAYER is not None and b.NATIVE_MATMUL_T is not None and b.NATIVE_GATHER_ROWS is not None

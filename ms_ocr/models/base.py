@@ -4,6 +4,7 @@ and an optional untied `lm_head`. Model Cells add their vision tower and vision_
 from mindspore import nn
 
 from ms_ocr import ops as K
+from ms_ocr.convert.loader import is_state
 from ms_ocr.nn import Linear
 
 
@@ -15,11 +16,31 @@ class VLMCell(nn.Cell):
         if not self.tied:
             self.lm_head = Linear(cfg.text.hidden_size, cfg.text.vocab_size, bias=False)
         self.num_kv_heads = cfg.text.num_key_value_heads
+        # set by the loader when the text weights stay bf16 on the CPU (bf16_weight_names): embeddings are
+        # gathered in bf16 and widened
+        self.widen_embeddings = False
+
+    def bf16_weight_names(self):
+        """The Parameters a bf16 checkpoint keeps in bf16 on the CPU (device.bf16_resident): the dense decoder
+        layers' weights, which a decode step's native DecodeLayer reads as bf16 and the prefill layer graphs
+        widen as they run (F.widen), and the embeddings / head (the native MatMulT reads the head as bf16; the
+        gathered embedding rows are widened). Empty for models with MoE layers (their experts have no bf16
+        decode path yet) or layers the native kernel does not serve (not SiLU-gated): they keep fp32 weights."""
+        layers = self.text_layers()
+        if any(layer.moe or not layer.silu_mlp for layer in layers):
+            return set()
+        names = {p.name for layer in layers for p in layer.get_parameters() if not is_state(p.name)}
+        names.add(self.model.embed_tokens.weight.name)
+        if not self.tied:
+            names.add(self.lm_head.weight.name)
+        return names
 
     def text_layers(self):
         return list(self.model.layers)
 
     def embed(self, input_ids):
+        if self.widen_embeddings:  # a bf16 table on the CPU: rows widened to fp32 (native GatherRows)
+            return K.embedding_rows(self.model.embed_tokens.weight, input_ids)
         return self.model.embed_tokens(input_ids)
 
     def text_rotary(self, pos):

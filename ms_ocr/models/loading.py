@@ -3,10 +3,12 @@
 import os
 import time
 
+import mindspore as ms
+
 from ms_ocr.config_utils import read_json
 from ms_ocr.convert.loader import load_weights
 from ms_ocr.convert.safetensors_io import checkpoint_dtypes, has_weights, iter_checkpoint, same_values, tensor_index
-from ms_ocr.device import resolve_dtype
+from ms_ocr.device import bf16_resident, resolve_dtype
 from ms_ocr.vlm import VLMPipeline
 from ms_ocr.runtime import Buckets, VLMRuntime
 
@@ -41,8 +43,11 @@ def resolve_tied_head(cfg, model_dir, table, embed="model.embed_tokens.weight", 
 def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, num_pos_axes, t0, target="CPU",
                   dtype="auto", buckets=None, postprocess=None):
     """Load the checkpoint of `model_dir` into `net` (strict, via the rename `table`) and wrap it."""
-    compute_dtype, round_to = resolve_dtype(dtype, target, checkpoint_dtypes(model_dir))
-    load_weights(net, iter_checkpoint(model_dir), table, compute_dtype, round_to, source=model_dir)
+    tags = checkpoint_dtypes(model_dir)
+    compute_dtype, round_to = resolve_dtype(dtype, target, tags)
+    keep = net.bf16_weight_names() if bf16_resident(dtype, target, tags) else set()
+    load_weights(net, iter_checkpoint(model_dir), table, compute_dtype, round_to, source=model_dir, keep_bf16=keep)
+    net.widen_embeddings = net.model.embed_tokens.weight.dtype == ms.bfloat16 and compute_dtype == ms.float32
     runtime = VLMRuntime(net, cfg.text.max_position_embeddings, pad_id=0, compute_dtype=compute_dtype,
                          buckets=buckets or Buckets())
     return VLMPipeline(name, model_dir, cfg, processor, runtime, vision_inputs, eos_ids(model_dir, cfg.text.eos_token_id),

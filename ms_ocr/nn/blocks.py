@@ -99,6 +99,8 @@ class DecoderLayer(nn.Cell, WeightOrder):
         x, h, k, v = F.decoder_attention_decode(x, cos, sin, mask, attn.k_cache, attn.v_cache, weights,
                                                 attn.num_heads, attn.num_kv_heads, attn.head_dim, attn.eps,
                                                 attn.paired)
+        if not self.moe and self.mlp.gate_proj.weight.dtype != h.dtype:  # bf16-resident weights off the kernel
+            return x + F.gated_mlp(h, *F.widen(mlp, h), self.mlp.act), k, v
         return x + self.mlp(h), k, v
 
 

@@ -14,6 +14,13 @@ from mindspore import ops
 from ms_ocr import ops as K
 
 
+def widen(weights, x):
+    """Weights in x's dtype: bf16 weights kept bf16 on the CPU (device.bf16_resident) widened, exactly, for a
+    graph that computes in fp32 over them (the cast's output lives in the graph's pool: one layer's worth, freed
+    when the graph returns). Weights already in x's dtype (fp32 on the CPU, bf16 on Ascend) pass unchanged."""
+    return tuple(w if w.dtype == x.dtype else w.astype(x.dtype) for w in weights)
+
+
 def linear(x, w, b=None):
     """x W^T (+ b) with W [out, in]; MatMul(transpose_b) never materialises W^T (kernel in ops/linear.py)."""
     shape = x.shape
@@ -143,6 +150,7 @@ def causal_block_attention(q, k, v, block, scale):
 def decoder_layer_prefill(x, cos, sin, weights, heads, kv_heads, dim, eps, act, block, paired=True):
     """A whole prompt through one decoder layer; weights = attention-in group (4, or 6 with q/k norms) +
     DECODER_OUT_WEIGHTS. Returns the output and the layer's rope'd k, v [B, Hkv, S, D] for the KV cache."""
+    weights = widen(weights, x)
     n_in = len(weights) - len(DECODER_OUT_WEIGHTS)
     q, k, v = decoder_attention_in(x, cos, sin, weights[:n_in], heads, kv_heads, dim, eps, paired)
     attn = causal_block_attention(q, k, v, block, dim ** -0.5)
@@ -154,6 +162,7 @@ def decoder_attention_decode(x, cos, sin, mask, k_cache, v_cache, weights, heads
     (k_cache, v_cache [B, Hkv, T, D]; see ops.attention_with_new): weights = attention-in group + (o_proj,
     post_attention_layernorm). Returns x + attention, its post_attention_layernorm, and the token's k, v
     [B, Hkv, 1, D] for the host to store."""
+    weights = widen(weights, x)
     n_in = len(weights) - 2
     q, k, v = decoder_attention_in(x, cos, sin, weights[:n_in], heads, kv_heads, dim, eps, paired)
     x = x + linear(merge_heads(K.attention_with_new(q, k_cache, v_cache, k, v, mask, dim ** -0.5)), weights[n_in])
@@ -164,6 +173,7 @@ def decoder_attention_prefill(x, cos, sin, weights, heads, kv_heads, dim, eps, b
     """The attention half of a decoder layer over a whole prompt, for layers whose FFN runs apart (MoE):
     weights = attention-in group + (o_proj, post_attention_layernorm). Returns x + attention, its
     post_attention_layernorm, and the layer's k, v for the cache."""
+    weights = widen(weights, x)
     n_in = len(weights) - 2
     q, k, v = decoder_attention_in(x, cos, sin, weights[:n_in], heads, kv_heads, dim, eps, paired)
     x = x + linear(merge_heads(causal_block_attention(q, k, v, block, dim ** -0.5)), weights[n_in])

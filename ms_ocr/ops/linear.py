@@ -28,3 +28,11 @@ def matmul_t(x, w):
     if x.dtype == ms.float32 and w.dtype == ms.bfloat16:
         w = w.astype(ms.float32)
     return _mm(x, w)
+
+
+def embedding_rows(table, ids):
+    """table [V, H] rows at ids ([...] int) -> [..., H]. A bf16 table kept in bf16 on the CPU (fp32 compute) goes
+    through the native GatherRows, widened to fp32 exactly; any other table through Gather."""
+    if table.dtype == ms.bfloat16 and backend.NATIVE_GATHER_ROWS is not None:
+        return backend.NATIVE_GATHER_ROWS(table, ids)
+    return ops.gather(table, ids, 0)

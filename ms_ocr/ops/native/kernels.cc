@@ -606,6 +606,34 @@ int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const c
   return 0;
 }
 
+// GatherRows: rows ids of a table, widened to fp32: table [V, H] (bfloat16 or fp32), ids (any shape, int32 or
+// int64) -> out [ids..., H] fp32. The embedding lookup of a bf16 table kept in bf16 (MindSpore's CPU Gather has no
+// bfloat16 kernel); an id outside [0, V) gives a zero row.
+int GatherRows(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+               void* extra) {
+  (void)stream; (void)extra;
+  if (nparam != 3 || ndims[0] != 2) return 1;
+  const int64_t v = shapes[0][0], h = shapes[0][1];
+  int64_t n = 1;
+  for (int i = 0; i < ndims[1]; ++i) n *= shapes[1][i];
+  const bool wide_ids = dtypes[1] != nullptr && std::strcmp(dtypes[1], "int64") == 0;
+  const bool bf = is_bf16(dtypes[0]);
+  float* out = static_cast<float*>(params[2]);
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t id = wide_ids ? static_cast<const int64_t*>(params[1])[r] : static_cast<const int32_t*>(params[1])[r];
+    float* o = out + r * h;
+    if (id < 0 || id >= v) {
+      std::memset(o, 0, h * sizeof(float));
+    } else if (bf) {
+      const bf16* row = static_cast<const bf16*>(params[0]) + id * h;
+      for (int64_t j = 0; j < h; ++j) o[j] = to_float(row[j]);
+    } else {
+      std::memcpy(o, static_cast<const float*>(params[0]) + id * h, h * sizeof(float));
+    }
+  }
+  return 0;
+}
+
 // VisionAttention: softmax(q k^T * scale) v over all keys (no mask), heads paired one to one.
 // Inputs: q [B, H, S, D], k, v [B, H, T, D] (D a multiple of 8, at most 256), scale [1]. Output: [B, H, S, D].
 int VisionAttention(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,

@@ -1,0 +1,121 @@
+"""A bf16 checkpoint on the CPU keeps its text weights in bf16 (device.bf16_resident: the native decode kernels
+read them as bf16, the prefill graphs widen them per layer) and computes bit for bit what the fp32 path computes
+on the same checkpoint: image features, prefill logits and greedy decode logits, one sequence and a batch, for
+PaddleOCR-VL and HunyuanOCR (tiny bf16 checkpoints)."""
+
+import numpy as np
+import pytest
+import mindspore as ms
+from PIL import Image, ImageDraw
+
+from ms_ocr.ops import backend, linear
+from ms_ocr.runtime import Buckets
+from tests.helpers.native import needs_compiler
+
+STEPS = 6
+
+
+def _image(seed):
+    img = Image.new("RGB", (84, 112), (250, 250, 245))
+    d = ImageDraw.Draw(img)
+    for i in range(5):
+        d.text((4 + seed, 6 + 20 * i), f"row {i + seed}", fill=(0, 0, 0))
+    return img
+
+
+def _models(request):
+    if request.param == "paddleocr-vl":
+        from ms_ocr.models import paddleocr_vl
+        return paddleocr_vl, request.getfixturevalue("tiny_checkpoint")("hub", "json", "bfloat16", "100KB"), "OCR:"
+    from ms_ocr.models import hunyuan_vl
+    return (hunyuan_vl, request.getfixturevalue("hunyuan_checkpoint")("transformers", "bfloat16"),
+            hunyuan_vl.TASK_PROMPTS["ocr"])
+
+
+def _load_pair(request):
+    package, folder, prompt = _models(request)
+    buckets = Buckets(prefill=32, slots=64)
+    return package.load(folder, "CPU", "auto", buckets), package.load(folder, "CPU", "fp32", buckets), prompt
+
+
+@pytest.fixture(scope="module", params=["paddleocr-vl", "hunyuan-ocr"])
+def pair(request, graph_mode):
+    """(bf16-resident pipeline, fp32 pipeline, prompt, the fixture request) of one tiny bf16 checkpoint."""
+    return (*_load_pair(request), request)
+
+
+def _same(a, b):
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def _greedy(pipe, prep, feats):
+    """Prefill logits and STEPS greedy decode steps' logits of one sequence."""
+    rt = pipe.runtime
+    out = [rt.prefill(prep, feats, max_new_tokens=STEPS + 1).asnumpy()[0]]
+    s = prep.input_ids.shape[0]
+    for i in range(STEPS):
+        out.append(rt.decode(int(np.argmax(out[-1])), s + i, prep.rope_delta, pipe.num_pos_axes).asnumpy()[0])
+    return out
+
+
+@needs_compiler
+def test_weights_stay_bf16_where_the_kernels_read_them(pair):
+    bf, fp = pair[:2]
+    assert backend.NATIVE_DECODE_LAYER is not None, "this level routes no native decode layer"
+    model = bf.runtime.model
+    names = model.bf16_weight_names()
+    params = {p.name: p for p in model.get_parameters()}
+    assert names and model.widen_embeddings
+    assert "model.layers.0.self_attn.q_proj.weight" in names and "model.embed_tokens.weight" in names
+    for name, p in params.items():
+        if name.endswith("_cache"):
+            continue
+        assert p.dtype == (ms.bfloat16 if name in names else ms.float32), name
+    assert all(p.dtype == ms.float32 for p in fp.runtime.model.get_parameters())
+    assert not fp.runtime.model.widen_embeddings
+
+
+@needs_compiler
+@pytest.mark.parametrize("native_head", [False, True])
+def test_one_sequence_bit_identical_to_fp32(pair, native_head, monkeypatch):
+    """Vision features, prefill logits and greedy decode logits equal the fp32 path's bit for bit, the head on
+    MatMul over a widened copy (the tiny head is below the native threshold) or on the native kernel."""
+    bf, fp, prompt = pair[:3]
+    if native_head:  # pipelines of their own: graphs compiled with the lowered threshold
+        monkeypatch.setattr(linear, "NATIVE_MIN_WEIGHT", 1)
+        bf, fp, prompt = _load_pair(pair[3])
+    kernels = backend.native_kernels()
+    prep, _ = fp.prepare([_image(0)], prompt)
+    feats_fp, feats_bf = fp.encode_images(prep), bf.encode_images(prep)
+    assert _same(feats_bf.asnumpy(), feats_fp.asnumpy())
+    want = _greedy(fp, prep, feats_fp)
+    before = kernels.decode_layer_calls, kernels.matmul_t_calls
+    got = _greedy(bf, prep, feats_bf)
+    layers = len(bf.runtime.model.text_layers())
+    assert kernels.decode_layer_calls - before[0] == STEPS * layers  # decode ran the bf16 kernel
+    if native_head:
+        assert kernels.matmul_t_calls - before[1] == STEPS + 1  # the head of prefill and of every decode step
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert _same(g, w), f"step {i}"
+
+
+@needs_compiler
+def test_batch_decode_bit_identical_to_fp32(pair):
+    """Three sequences prefilled and decoded together (the batch engine's runtime calls)."""
+    bf, fp, prompt = pair[:3]
+    preps = [fp.prepare([_image(i)], prompt)[0] for i in range(3)]
+    results = []
+    for pipe in (bf, fp):
+        rt = pipe.runtime
+        slots = max(rt.plan_slots(p.input_ids.shape[0], STEPS + 1) for p in preps)
+        rt.reset_cache(len(preps), slots)
+        feats = [pipe.encode_images(p) for p in preps]
+        logits = [rt.prefill_batch(preps, feats, list(range(len(preps))), slots).asnumpy()]
+        pos = np.array([p.input_ids.shape[0] for p in preps])
+        for i in range(STEPS):
+            toks = [int(t) for t in np.argmax(logits[-1], -1)]
+            logits.append(rt.decode_batch(toks, pos + i, [p.rope_delta for p in preps], pipe.num_pos_axes).asnumpy())
+        results.append(logits)
+    for i, (g, w) in enumerate(zip(*results)):
+        assert _same(g, w), f"step {i}"
