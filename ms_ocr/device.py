@@ -113,4 +113,5 @@ def bf16_resident(dtype, target, checkpoint_tags):
     if dtype == "auto" and "BF16" not in checkpoint_tags:
         return False
     b = ops.backend
-    return b.NATIVE_DECODE_LAYER is not None and b.NATIVE_MATMUL_T is not None and b.NATIVE_GATHER_ROWS is not None
+    return (b.NATIVE_DECODE_LAYER is not None and b.NATIVE_MATMUL_T is not None and b.NATIVE_GATHER_ROWS is not None
+            and b.NATIVE_WIDEN is not None)

@@ -71,6 +71,15 @@ class ViTBlockStep(nn.Cell):
         return F.vit_out_mlp(x, attn, (ow, ob, ln2w, ln2b, f1w, f1b, f2w, f2b), self.eps, self.act)
 
 
+class WidenStep(nn.Cell):
+    """A layer's weights in fp32, bf16 ones widened (K.widen), in one graph call: the vision layers of a bf16
+    checkpoint kept in bf16 on the CPU, widened once per layer for the per-block ViT steps (the outputs are the
+    graph's, freed when the layer is done: one layer's fp32 weights exist at a time)."""
+
+    def construct(self, *weights):
+        return tuple(K.widen(w, ms.float32) for w in weights)
+
+
 class VisionHeadStep(_Wrap):
     def construct(self, x, *inputs):
         return self.model.vision_head(x, *inputs)

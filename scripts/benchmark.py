@@ -28,7 +28,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 os.environ.setdefault("GLOG_v", "3")
 
-# The decode roofline: fp32 weights read once per token at the measured two-thread read bandwidth.
+# The decode roofline: the decoder's weights read once per token at the measured two-thread read bandwidth, at
+# 4 bytes a weight (fp32) and at 2 (a bf16 checkpoint kept in bf16: --dtype auto/bf16, docs/native-kernels.md).
 READ_BANDWIDTH_GBS = 30.0
 
 
@@ -90,8 +91,10 @@ def worker_ms_ocr(args):
     simd = {"isa_level": kernels.isa_level if kernels else None,
             "march": native.build_arch() if kernels else None, "routed": list(backend.routed())}
     t0 = time.perf_counter()
-    pipe = model_package(args.model).load(args.ckpt, "CPU", "fp32", Buckets())
+    pipe = model_package(args.model).load(args.ckpt, "CPU", args.dtype, Buckets())
     load_s = time.perf_counter() - t0
+    import mindspore as ms
+    bf16_weights = any(p.dtype == ms.bfloat16 for p in pipe.runtime.model.get_parameters())
     img = Image.open(args.image).convert("RGB")
     prep, _ = pipe.prepare([img], args.prompt)
     rt = pipe.runtime
@@ -117,7 +120,8 @@ def worker_ms_ocr(args):
             "prompt_tokens": int(s), "vision_ms": 1000 * vision_s, "prefill_ms": 1000 * prefill_s,
             "decode_ms_per_token": 1000 * decode_s / n, "decode_tokens_per_s": n / decode_s,
             "compile_s": dict(rt.compiler.seconds), "peak_rss_gb": peak_rss_gb(), "tokens": tokens,
-            "simd": simd, "routes": kernel_routes(simd["routed"])}
+            "simd": simd, "routes": kernel_routes(simd["routed"]), "dtype": args.dtype,
+            "text_weights": "bf16" if bf16_weights else "fp32"}
 
 
 def reference_model_and_inputs(model_name, ckpt, img, prompt):
@@ -187,9 +191,10 @@ def worker_transformers(args):
             "simd": {"isa_level": torch.backends.cpu.get_cpu_capability()}}
 
 
-def fp32_weight_bytes(ckpt):
-    """Bytes of decoder weights read per generated token in fp32: every text layer plus the output head
-    (the tied embedding table, read once by the head; the input embedding is a single-row gather)."""
+def fp32_weight_bytes(ckpt, bytes_per_weight=4):
+    """Bytes of decoder weights read per generated token in fp32 (bytes_per_weight=2: in bf16): every text layer
+    plus the output head (the tied embedding table, read once by the head; the input embedding is a single-row
+    gather)."""
     from ms_ocr.convert.safetensors_io import read_header, weight_files
     sizes = {}
     for path in weight_files(ckpt):
@@ -201,7 +206,7 @@ def fp32_weight_bytes(ckpt):
                 n = 1
                 for d in v["shape"]:
                     n *= d
-                sizes[k] = 4 * n
+                sizes[k] = bytes_per_weight * n
     config = json.load(open(os.path.join(ckpt, "config.json")))
     text = config.get("text_config") or config.get("language_config") or {}
     if text.get("n_routed_experts"):  # MoE: a token reads only its top-k routed experts
@@ -218,7 +223,7 @@ def fp32_weight_bytes(ckpt):
 def run_worker(framework, args):
     return run_json_worker(__file__, ["--worker", framework, "--model", args.model, "--ckpt", args.ckpt, "--image",
                                       args.image, "--new-tokens", args.new_tokens, "--threads", args.threads,
-                                      "--prompt", args.prompt], args.threads, framework)
+                                      "--prompt", args.prompt, "--dtype", args.dtype], args.threads, framework)
 
 
 def median_result(runs):
@@ -262,7 +267,7 @@ def simd_line(results, cpu):
     return "; ".join(parts)
 
 
-def report(results, bound_ms, rounds=(), cpu=None):
+def report(results, bound_ms, rounds=(), cpu=None, bf16_bound_ms=None):
     ms, tf = results.get("ms_ocr"), results.get("transformers")
     print(simd_line(results, cpu or "?"))
     if len(rounds) > 1:
@@ -289,7 +294,9 @@ def report(results, bound_ms, rounds=(), cpu=None):
                                ("rss", "peak RSS ms/tf")):
                 print(f"per round {label}: " + ", ".join(f"{p[key]:.2f}" for p in per))
     if ms:
-        print(f"decode bandwidth bound ~{bound_ms:.0f} ms/token; ms_ocr compile s: "
+        bf16 = f", bf16 ~{bf16_bound_ms:.0f}" if bf16_bound_ms else ""
+        print(f"ms_ocr text weights: {ms.get('text_weights', 'fp32')} (--dtype {ms.get('dtype', 'fp32')})")
+        print(f"decode bandwidth bound ~{bound_ms:.0f} ms/token fp32{bf16}; ms_ocr compile s: "
               + ", ".join(f"{k} {v:.1f}" for k, v in ms["compile_s"].items()))
 
 
@@ -301,6 +308,9 @@ def main():
     p.add_argument("--prompt", default=None, help="default: the model's first task prompt")
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default="auto",
+                   help="ms_ocr's --dtype: auto keeps a bf16 checkpoint's text weights in bf16 on the CPU, fp32 "
+                        "widens every weight at load (transformers always runs fp32)")
     p.add_argument("--only", choices=["ms_ocr", "transformers"], default=None)
     p.add_argument("--repeat", type=int, default=1, help="rounds (medians reported); the order alternates")
     p.add_argument("--out", default=os.path.join(REPO, "bench_out"))
@@ -333,16 +343,18 @@ def main():
         rounds.append(results)
     results = {fw: median_result([r[fw] for r in rounds]) for fw in frameworks}
     bound_ms = 1000 * fp32_weight_bytes(args.ckpt) / (READ_BANDWIDTH_GBS * 1e9)
+    bf16_bound_ms = 1000 * fp32_weight_bytes(args.ckpt, 2) / (READ_BANDWIDTH_GBS * 1e9)
     from ms_ocr.ops.native import cpu_model
     cpu = cpu_model()
-    report(results, bound_ms, rounds, cpu)
+    report(results, bound_ms, rounds, cpu, bf16_bound_ms)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"benchmark_{args.model}.json")
     ms = results.get("ms_ocr", {})
     with open(path, "w") as f:
         json.dump({"model": args.model, "threads": args.threads, "new_tokens": args.new_tokens, "cpu": cpu,
                    "simd": {fw: r.get("simd") for fw, r in results.items()}, "kernel_routes": ms.get("routes"),
-                   "decode_bound_ms": bound_ms, "results": results, "rounds": rounds}, f, indent=1)
+                   "decode_bound_ms": bound_ms, "decode_bound_ms_bf16": bf16_bound_ms, "dtype": args.dtype,
+                   "results": results, "rounds": rounds}, f, indent=1)
     print(f"wrote {path}")
 
 

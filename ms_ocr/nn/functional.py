@@ -18,7 +18,7 @@ def widen(weights, x):
     """Weights in x's dtype: bf16 weights kept bf16 on the CPU (device.bf16_resident) widened, exactly, for a
     graph that computes in fp32 over them (the cast's output lives in the graph's pool: one layer's worth, freed
     when the graph returns). Weights already in x's dtype (fp32 on the CPU, bf16 on Ascend) pass unchanged."""
-    return tuple(w if w.dtype == x.dtype else w.astype(x.dtype) for w in weights)
+    return tuple(K.widen(w, x.dtype) for w in weights)
 
 
 def linear(x, w, b=None):

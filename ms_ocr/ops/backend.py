@@ -18,10 +18,12 @@ NATIVE_MATMUL_T = None      # the matrix-vector product (ops/linear.py)
 NATIVE_DECODE_LAYER = None  # a decode step's decoder layer, (without, with) q/k norms (ops/decode_layer.py)
 NATIVE_ATTENTION = None     # unmasked attention (vision encoders; ops/attention.py)
 NATIVE_GELU = None          # (tanh form, erf form) (ops/activation.py)
-# The embedding lookup of a bf16 table kept in bf16 (ops/linear.py embedding_rows): MindSpore's CPU Gather has no
-# bfloat16 kernel, so there is nothing to measure it against and it is not in the route table; set wherever the
-# library is loaded on the CPU.
+# Weights kept in bf16 (device.bf16_resident): the embedding lookup of a bf16 table (ops/linear.py embedding_rows;
+# MindSpore's CPU Gather has no bfloat16 kernel) and bf16 -> fp32 widening (ops/linear.py widen; MindSpore's CPU
+# Cast from bfloat16 is scalar, ~12x slower). Not in the route table (no composed path to measure against, or an
+# exact copy); set wherever the library is loaded on the CPU.
 NATIVE_GATHER_ROWS = None
+NATIVE_WIDEN = None
 _native_ops = {}  # library path -> its Custom ops, made once per process
 _configured = None
 
@@ -71,14 +73,17 @@ class without_native:
     library of this machine."""
 
     def __enter__(self):
-        global NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS
-        self._saved = NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS
-        NATIVE_MATMUL_T = NATIVE_DECODE_LAYER = NATIVE_ATTENTION = NATIVE_GELU = NATIVE_GATHER_ROWS = None
+        global NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS, NATIVE_WIDEN
+        self._saved = (NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS,
+                       NATIVE_WIDEN)
+        NATIVE_MATMUL_T = NATIVE_DECODE_LAYER = NATIVE_ATTENTION = NATIVE_GELU = None
+        NATIVE_GATHER_ROWS = NATIVE_WIDEN = None
         return self
 
     def __exit__(self, *exc):
-        global NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS
-        NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS = self._saved
+        global NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS, NATIVE_WIDEN
+        (NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS,
+         NATIVE_WIDEN) = self._saved
 
 
 def native_routes(isa_level):
@@ -104,11 +109,12 @@ def configure(device_target=None):
 
     Called once by the model loader after the MindSpore context is set. Returns the target used.
     """
-    global FUSED, NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS, _configured
+    global FUSED, NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS, NATIVE_WIDEN
+    global _configured
     target = device_target or ms.get_context("device_target")
     FUSED = target == "Ascend"
     kernels = native.load() if target == "CPU" else None
-    NATIVE_GATHER_ROWS = gather_rows_op(kernels) if kernels is not None else None
+    NATIVE_GATHER_ROWS, NATIVE_WIDEN = bf16_ops(kernels) if kernels is not None else (None, None)
     chosen = (None,) * 4
     if kernels is not None:
         routes = native_routes(kernels.isa_level)
@@ -159,12 +165,16 @@ def _gather_rows_shape(table, ids):
     return list(ids) + [table[1]]
 
 
-def gather_rows_op(kernels):
-    """The native GatherRows op of a kernel library (rows of a bf16 or fp32 table widened to fp32), made once."""
-    key = (kernels.path, "GatherRows")
+def bf16_ops(kernels):
+    """(GatherRows, WidenBf16) of a kernel library, made once: rows of a bf16 or fp32 table widened to fp32, and
+    a bf16 tensor widened to fp32."""
+    key = (kernels.path, "bf16")
     if key not in _native_ops:
-        _native_ops[key] = ops.Custom(kernels.func("GatherRows"), out_shape=_gather_rows_shape,
-                                      out_dtype=lambda table, ids: ms.float32, func_type="aot")
+        _native_ops[key] = (
+            ops.Custom(kernels.func("GatherRows"), out_shape=_gather_rows_shape,
+                       out_dtype=lambda table, ids: ms.float32, func_type="aot"),
+            ops.Custom(kernels.func("WidenBf16"), out_shape=_first, out_dtype=lambda x: ms.float32,
+                       func_type="aot"))
     return _native_ops[key]
 
 

@@ -1,5 +1,5 @@
-"""A bf16 checkpoint on the CPU keeps its text weights in bf16 (device.bf16_resident: the native decode kernels
-read them as bf16, the prefill graphs widen them per layer) and computes bit for bit what the fp32 path computes
+"""A bf16 checkpoint on the CPU keeps its text and ViT-layer weights in bf16 (device.bf16_resident: the native
+decode kernels read them as bf16, the prefill and vision graphs widen them per layer) and computes bit for bit what the fp32 path computes
 on the same checkpoint: image features, prefill logits and greedy decode logits, one sequence and a batch, for
 PaddleOCR-VL and HunyuanOCR (tiny bf16 checkpoints)."""
 
@@ -68,6 +68,8 @@ def test_weights_stay_bf16_where_the_kernels_read_them(pair):
     params = {p.name: p for p in model.get_parameters()}
     assert names and model.widen_embeddings
     assert "model.layers.0.self_attn.q_proj.weight" in names and "model.embed_tokens.weight" in names
+    vision = {p.name for p in model.vision_layers()[0].get_parameters()}
+    assert vision and vision <= names  # the ViT layers' weights too (widened once per layer as they run)
     for name, p in params.items():
         if name.endswith("_cache"):
             continue

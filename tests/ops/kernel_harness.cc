@@ -4,7 +4,7 @@
 //
 //   kernel_harness <kernel> <dir> <threads>
 // <dir>/spec.txt: "<nparam> <ninputs>", then one line per operand (inputs, then outputs):
-// "<dtype> <ndims> <dim>..." with dtype float32 or bfloat16 (as MindSpore names them to the kernels); inputs are
+// "<dtype> <ndims> <dim>..." with dtype float32, bfloat16 or int32 (as MindSpore names them); inputs are
 // read from <dir>/in<i>.bin and outputs written to <dir>/out<j>.bin (raw, row-major; bfloat16 as 16-bit words).
 // Prints the library's ISA level on stdout.
 #include <cstdint>
@@ -22,6 +22,8 @@ int DecodeLayer(int, void**, int*, int64_t**, const char**, void*, void*);
 int VisionAttention(int, void**, int*, int64_t**, const char**, void*, void*);
 int GeluTanh(int, void**, int*, int64_t**, const char**, void*, void*);
 int GeluErf(int, void**, int*, int64_t**, const char**, void*, void*);
+int GatherRows(int, void**, int*, int64_t**, const char**, void*, void*);
+int WidenBf16(int, void**, int*, int64_t**, const char**, void*, void*);
 }
 
 using Kernel = int (*)(int, void**, int*, int64_t**, const char**, void*, void*);
@@ -34,7 +36,8 @@ int main(int argc, char** argv) {
   const std::string name = argv[1], dir = argv[2];
   Kernel kernel = name == "MatMulT" ? MatMulT : name == "DecodeLayer" ? DecodeLayer
                 : name == "VisionAttention" ? VisionAttention : name == "GeluTanh" ? GeluTanh
-                : name == "GeluErf" ? GeluErf : nullptr;
+                : name == "GeluErf" ? GeluErf : name == "GatherRows" ? GatherRows
+                : name == "WidenBf16" ? WidenBf16 : nullptr;
   if (!kernel) {
     std::fprintf(stderr, "unknown kernel %s\n", argv[1]);
     return 2;
@@ -53,7 +56,7 @@ int main(int argc, char** argv) {
     char dtype[16] = {};
     if (std::fscanf(spec, "%15s %d", dtype, &ndims[i]) != 2) return 3;
     dtype_names[i] = dtype;
-    if (dtype_names[i] != "float32" && dtype_names[i] != "bfloat16") return 3;
+    if (dtype_names[i] != "float32" && dtype_names[i] != "bfloat16" && dtype_names[i] != "int32") return 3;
     dtypes[i] = dtype_names[i].c_str();
     const size_t elem = dtype_names[i] == "bfloat16" ? 2 : 4;
     shapes[i].resize(ndims[i]);

@@ -84,3 +84,38 @@ def test_matmul_t_routes_bf16_weights(graph_cpu, all_routes):
     assert kernels.matmul_t_calls == before + 2  # the fp32 call above only
     ref = x.astype(np.float64) @ w[:64].astype(np.float64).T
     assert out.dtype == ms.float32 and np.abs(out.asnumpy() - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max())
+
+
+@needs_compiler
+def test_gather_rows_and_widen_at_every_isa_level(graph_cpu, isa_kernels):
+    """GatherRows (the embedding lookup of a bf16 table) and WidenBf16 give the bf16 values exactly, in fp32."""
+    gather, widen = backend.bf16_ops(isa_kernels)
+    rng = np.random.default_rng(9)
+    table = round_to_bf16(rng.standard_normal((50, 37)))
+    ids = np.array([[3, 0, 49], [7, 7, 60]], np.int32)  # 60: out of range, a zero row
+    want = np.where((ids < 50)[..., None], table[np.minimum(ids, 49)], 0.0).astype(np.float32)
+    for id_dtype in (np.int32, np.int64):
+        got = _Call(gather)(Tensor(table).astype(ms.bfloat16), Tensor(ids.astype(id_dtype)))
+        assert got.dtype == ms.float32 and np.array_equal(_bits(got), want.view(np.uint32))
+    x = round_to_bf16(rng.standard_normal((3, 70001)))  # several chunks of the parallel loop and a tail
+    got = _Call(widen)(Tensor(x).astype(ms.bfloat16))
+    assert got.dtype == ms.float32 and np.array_equal(_bits(got), x.view(np.uint32))
+
+
+def _widen_fp32(w):
+    return linear.widen(w, ms.float32)
+
+
+@needs_compiler
+def test_widen_routes(graph_cpu):
+    """ops.widen: a bf16 weight through WidenBf16 where the library is loaded, else through Cast; both exact;
+    fp32 passes unchanged."""
+    x = round_to_bf16(np.random.default_rng(4).standard_normal((64, 33)))
+    xb = Tensor(x).astype(ms.bfloat16)
+    assert backend.NATIVE_WIDEN is not None
+    assert np.array_equal(_bits(_Call(_widen_fp32)(xb)), x.view(np.uint32))
+    with backend.without_native():
+        assert backend.NATIVE_WIDEN is None
+        assert np.array_equal(_bits(_Call(_widen_fp32)(xb)), x.view(np.uint32))
+    xf = Tensor(x)
+    assert np.array_equal(_bits(_Call(_widen_fp32)(xf)), x.view(np.uint32))

@@ -56,6 +56,12 @@ def _bf16_pairs():
         eps = np.array([1e-5], np.float32)
         pairs.append((f"decode_layer_bf16_{i}", "DecodeLayer", [*tensors, *weights, eps],
                       [*tensors, *(bf16_bits(w) for w in weights), eps], [r.shape for r in ref], list(ref), 2e-5))
+    table = round_to_bf16(rng.standard_normal((50, 37)))
+    ids = np.array([[3, 0, 49], [7, 7, 60]], np.int32)  # 60: out of range, a zero row
+    want = np.where((ids < 50)[..., None], table[np.minimum(ids, 49)], 0.0)
+    pairs.append(("gather_rows_bf16", "GatherRows", [table, ids], [bf16_bits(table), ids], [want.shape], [want], 0.0))
+    x = round_to_bf16(rng.standard_normal((3, 70001)))  # several chunks of the parallel loop and a tail
+    pairs.append(("widen_bf16", "WidenBf16", None, [bf16_bits(x)], [x.shape], [x], 0.0))
     return pairs
 
 
@@ -63,12 +69,14 @@ BF16_PAIRS = _bf16_pairs()
 
 
 def _check_bf16(runner, tmp_path, threads, level):
-    """Each kernel with bf16 weights gives bit for bit its result on the same weights in fp32, and matches
-    float64 NumPy."""
+    """Each kernel with bf16 weights gives bit for bit its result on the same weights in fp32 (GatherRows and
+    WidenBf16: the widened values themselves), and matches float64 NumPy."""
     for name, kernel, fp32_inputs, bf16_inputs, out_shapes, refs, tol in BF16_PAIRS:
-        want, _ = run_harness(runner, kernel, fp32_inputs, out_shapes, str(tmp_path / (name + "_fp32")), threads)
         got, got_level = run_harness(runner, kernel, bf16_inputs, out_shapes, str(tmp_path / name), threads)
         assert got_level == level, name
+        want = refs  # exact kernels (GatherRows, WidenBf16): the values themselves
+        if fp32_inputs is not None:
+            want, _ = run_harness(runner, kernel, fp32_inputs, out_shapes, str(tmp_path / (name + "_fp32")), threads)
         for g, w in zip(got, want):
             assert np.array_equal(g.view(np.uint32), w.view(np.uint32)), name
         _check(got, refs, tol)

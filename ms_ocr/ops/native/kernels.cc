@@ -634,6 +634,29 @@ int GatherRows(int nparam, void** params, int* ndims, int64_t** shapes, const ch
   return 0;
 }
 
+// WidenBf16: x (any shape, bfloat16) -> the same values in fp32, for graphs that compute in fp32 over weights
+// kept in bf16 (prefill layers, vision layers): vector widening on every thread, where MindSpore's CPU Cast from
+// bfloat16 converts one element at a time (measured 11.8 ms for 3M elements vs ~1 ms here).
+int WidenBf16(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+              void* extra) {
+  (void)stream; (void)extra;
+  if (nparam != 2 || !is_bf16(dtypes[0])) return 1;
+  int64_t n = 1;
+  for (int i = 0; i < ndims[0]; ++i) n *= shapes[0][i];
+  const bf16* x = static_cast<const bf16*>(params[0]);
+  float* y = static_cast<float*>(params[1]);
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for num_threads(chunks > 1 ? g_threads : 1) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t i1 = (c + 1) * kChunk < n ? (c + 1) * kChunk : n;
+    int64_t i = c * kChunk;
+    for (; i + kVL <= i1; i += kVL) vstore(y + i, vload(x + i));
+    for (; i < i1; ++i) y[i] = to_float(x[i]);
+  }
+  return 0;
+}
+
 // VisionAttention: softmax(q k^T * scale) v over all keys (no mask), heads paired one to one.
 // Inputs: q [B, H, S, D], k, v [B, H, T, D] (D a multiple of 8, at most 256), scale [1]. Output: [B, H, S, D].
 int VisionAttention(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
