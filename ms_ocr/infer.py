@@ -38,7 +38,9 @@ def build_parser():
     g.add_argument("--prompt", help="free-form prompt instead of a task")
     p.add_argument("--one-prompt", action="store_true", help="put all images into one prompt")
     p.add_argument("--max-new-tokens", type=int, default=1024)
-    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
+                   help="auto follows the checkpoint; on the CPU a bf16 checkpoint's weights stay bf16 in memory "
+                        "(bit-identical results, half the bytes; fp32 widens them at load)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "ascend"])
     p.add_argument("--threads", type=int, default=None, help="CPU runtime threads")
     add_sampling_args(p)

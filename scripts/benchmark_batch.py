@@ -39,7 +39,7 @@ def worker(args):
     from benchmark import peak_rss_gb
     setup("cpu", args.threads)
     package = model_package(args.model)
-    pipe = package.load(args.ckpt, "CPU", "fp32")
+    pipe = package.load(args.ckpt, "CPU", args.dtype)
     prompt = next(iter(package.TASK_PROMPTS.values()))
     pages = [region(args.width, args.height, i) for i in range(args.pages)]
     engine = BatchEngine(pipe, SamplingConfig(max_new_tokens=args.new_tokens), args.batch,
@@ -75,6 +75,8 @@ def main():
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default="auto",
+                   help="auto keeps a bf16 checkpoint's weights in bf16 on the CPU (docs/native-kernels.md); fp32 widens")
     p.add_argument("--out", default=os.path.join(REPO, "bench_out"))
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
@@ -92,7 +94,8 @@ def main():
         print(f"batch {b} ...", flush=True)
         rows.append(run_json_worker(__file__, ["--worker", "--batch", b, "--model", args.model, "--ckpt", args.ckpt,
                                                "--pages", args.pages, "--width", args.width, "--height", args.height,
-                                               "--new-tokens", args.new_tokens, "--threads", args.threads],
+                                               "--new-tokens", args.new_tokens, "--threads", args.threads,
+                                               "--dtype", args.dtype],
                                     args.threads, f"batch {b}"))
     base = rows[0]
     print(f"{'batch':>5}{'pages/s':>10}{'tok/s':>9}{'decode tok/s':>14}{'ms/step':>9}{'first tok ms':>14}"
@@ -105,7 +108,8 @@ def main():
     path = os.path.join(args.out, f"benchmark_batch_{args.model}.json")
     with open(path, "w") as f:
         json.dump({"model": args.model, "pages": args.pages, "size": [args.width, args.height],
-                   "new_tokens": args.new_tokens, "threads": args.threads, "rows": rows}, f, indent=1)
+                   "new_tokens": args.new_tokens, "threads": args.threads, "dtype": args.dtype, "rows": rows}, f,
+                  indent=1)
     print(f"wrote {path}")
 
 

@@ -103,10 +103,12 @@ def test_one_sequence_bit_identical_to_fp32(pair, native_head, monkeypatch):
 
 
 @needs_compiler
-def test_batch_decode_bit_identical_to_fp32(pair):
-    """Three sequences prefilled and decoded together (the batch engine's runtime calls)."""
+@pytest.mark.parametrize("batch", [3, 9])
+def test_batch_decode_bit_identical_to_fp32(pair, batch):
+    """Sequences prefilled and decoded together (the batch engine's runtime calls): 3 through the native kernels,
+    9 (more than DecodeLayer takes) through the composed layers, whose graphs widen the bf16 weights."""
     bf, fp, prompt = pair[:3]
-    preps = [fp.prepare([_image(i)], prompt)[0] for i in range(3)]
+    preps = [fp.prepare([_image(i % 4)], prompt)[0] for i in range(batch)]
     results = []
     for pipe in (bf, fp):
         rt = pipe.runtime
