@@ -25,8 +25,8 @@ class VLMCell(nn.Cell):
         layers' weights, which a decode step's native DecodeLayer reads as bf16 and the prefill layer graphs
         widen as they run (F.widen), the ViT layers' weights (widened once per layer, runtime.vision_layer), and
         the embeddings / head (the native MatMulT reads the head as bf16; the gathered embedding rows are
-        widened). Empty for models with MoE layers (their experts have no bf16
-        decode path yet) or layers the native kernel does not serve (not SiLU-gated): they keep fp32 weights."""
+        widened). Empty for models with MoE layers (their experts have no bf16 decode path yet) or layers the
+        native kernel does not serve (not SiLU-gated): they keep fp32 weights."""
         layers = self.text_layers()
         if any(layer.moe or not layer.silu_mlp for layer in layers):
             return set()
