@@ -37,8 +37,11 @@ def peak_rss_gb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
 
 
-def ensure_checkpoint(model, folder):
-    """`folder`, with a random real-config checkpoint of `model` built into it first if it has none."""
+def ensure_checkpoint(model, folder=None):
+    """`folder` (default ~/.cache/ms_ocr/bench/<model>_random), with a random real-config checkpoint of `model`
+    built into it first if it has none."""
+    folder = folder or os.path.join(os.path.expanduser("~"), ".cache", "ms_ocr", "bench",
+                                    model.replace("-", "_") + "_random")
     if not os.path.isfile(os.path.join(folder, "config.json")):
         print(f"building random real-config {model} checkpoint in {folder} ...", flush=True)
         build_checkpoint(model, folder)
@@ -323,9 +326,8 @@ def main():
     if args.prompt is None:
         from ms_ocr.models import model_package
         args.prompt = next(iter(model_package(args.model).TASK_PROMPTS.values()))
-    cache = os.path.join(os.path.expanduser("~"), ".cache", "ms_ocr", "bench")
     if args.ckpt is None:
-        args.ckpt = ensure_checkpoint(args.model, os.path.join(cache, args.model.replace("-", "_") + "_random"))
+        args.ckpt = ensure_checkpoint(args.model)
     if args.image is None:
         from scripts.bench_image import document_page
         os.makedirs(args.out, exist_ok=True)

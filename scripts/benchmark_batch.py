@@ -86,8 +86,7 @@ def main():
         return
     if args.ckpt is None:
         from benchmark import ensure_checkpoint
-        args.ckpt = ensure_checkpoint(args.model, os.path.join(os.path.expanduser("~"), ".cache", "ms_ocr", "bench",
-                                                               args.model.replace("-", "_") + "_random"))
+        args.ckpt = ensure_checkpoint(args.model)
     from benchmark import run_json_worker
     rows = []
     for b in args.batch_sizes:
