@@ -4,24 +4,16 @@ same sequence alone, for PaddleOCR-VL (MRoPE), HunyuanOCR (XD-RoPE, q/k norm) an
 
 import numpy as np
 import pytest
-from PIL import Image, ImageDraw
+from PIL import Image
 
 from ms_ocr.engine import BatchEngine, Request
 from ms_ocr.generate import SamplingConfig
 from ms_ocr.runtime import Buckets, Prepared
+from tests.helpers.pages import page
 from tests.helpers.parity import rel_err
 
 TOL = 1e-4
 NEW_TOKENS = 10
-
-
-def _page(w, h, seed):
-    rng = np.random.default_rng(seed)
-    img = Image.new("RGB", (w, h), tuple(int(c) for c in rng.integers(200, 256, 3)))
-    d = ImageDraw.Draw(img)
-    for i in range(max(1, h // 24)):
-        d.text((4, 4 + 20 * i), f"row {i} {seed}", fill=tuple(int(c) for c in rng.integers(0, 90, 3)))
-    return img
 
 
 def _run(pipe, pages, prompt, batch, max_new, max_input=512):
@@ -90,7 +82,7 @@ def test_paddleocr_vl_batched_equals_single(paddle, tiny_dir):
     from ms_ocr.models.paddleocr_vl.config import PaddleOCRVLConfig
     from tests.helpers.reference import reference_greedy
     cfg = PaddleOCRVLConfig.from_dict(load_config_json(tiny_dir))
-    pages = [_page(w, h, i) for i, (w, h) in enumerate(PAGES)]
+    pages = [page(w, h, i) for i, (w, h) in enumerate(PAGES)]
     want = [reference_greedy(tiny_dir, cfg, [p], "OCR:", NEW_TOKENS) for p in pages]
     order = _check(paddle, pages, "OCR:", want, batch=3)
     assert order != sorted(order, key=int)  # a shorter budget admitted later finished earlier
@@ -106,7 +98,7 @@ def test_hunyuan_batched_equals_single(hunyuan_checkpoint, graph_mode):
     from tests.helpers.tiny_hunyuan import reference_greedy
     folder = hunyuan_checkpoint()
     pipe = hunyuan_vl.load(folder, "CPU", "auto", Buckets(prefill=32, slots=64))
-    pages = [_page(w, h, 10 + i) for i, (w, h) in enumerate(PAGES[:4])]
+    pages = [page(w, h, 10 + i) for i, (w, h) in enumerate(PAGES[:4])]
     prompt = "提取图中的文字。"
     want = [reference_greedy(folder, [p], prompt, NEW_TOKENS) for p in pages]
     _check(pipe, pages, prompt, want, batch=2)
@@ -127,7 +119,7 @@ def test_deepseek_ocr2_moe_batched_equals_single(tmp_path_factory, graph_mode):
 def test_engine_reports_bad_requests_and_goes_on(paddle):
     engine = BatchEngine(paddle, SamplingConfig(max_new_tokens=4), 2, max_input_length=40, max_output_length=4)
     got = {}
-    reqs = [Request("ok", [_page(20, 20, 3)], "OCR:"), Request("long", [_page(300, 300, 1)], "OCR:")]
+    reqs = [Request("ok", [page(20, 20, 3)], "OCR:"), Request("long", [page(300, 300, 1)], "OCR:")]
     engine.run(reqs, lambda r, res, err: got.__setitem__(r.key, (res, err)))
     assert got["ok"][1] is None and len(got["ok"][0]["token_ids"]) == 4
     assert got["long"][0] is None and "exceeds --max-input-length 40" in str(got["long"][1])

@@ -6,8 +6,9 @@ import socket
 import threading
 import time
 
-import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image
+
+from tests.helpers.pages import page  # noqa: F401  (the serve tests take it from here)
 
 
 class LiveServer:
@@ -57,15 +58,6 @@ def metric(text, name, **labels):
             if all(f'{k}="{v}"' in head for k, v in labels.items()):
                 total += float(value)
     return total
-
-
-def page(w, h, seed):
-    rng = np.random.default_rng(seed)
-    img = Image.new("RGB", (w, h), tuple(int(c) for c in rng.integers(200, 256, 3)))
-    d = ImageDraw.Draw(img)
-    for i in range(max(1, h // 24)):
-        d.text((4, 4 + 20 * i), f"row {i} {seed}", fill=tuple(int(c) for c in rng.integers(0, 90, 3)))
-    return img
 
 
 def jpeg_url(img):
