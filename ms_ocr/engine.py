@@ -3,8 +3,10 @@
 The KV cache holds `max_batch_size` sequence slots of one fixed length. Waiting requests fill free slots as
 a group: their images go through the vision encoder together (packed rows), their prompts through prefill
 together (right-padded, each written into its own slot's cache rows); then one compiled decode step advances
-every slot per token. A sequence that stops frees its slot at once and the next request is admitted, so short
-outputs never wait for long ones. Sampling, stopping and output handling are the same as single-request
+every running sequence per token. A sequence that stops frees its slot at once and the next request is admitted,
+so short outputs never wait for long ones. With host-written caches (off Ascend) the running sequences are kept
+in the lowest slots and a step computes only the rows that cover them (1, 2, 4 or 8), so a lone request decodes
+as fast as through `infer`. Sampling, stopping and output handling are the same as single-request
 generation (ms_ocr/generate.py, VLMPipeline.finish).
 """
 
@@ -15,6 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ms_ocr.generate import next_token
+
+ROW_BUCKETS = (1, 2, 4, 8)  # decode-step sizes (sequence rows) below max_batch_size; one graph each
 
 
 @dataclass
@@ -83,12 +87,25 @@ class BatchEngine:
             self.slots = rt.plan_slots(max_model_len, 0)
             self.max_total = max_model_len
         self.pack_vision = pack_vision
+        # Host-written caches (off Ascend): running sequences are kept in the first cache rows (a finished
+        # sequence's row is refilled from the last one) and a step decodes only ROW_BUCKETS rows covering them,
+        # not all max_batch_size rows; in-graph caches (Ascend) always step the whole batch.
+        self.row_buckets = sorted({min(b, self.batch) for b in ROW_BUCKETS} | {self.batch}) \
+            if rt.host_cache else [self.batch]
         self.eos = set() if ignore_eos else set(int(e) for e in pipe.eos_ids)
         self.compile_before = dict(rt.compiler.seconds)
         # decode steps run, their time (compile excluded) and the tokens they produced, over the engine's life
         self.decode_stats = {"steps": 0, "seconds": 0.0, "tokens": 0}
-        # decode steps by the number of sequences they advanced
-        self.step_sizes = {}
+        # decode steps by the number of sequences they advanced, and by the cache rows they computed
+        self.step_sizes, self.step_rows = {}, {}
+
+    def warm_decode(self):
+        """Compile the decode step of every row bucket (a server's --warmup) with one step over a zeroed cache,
+        so the first time that many requests run together does not pay for it."""
+        self.rt.reset_cache(self.batch, self.slots)
+        for rows in self.row_buckets:
+            zeros = np.zeros(rows, np.int32)
+            self.rt.decode_batch(np.full(rows, self.rt.pad_id, np.int32), zeros, zeros, self.pipe.num_pos_axes)
 
     def compile_seconds(self):
         """Compile time spent since the engine was created, per graph family."""
@@ -198,10 +215,22 @@ class BatchEngine:
             del active[seq.slot]
             self._finish(seq, "stop" if stop else "length", on_result)
 
+    def _compact(self, active):
+        """Move the sequences in the highest rows into free lower rows until they fill rows 0..n-1."""
+        while max(active) >= len(active):
+            src, dst = max(active), min(s for s in range(self.batch) if s not in active)
+            self.rt.move_cache_row(src, dst)
+            seq = active.pop(src)
+            seq.slot = dst
+            active[dst] = seq
+
     def _step(self, active, on_result):
-        tokens = np.full(self.batch, self.rt.pad_id, np.int32)
-        cache_pos = np.zeros(self.batch, np.int32)
-        delta = np.zeros(self.batch, np.int32)
+        if len(self.row_buckets) > 1:
+            self._compact(active)
+        rows = next(b for b in self.row_buckets if b >= max(active) + 1)
+        tokens = np.full(rows, self.rt.pad_id, np.int32)
+        cache_pos = np.zeros(rows, np.int32)
+        delta = np.zeros(rows, np.int32)
         for slot, seq in active.items():
             tokens[slot] = seq.generated[-1]
             cache_pos[slot] = seq.prep.input_ids.shape[0] + len(seq.generated) - 1
@@ -214,6 +243,7 @@ class BatchEngine:
         self.decode_stats["seconds"] += dt
         self.decode_stats["tokens"] += len(active)
         self.step_sizes[len(active)] = self.step_sizes.get(len(active), 0) + 1
+        self.step_rows[rows] = self.step_rows.get(rows, 0) + 1
         for slot, seq in list(active.items()):
             seq.decode_s += dt
             self._take(seq, logits[slot], on_result, active)

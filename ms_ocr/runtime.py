@@ -20,7 +20,7 @@ from ms_ocr.steps import (AllLogitsStep, CacheWriteStep, DecodeHeadStep, DecodeP
                           DecoderAttentionPrefillStep, DecoderPrefillLayerStep, DecoderQKNormPrefillLayerStep,
                           DenseLayerDecodeStep, ExpertsDecodeStep, ExpertsHeadStep, ExpertsMoELayerDecodeStep,
                           ExpertStep, GatedMLPStep, LastLogitsStep, MoELayerDecodeStep, PrefillPrepStep,
-                          ReadOnlyDecodeStep, RouterStep, VisionEmbedStep, VisionHeadStep, ViTAttentionInNoRopeStep,
+                          ReadOnlyDecodeStep, ReadOnlyRowsDecodeStep, RouterStep, VisionEmbedStep, VisionHeadStep, ViTAttentionInNoRopeStep,
                           ViTAttentionInStep, ViTBlockStep, WidenStep)
 
 # Query rows per vision block call (attention + out projection + MLP of those rows): scores [H, 512, N]
@@ -190,8 +190,10 @@ class VLMRuntime:
         # copy the whole tensor (~0.3 ms per 5 MB layer tensor; 15 of 122 ms per HunyuanOCR token).
         self.host_cache = not backend.FUSED
         self.read_only_decode_step = ReadOnlyDecodeStep(model)
-        self._cache_views = self._cache_tensors = None
-        self.cache_slots = 0
+        self.read_only_rows_decode_step = ReadOnlyRowsDecodeStep(model)
+        self._cache_views = None
+        self._cache_inputs = {}  # rows -> per layer (k, v) graph inputs over the first `rows` sequences
+        self.cache_slots = self.cache_batch = 0
         self.expert_step = ExpertStep(tspec["act"])
         self.shared_mlp_step = GatedMLPStep(tspec["act"])
         self._router_steps = {}
@@ -309,13 +311,27 @@ class VLMRuntime:
         numpy views of them; False keeps the in-graph layout (DecodeStep, the exported text graph)."""
         host = self.host_cache if host_writes is None else host_writes
         self.model.allocate_cache(batch, slots, self.compute_dtype, flat=not host)
-        self.cache_slots = slots
+        self.cache_slots, self.cache_batch = slots, batch
         # a CPU Parameter's asnumpy() is its own buffer: writes through it are what the next graph reads
         self._cache_views = [(layer.self_attn.k_cache.asnumpy(), layer.self_attn.v_cache.asnumpy())
                              for layer in self.model.text_layers()] if host else None
-        # the same buffers as graph inputs, for the shared layer graphs of _decode_host_moe (MoE models only)
-        self._cache_tensors = [(Tensor.from_numpy(k), Tensor.from_numpy(v))
-                               for k, v in self._cache_views] if host and self.host_moe_decode else None
+        self._cache_inputs = {}
+
+    def cache_inputs(self, rows):
+        """Per layer (k, v) Tensors sharing memory with the first `rows` sequence rows of the host-written
+        caches (rows are the leading axis, so the views are contiguous): the graph inputs of the shared layer
+        graphs of _decode_host_moe and of a decode step over fewer rows than the cache holds."""
+        if rows not in self._cache_inputs:
+            self._cache_inputs[rows] = [(Tensor.from_numpy(k[:rows]), Tensor.from_numpy(v[:rows]))
+                                        for k, v in self._cache_views]
+        return self._cache_inputs[rows]
+
+    def move_cache_row(self, src, dst):
+        """Copy sequence row `src` of every layer's host-written cache to row `dst` (the batch engine keeps
+        its running sequences in the first rows, so a step can decode just those)."""
+        for k, v in self._cache_views:
+            k[dst] = k[src]
+            v[dst] = v[src]
 
     def store_kv(self, index, k, v, cache_rows, cache_pos):
         """Write layer `index`'s new k, v [B', Hkv, S, D] (numpy) at positions cache_pos.. of the cache's
@@ -449,8 +465,9 @@ class VLMRuntime:
         return self.decode_batch([token], [cache_pos], [rope_delta], num_axes)
 
     def decode_batch(self, tokens, cache_pos, rope_delta, num_axes):
-        """One token for every sequence slot of the cache (idle slots pass any token at any position of their
-        own rows): tokens, cache_pos, rope_delta [B] -> logits [B, V]."""
+        """One token for each of the first B sequence rows of the cache (idle rows pass any token at any
+        position of their own rows): tokens, cache_pos, rope_delta [B] -> logits [B, V]. B below the cache's
+        batch (host-written caches only) reads just those rows."""
         cache_pos = np.asarray(cache_pos, np.int32)
         pos = np.broadcast_to((cache_pos + np.asarray(rope_delta, np.int32))[None, :, None],
                               (num_axes, len(tokens), 1))
@@ -460,7 +477,11 @@ class VLMRuntime:
             return self.compiler.call("decode", self.decode_step, *args)
         if self.host_moe_decode and len(tokens) == 1 and not any(m.dense for m in self._moe_cells):
             return self._decode_host_moe(cache_pos, *args)
-        logits, ks, vs = self.compiler.call("decode", self.read_only_decode_step, *args)
+        if len(tokens) < self.cache_batch:  # the first len(tokens) sequence rows only
+            caches = [t for kv in self.cache_inputs(len(tokens)) for t in kv]
+            logits, ks, vs = self.compiler.call("decode", self.read_only_rows_decode_step, *args, *caches)
+        else:
+            logits, ks, vs = self.compiler.call("decode", self.read_only_decode_step, *args)
         ks, vs, seqs = ks.asnumpy(), vs.asnumpy(), range(len(tokens))
         for i in range(len(ks)):
             self.store_kv(i, ks[i], vs[i], seqs, cache_pos)
@@ -472,8 +493,9 @@ class VLMRuntime:
         experts run in the same graph call as the next MoE layer's attention and router, or as the head."""
         x, cos, sin, mask = self.compiler.call("decode", self.decode_prep_step, *args)
         pending = ()  # (h, routing weights, expert weight views) of an MoE layer whose experts have not run
+        caches = self.cache_inputs(1)
         for i, layer in enumerate(self.model.text_layers()):
-            inputs = (x, cos, sin, mask) + self._cache_tensors[i] + layer.weights(layer.weight_names)
+            inputs = (x, cos, sin, mask) + caches[i] + layer.weights(layer.weight_names)
             if not layer.moe:
                 if pending:
                     x = self.compiler.call("decode", self.experts_decode_step, x, *pending)

@@ -231,6 +231,16 @@ class ReadOnlyDecodeStep(_Wrap):
         return self.model.logits(self.model.final_norm(h[:, 0])), ks, vs
 
 
+class ReadOnlyRowsDecodeStep(_Wrap):
+    """ReadOnlyDecodeStep over the first B sequence rows of the caches, which come in as graph inputs
+    (k0, v0, k1, v1, ...: zero-copy views of the host-written cache Parameters): a batch engine with fewer
+    sequences running than its cache holds decodes only those rows (VLMRuntime.decode_batch)."""
+
+    def construct(self, input_ids, pos, cache_pos, slot_ids, *caches):
+        h, ks, vs = self.model.text_read_only(self.model.embed(input_ids), pos, cache_pos, slot_ids, caches)
+        return self.model.logits(self.model.final_norm(h[:, 0])), ks, vs
+
+
 # ---- decode with host-routed experts (MoE models off Ascend, one sequence) ---------------------------------
 # The whole-model DecodeStep gathers each token's k experts' weights in the graph (MoE.construct): on CPU
 # that gather copies ~83 MB per DeepSeek layer per token, and the copies plus the products over them took 143

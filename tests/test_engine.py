@@ -16,8 +16,9 @@ TOL = 1e-4
 NEW_TOKENS = 10
 
 
-def _run(pipe, pages, prompt, batch, max_new, max_input=512):
-    """Results by key, in completion order, with per-step logits dumped."""
+def _run(pipe, pages, prompt, batch, max_new, max_input=512, engine_out=None):
+    """Results by key, in completion order, with per-step logits dumped (engine_out: a list the engine is
+    appended to)."""
     engine = BatchEngine(pipe, SamplingConfig(max_new_tokens=NEW_TOKENS), batch, max_input, NEW_TOKENS)
     done, order = {}, []
 
@@ -29,6 +30,8 @@ def _run(pipe, pages, prompt, batch, max_new, max_input=512):
     reqs = [Request(str(i), [img], prompt, sampling=SamplingConfig(max_new_tokens=m), dump=True)
             for i, (img, m) in enumerate(zip(pages, max_new))]
     engine.run(reqs, on_result)
+    if engine_out is not None:
+        engine_out.append(engine)
     return done, order
 
 
@@ -49,7 +52,12 @@ def _uncached_logits(pipe, image, prompt, tokens):
 def _check(pipe, pages, prompt, want, batch, max_input=512):
     # different output budgets: sequences stop at different steps and freed slots are refilled
     max_new = [NEW_TOKENS - 2 * (i % 3) for i in range(len(pages))]
-    done, order = _run(pipe, pages, prompt, batch, max_new, max_input)
+    engines = []
+    done, order = _run(pipe, pages, prompt, batch, max_new, max_input, engines)
+    # the tail of the run decoded fewer rows than the cache holds (running sequences moved to the first rows)
+    rows = engines[0].step_rows
+    assert sum(rows.values()) == sum(engines[0].step_sizes.values())
+    assert min(rows) < batch, rows
     assert sorted(done) == [str(i) for i in range(len(pages))]
     for i, page in enumerate(pages):
         got = done[str(i)]
@@ -91,6 +99,11 @@ def test_paddleocr_vl_batched_equals_single(paddle, tiny_dir):
     for i in range(2):
         plain = paddle.run([pages[i]], "OCR:", SamplingConfig(max_new_tokens=NEW_TOKENS))
         assert single[str(i)]["token_ids"] == plain["token_ids"] == want[i]
+    # one request in a 4-slot engine decodes one row per step (not four), with the same tokens
+    engines = []
+    lone, _ = _run(paddle, pages[3:4], "OCR:", 4, [NEW_TOKENS], engine_out=engines)
+    assert lone["0"]["token_ids"] == want[3]
+    assert engines[0].step_rows == {1: len(lone["0"]["token_ids"]) - 1}
 
 
 def test_hunyuan_batched_equals_single(hunyuan_checkpoint, graph_mode):

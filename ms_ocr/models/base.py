@@ -51,8 +51,8 @@ class VLMCell(nn.Cell):
     def text(self, x, pos, cache_pos, slot_ids):
         return self.model(x, pos, cache_pos, slot_ids)
 
-    def text_read_only(self, x, pos, cache_pos, slot_ids):
-        return self.model.read_only_step(x, pos, cache_pos, slot_ids)
+    def text_read_only(self, x, pos, cache_pos, slot_ids, caches=None):
+        return self.model.read_only_step(x, pos, cache_pos, slot_ids, caches)
 
     def text_read_only_inputs(self, pos, cache_pos, slot_ids):
         return self.model.read_only_step_inputs(pos, cache_pos, slot_ids)

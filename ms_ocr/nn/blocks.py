@@ -82,21 +82,23 @@ class DecoderLayer(nn.Cell, WeightOrder):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, write_idx, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def read_only_step(self, x, cos, sin, mask):
+    def read_only_step(self, x, cos, sin, mask, k_cache=None, v_cache=None):
         """`construct` over a cache it does not write, through the same F.decoder_attention_decode as the
         shared MoE-decode layer graphs (caches allocated flat=False): (x, k, v), this token's k/v for the host
-        to store."""
+        to store. k_cache, v_cache: the caches as graph inputs [B, Hkv, T, D] (e.g. views of the first B
+        sequence rows of the layer's cache Parameters); None reads the Parameters themselves."""
         attn = self.self_attn
+        if k_cache is None:
+            k_cache, v_cache = attn.k_cache, attn.v_cache
         weights = (self.input_layernorm.weight, attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight)
         if attn.qk_norm:
             weights = weights + (attn.query_layernorm.weight, attn.key_layernorm.weight)
         weights = weights + (attn.o_proj.weight, self.post_attention_layernorm.weight)
         if not self.moe:
             mlp = (self.mlp.gate_proj.weight, self.mlp.up_proj.weight, self.mlp.down_proj.weight)
-            if decode_layer.available(x, attn.k_cache, weights + mlp, self.silu_mlp):
-                return decode_layer.decoder_layer_decode(x, cos, sin, mask, attn.k_cache, attn.v_cache, weights + mlp,
-                                                         attn.eps)
-        x, h, k, v = F.decoder_attention_decode(x, cos, sin, mask, attn.k_cache, attn.v_cache, weights,
+            if decode_layer.available(x, k_cache, weights + mlp, self.silu_mlp):
+                return decode_layer.decoder_layer_decode(x, cos, sin, mask, k_cache, v_cache, weights + mlp, attn.eps)
+        x, h, k, v = F.decoder_attention_decode(x, cos, sin, mask, k_cache, v_cache, weights,
                                                 attn.num_heads, attn.num_kv_heads, attn.head_dim, attn.eps,
                                                 attn.paired)
         if not self.moe and self.mlp.gate_proj.weight.dtype != h.dtype:  # bf16-resident weights off the kernel

@@ -38,13 +38,17 @@ class CausalDecoder(nn.Cell):
             x = layer(x, cos, sin, write_idx, mask)
         return x
 
-    def read_only_step(self, x, pos, cache_pos, slot_ids):
+    def read_only_step(self, x, pos, cache_pos, slot_ids, caches=None):
         """`construct` for one new token per sequence over caches it does not write (allocated flat=False):
-        (x, k, v) with every layer's k and v stacked [L, B, Hkv, 1, D] for the host to store at cache_pos."""
+        (x, k, v) with every layer's k and v stacked [L, B, Hkv, 1, D] for the host to store at cache_pos.
+        caches: (k0, v0, k1, v1, ...) graph inputs [B, Hkv, T, D] instead of the layers' cache Parameters."""
         cos, sin, mask = self.read_only_step_inputs(pos, cache_pos, slot_ids)
         ks, vs = [], []
-        for layer in self.layers:
-            x, k, v = layer.read_only_step(x, cos, sin, mask)
+        for i in range(len(self.layers)):
+            if caches is None:
+                x, k, v = self.layers[i].read_only_step(x, cos, sin, mask)
+            else:
+                x, k, v = self.layers[i].read_only_step(x, cos, sin, mask, caches[2 * i], caches[2 * i + 1])
             ks.append(k)
             vs.append(v)
         return x, ops.stack(ks), ops.stack(vs)

@@ -88,7 +88,7 @@ def create_app(state):
         running, waiting = state.worker.counts()
         engine = state.worker.engine
         text = state.metrics.render(running, waiting, dict(engine.step_sizes), engine.batch,
-                                    dict(engine.rt.compiler.seconds))
+                                    dict(engine.rt.compiler.seconds), dict(engine.step_rows))
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.post("/v1/chat/completions")

@@ -61,9 +61,9 @@ class Metrics:
         with self.lock:
             self.e2e.observe(seconds)
 
-    def render(self, running, waiting, step_sizes, max_num_seqs, compile_seconds=None):
-        """The exposition text; gauges, decode-step sizes and compile seconds come from the worker at scrape
-        time."""
+    def render(self, running, waiting, step_sizes, max_num_seqs, compile_seconds=None, step_rows=None):
+        """The exposition text; gauges, decode-step sizes (sequences advanced, cache rows computed) and compile
+        seconds come from the worker at scrape time."""
         lab = f'model_name="{self.model}"'
         with self.lock:
             lines = [
@@ -95,6 +95,10 @@ class Metrics:
                   "# TYPE ms_ocr:decode_steps_total counter"]
         for n, steps in sorted(step_sizes.items()):
             lines.append(f'ms_ocr:decode_steps_total{{{lab},running="{n}"}} {steps}')
+        lines += ["# HELP ms_ocr:decode_step_rows_total Decode steps by the cache rows they computed (the running "
+                  "sequences rounded up to 1, 2, 4, 8 or --max-num-seqs).", "# TYPE ms_ocr:decode_step_rows_total counter"]
+        for n, steps in sorted((step_rows or {}).items()):
+            lines.append(f'ms_ocr:decode_step_rows_total{{{lab},rows="{n}"}} {steps}')
         lines += ["# HELP ms_ocr:compile_seconds_total Graph compile time (each new image size or prompt bucket "
                   "compiles once; the engine waits meanwhile).", "# TYPE ms_ocr:compile_seconds_total counter"]
         for graph, seconds in sorted((compile_seconds or {}).items()):

@@ -156,6 +156,7 @@ class EngineWorker:
                 self.engine.run([self.warmup], lambda req, res, err: errors.append(err))
                 if errors and errors[0] is not None:
                     raise errors[0]
+                self.engine.warm_decode()
         except Exception as e:  # noqa: BLE001 - reported by start() in the main thread
             self.failed = e
             self.ready.set()

@@ -56,6 +56,10 @@ def test_sixteen_concurrent_requests_equal_single_requests_and_are_batched(tiny_
     batched = sum(metric(text, "ms_ocr:decode_steps_total", running=n) for n in (2, 3, 4))
     assert batched > 0, text  # decode steps advanced several sequences together
     assert metric(text, "ms_ocr:decode_steps_total", running=5) == 0  # never more than --max-num-seqs
+    # each step computed the cache rows its running sequences needed: 1, 2 or 4 (not always 4)
+    rows = {n: metric(text, "ms_ocr:decode_step_rows_total", rows=n) for n in (1, 2, 4)}
+    assert sum(rows.values()) == sum(metric(text, "ms_ocr:decode_steps_total", running=n) for n in (1, 2, 3, 4))
+    assert rows[1] + rows[2] > 0, text
     assert metric(text, "ms_ocr:request_total", status="200") == 16
 
 
