@@ -25,4 +25,17 @@ if [ ! -f "$stamp" ]; then
   "$venv/bin/pip" install -q $args >&2
   touch "$stamp"
 fi
+# The demo model's tests render text in Debian's DejaVu and Liberation fonts (scripts/demo_data.py); install them
+# where this runs as root with apt-get, otherwise those tests skip and name the packages.
+fonts="/usr/share/fonts/truetype/dejavu/DejaVuSerifCondensed.ttf /usr/share/fonts/truetype/liberation2/LiberationSans-Regular.ttf"
+if [ "$kind" = test ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  for f in $fonts; do
+    if [ ! -f "$f" ]; then
+      echo "[ms_ocr] installing fonts for the demo-model tests (apt-get)" >&2
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-dejavu-core \
+          fonts-dejavu-extra fonts-liberation2; } >&2 || echo "[ms_ocr] font install failed; demo tests will skip" >&2
+      break
+    fi
+  done
+fi
 echo "$venv"

@@ -202,3 +202,43 @@ def test_deepseek_ocr_request_with_vllm_xargs(tmp_path_factory, graph_mode):
     ids = [t for t in want["token_ids"] if t not in pipe.eos_ids]
     assert r.choices[0].message.content == tok.decode(ids, skip_special_tokens=False)
     assert r.usage.completion_tokens == len(want["token_ids"])
+
+
+def test_deepseek_ocr2_concurrent_requests_equal_transformers(tmp_path_factory, graph_mode):
+    """DeepSeek-OCR-2 (MoE decoder) through the server: two requests at once with different budgets, so decode
+    steps run both sequences (batched MoE) and then the one left (host-routed experts on the first cache row);
+    each answer's tokens equal transformers' generate."""
+    import numpy as np
+    from PIL import Image
+
+    from ms_ocr.models import deepseek_ocr2
+    from tests.helpers.tiny_deepseek import make_tiny_checkpoint, reference_greedy
+    folder = make_tiny_checkpoint(str(tmp_path_factory.mktemp("ds2_serve")))
+    pipe = deepseek_ocr2.load(folder, "CPU", "auto", Buckets(prefill=32, slots=64))
+    rng = np.random.default_rng(8)
+    imgs = [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for w, h in ((300, 200), (640, 200))]
+    budgets = [10, 4]
+    want = [reference_greedy(folder, [img], "Free OCR.", n) for img, n in zip(imgs, budgets)]
+    server = LiveServer(pipe, "deepseek-ocr2", "--max-model-len", "1536", "--max-num-seqs", "2", "--no-warmup")
+
+    async def ask():
+        from openai import AsyncOpenAI
+        async with AsyncOpenAI(base_url=server.url + "/v1", api_key="EMPTY", max_retries=0, timeout=600) as client:
+            return await asyncio.gather(*[client.chat.completions.create(
+                model="deepseek-ocr2", max_tokens=n, temperature=0.0, extra_body={"skip_special_tokens": False},
+                messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": png_url(img)}},
+                                                       {"type": "text", "text": "Free OCR."}]}])
+                for img, n in zip(imgs, budgets)])
+    try:
+        got = asyncio.run(ask())
+        text = server.metrics()
+    finally:
+        server.close()
+    tok = pipe.processor.tokenizer
+    for r, ids, n in zip(got, want, budgets):
+        ids = ids[:n]
+        assert r.usage.completion_tokens == len(ids)
+        kept = [t for t in ids if t not in pipe.eos_ids]
+        assert r.choices[0].message.content == tok.decode(kept, skip_special_tokens=False)
+    assert metric(text, "ms_ocr:decode_steps_total", running=2) > 0
+    assert metric(text, "ms_ocr:decode_step_rows_total", rows=1) > 0
