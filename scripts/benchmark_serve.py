@@ -1,10 +1,13 @@
 """Serving throughput: N requests over page crops from C concurrent OpenAI clients against `python -m ms_ocr.serve`,
 compared with `infer`'s one-request-at-a-time path (VLMPipeline.run) on the same crops, real model config with
-random weights, every request forced to --new-tokens output tokens (vLLM's ignore_eos).
+random weights, every request forced to its --new-tokens output tokens (vLLM's ignore_eos; several values are
+given to the requests in turn, a mix of answer lengths as a document's regions have).
 
     python scripts/benchmark_serve.py --model paddleocr-vl --requests 16 --concurrency 1 8 --new-tokens 96
 
-Reports requests/s, output tokens/s, time to first token and request latency percentiles. The server is warmed
+Reports requests/s, output tokens/s, time to first token and request latency percentiles, and the bound that
+batching can reach over `infer` one by one: its total latency over its total time to first token (what the server
+takes if its batched decode were free, vision and prefill costing what they cost alone). The server is warmed
 up with one request of the crop size; graphs that later runs compile (prefill for new group sizes) are timed by
 the server's compile counter and taken out of the wall time; the infer baseline runs one page before timing.
 TTFT of the server comes from its /metrics histogram (mean, and percentiles at bucket resolution): with random
@@ -52,17 +55,17 @@ def infer_worker(args):
     from ms_ocr.models import model_package
     setup("cpu", args.threads)
     package = model_package(args.model)
-    pipe = package.load(args.ckpt, "CPU", "fp32")
+    pipe = package.load(args.ckpt, "CPU", args.dtype)
     pipe.eos_ids = []  # every request runs to its budget, as the server's requests do (ignore_eos)
     prompt = next(iter(package.TASK_PROMPTS.values()))
     pages = crops(args.requests, args.width, args.height)
-    sampling = SamplingConfig(max_new_tokens=args.new_tokens)
-    pipe.run([pages[0]], prompt, sampling)  # compile
+    pipe.run([pages[0]], prompt, SamplingConfig(max_new_tokens=2))  # compile
     lat, ttft, tokens = [], [], 0
     t0 = time.perf_counter()
-    for page in pages:
+    for page, n in zip(pages, budgets(args)):
         start, first = time.perf_counter(), []
-        out = pipe.run([page], prompt, sampling, on_token=lambda t: first or first.append(time.perf_counter()))
+        out = pipe.run([page], prompt, SamplingConfig(max_new_tokens=n),
+                       on_token=lambda t: first or first.append(time.perf_counter()))
         lat.append(time.perf_counter() - start)
         ttft.append(first[0] - start)
         tokens += len(out["token_ids"])
@@ -82,7 +85,7 @@ def start_server(args, port):
     env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS=str(args.threads))
     cmd = [sys.executable, "-m", "ms_ocr.serve", "--model", args.model, "--model-path", args.ckpt, "--port", str(port),
            "--max-num-seqs", str(args.max_num_seqs), "--max-model-len", str(args.max_model_len), "--device", "cpu",
-           "--dtype", "fp32", "--threads", str(args.threads), "--max-queue", str(max(64, args.requests))]
+           "--dtype", args.dtype, "--threads", str(args.threads), "--max-queue", str(max(64, args.requests))]
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
     import httpx
     deadline = time.monotonic() + 1800
@@ -127,23 +130,28 @@ def bucket_percentile(before, after, q):
     return float("nan")
 
 
+def budgets(args):
+    """Each request's output tokens: the --new-tokens values in turn."""
+    return [args.new_tokens[i % len(args.new_tokens)] for i in range(args.requests)]
+
+
 async def client_run(base, model, urls, concurrency, new_tokens):
     from openai import AsyncOpenAI
     sem = asyncio.Semaphore(concurrency)
     lat, tokens = [], []
     async with AsyncOpenAI(base_url=base + "/v1", api_key="EMPTY", max_retries=0, timeout=3600) as client:
-        async def one(url):
+        async def one(url, n):
             async with sem:
                 t0 = time.perf_counter()
                 r = await client.chat.completions.create(
-                    model=model, temperature=0, max_tokens=new_tokens,
+                    model=model, temperature=0, max_tokens=n,
                     messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
                                                            {"type": "text", "text": "OCR:"}]}],
                     extra_body={"ignore_eos": True})
                 lat.append(time.perf_counter() - t0)
                 tokens.append(r.usage.completion_tokens)
         t0 = time.perf_counter()
-        await asyncio.gather(*[one(u) for u in urls])
+        await asyncio.gather(*[one(u, n) for u, n in zip(urls, new_tokens)])
         wall = time.perf_counter() - t0
     return lat, tokens, wall
 
@@ -156,11 +164,11 @@ def run_server(args):
     rows = []
     try:
         urls = [data_url(p) for p in crops(args.requests, args.width, args.height)]
-        asyncio.run(client_run(base, args.model, urls[:1], 1, 2))  # compiles this crop size's vision/prefill
+        asyncio.run(client_run(base, args.model, urls[:1], 1, [2]))  # compiles this crop size's vision/prefill
         for c in args.concurrency:
             print(f"concurrency {c} ...", flush=True)
             before = scrape_ttft(base)
-            lat, tokens, wall = asyncio.run(client_run(base, args.model, urls, c, args.new_tokens))
+            lat, tokens, wall = asyncio.run(client_run(base, args.model, urls, c, budgets(args)))
             after = scrape_ttft(base)
             n = after[1] - before[1]
             compile_s = after[3] - before[3]  # new group shapes compile during the run; the engine waits meanwhile
@@ -181,12 +189,15 @@ def main():
     p.add_argument("--ckpt", default=None, help="checkpoint folder (default: the cached random real-config one)")
     p.add_argument("--requests", type=int, default=16)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
-    p.add_argument("--new-tokens", type=int, default=96)
+    p.add_argument("--new-tokens", type=int, nargs="+", default=[96],
+                   help="output tokens per request; several values go to the requests in turn")
     p.add_argument("--width", type=int, default=448)
     p.add_argument("--height", type=int, default=224)
     p.add_argument("--max-num-seqs", type=int, default=8)
     p.add_argument("--max-model-len", type=int, default=512)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16"],
+                   help="both paths (auto: a bf16 checkpoint keeps bf16 weights on the CPU, as users run it)")
     p.add_argument("--no-infer", action="store_true", help="skip the infer one-by-one baseline")
     p.add_argument("--out", default=os.path.join(REPO, "bench_out"))
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -202,8 +213,9 @@ def main():
         from benchmark import run_json_worker
         print("infer one by one ...", flush=True)
         rows.append(run_json_worker(__file__, ["--worker", "--model", args.model, "--ckpt", args.ckpt, "--requests",
-                                               args.requests, "--new-tokens", args.new_tokens, "--width", args.width,
-                                               "--height", args.height, "--threads", args.threads],
+                                               args.requests, "--new-tokens", *args.new_tokens, "--width", args.width,
+                                               "--height", args.height, "--threads", args.threads, "--dtype",
+                                               args.dtype],
                                     args.threads, "infer"))
     rows += run_server(args)
     base = rows[0]
@@ -223,8 +235,11 @@ def main():
     path = os.path.join(args.out, f"benchmark_serve_{args.model}.json")
     with open(path, "w") as f:
         json.dump({"model": args.model, "requests": args.requests, "size": [args.width, args.height],
-                   "new_tokens": args.new_tokens, "threads": args.threads, "max_num_seqs": args.max_num_seqs,
+                   "new_tokens": args.new_tokens, "dtype": args.dtype, "threads": args.threads, "max_num_seqs": args.max_num_seqs,
                    "max_model_len": args.max_model_len, "rows": rows}, f, indent=1)
+    if base["mode"] == "infer":
+        print(f"bound for batching over infer one by one (its latency / its TTFT, summed): "
+              f"{sum(base['latency_s']) / sum(base['ttft_s']):.2f}x")
     print(f"wrote {path}\nserver TTFT percentiles are histogram bucket upper bounds; infer's are exact")
 
 

@@ -25,7 +25,8 @@ from scripts import demo_data  # noqa: E402
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<|begin_of_sentence|>", "<|end_of_sentence|>", "<|IMAGE_PLACEHOLDER|>",
                   "<|IMAGE_START|>", "<|IMAGE_END|>", "<|VIDEO_PLACEHOLDER|>", "<mask:1>")
 TOKEN_IDS = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
-VOCAB_SIZE = 512  # 10 specials + 256 byte symbols + merges
+VOCAB_SIZE = 300  # 10 specials + 256 byte symbols + 34 merges: close to one token per character, so each output
+# step reads about one glyph (with 512 tokens, ~2.5 characters a token, 1,500 steps left the held-out CER at 86 %)
 PROMPT = "OCR:"
 SEEDS = dict(tokenizer=1000, train=0, held_out=7000)  # held-out lines come from a seed the training never draws
 MIN_PIXELS, MAX_PIXELS = 28 * 28, 28 * 28 * 96  # a line up to 28 x 2688 px keeps its size
