@@ -128,9 +128,10 @@ def corpus(seed, count):
     return [random_text(rng) for _ in range(count)]
 
 
-def render_line(text, font_file, rng, augment=True):
+def render_line(text, font_file, rng, augment=True, centres=False):
     """RGB image of `text` on one line, its height in LINE_HEIGHT, with scan augmentations (scale, slight
-    rotation, blur, noise, contrast, JPEG) when `augment`."""
+    rotation, blur, noise, contrast, JPEG) when `augment`. With `centres`, returns (image, x) where x[i] is the
+    horizontal centre of character i in image pixels (the training's attention guide; draws nothing from `rng`)."""
     height = rng.randint(*LINE_HEIGHT) if augment else 34
     size = int(height * (rng.uniform(0.58, 0.72) if augment else 0.66))
     font = ImageFont.truetype(font_file, size)
@@ -143,6 +144,8 @@ def render_line(text, font_file, rng, augment=True):
     img = Image.new("L", (width, height), paper)
     y = (height - (ascent + descent)) // 2 + (rng.randint(-2, 2) if augment else 0)
     ImageDraw.Draw(img).text((pad_x - left, y), text, font=font, fill=ink)
+    xs = [pad_x - left + (font.getlength(text[:i]) + font.getlength(text[:i + 1])) / 2 for i in range(len(text))] \
+        if centres else None
     if augment:
         angle = rng.uniform(-1.2, 1.2)
         if abs(angle) > 0.2:
@@ -156,12 +159,15 @@ def render_line(text, font_file, rng, augment=True):
             buf = io.BytesIO()
             img.save(buf, format="JPEG", quality=rng.randint(30, 90))
             img = Image.open(io.BytesIO(buf.getvalue())).convert("L")
-    return img.convert("RGB")
+    return (img.convert("RGB"), xs) if centres else img.convert("RGB")
 
 
-def sample(rng, fonts=TRAIN_FONTS, augment=True, max_chars=MAX_CHARS):
-    """(image, text) for one random line in one of `fonts`."""
+def sample(rng, fonts=TRAIN_FONTS, augment=True, max_chars=MAX_CHARS, centres=False):
+    """(image, text) for one random line in one of `fonts`; (image, text, character centres) with `centres`."""
     text = random_text(rng, max_chars)
+    if centres:
+        img, xs = render_line(text, font_path(rng.choice(fonts)), rng, augment, centres=True)
+        return img, text, xs
     return render_line(text, font_path(rng.choice(fonts)), rng, augment), text
 
 

@@ -42,6 +42,19 @@ def test_rendered_line_sizes():
         assert np.asarray(img).std() > 5, text  # ink on paper, not a blank canvas
 
 
+def test_character_centres_follow_the_glyphs_and_leave_the_image_unchanged():
+    font = demo_data.font_path("DejaVuSansMono.ttf")
+    plain = demo_data.render_line("ab 12.5", font, random.Random(3))
+    img, xs = demo_data.render_line("ab 12.5", font, random.Random(3), centres=True)
+    assert np.array_equal(np.asarray(plain), np.asarray(img))  # same draws from the seed
+    assert len(xs) == 7 and all(0 < a < b < img.width for a, b in zip(xs, xs[1:]))
+    pitch = np.diff(xs)  # a monospace font: one advance per character, within the augmentation's rounding
+    assert pitch.max() - pitch.min() < 1e-6 and 6 < pitch[0] < 20
+    clean, xs = demo_data.render_line("W", font, random.Random(0), augment=False, centres=True)
+    ink = np.nonzero((np.asarray(clean)[..., 0] < 128).any(axis=0))[0]
+    assert abs((ink.min() + ink.max()) / 2 - xs[0]) <= 1.5
+
+
 def test_unseen_font_is_not_a_training_font():
     assert demo_data.UNSEEN_FONT not in demo_data.TRAIN_FONTS
     for name in demo_data.TRAIN_FONTS + (demo_data.UNSEEN_FONT,):
