@@ -401,7 +401,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--minutes", type=float, default=60.0, help="stop early (then evaluate and export) after this")
     p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (1e-3 and above: the model never starts reading)")
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--curriculum", type=int, default=0, help="steps over which the longest line grows from 8 "
