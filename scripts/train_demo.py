@@ -1,11 +1,12 @@
 """Train the embedded demo model: a tiny PaddleOCR-VL (transformers' own class) on rendered text lines.
 
-    nice -n 19 python scripts/train_demo.py --out ms_ocr/demo/paddleocr_vl --minutes 60
+    python scripts/train_demo.py --out ms_ocr/demo/paddleocr_vl --minutes 90 [--resume]
 
 Test-only dependencies (torch, transformers, tokenizers); fonts from scripts/demo_data.FONT_PACKAGES. The run is
-deterministic for a seed, a step count and a thread count (--minutes only stops it early). It writes the checkpoint
-in the hub's layout (flat config.json, bf16 safetensors, tokenizer.json, tokenizer_config.json with the chat
-template, preprocessor_config.json) plus training.json (loss curve, CER figures) and training.png beside it.
+deterministic for a seed, a step count and a thread count (--minutes only stops it early; --stop-after stops at
+a given step, to repeat such a run). It writes the checkpoint in the hub's layout (flat config.json, bf16
+safetensors, tokenizer.json, tokenizer_config.json with the chat template, preprocessor_config.json) plus
+training.json (loss curve, CER figures) and training.png beside it.
 """
 
 import argparse
@@ -237,6 +238,9 @@ def evaluate(model, batcher, sets):
     return figures
 
 
+STATE_FILE = "train_state.pt"  # resumable state, removed when the checkpoint is written
+
+
 def train(args):
     import torch
     from transformers import PaddleOCRVLForConditionalGeneration
@@ -266,12 +270,28 @@ def train(args):
                  "unseen_font": demo_data.held_out(SEEDS["held_out"] + 1, args.eval_lines,
                                                    fonts=(demo_data.UNSEEN_FONT,))}
     rng = random.Random(args.seed)
-    log = {"config": {k: v for k, v in vars(args).items() if k != "out"}, "parameters": params, "loss": [],
-           "eval": []}
-    start = time.time()
+    log = {"config": {k: v for k, v in vars(args).items() if k not in ("out", "resume")}, "parameters": params,
+           "loss": [], "eval": []}
+    state_path = os.path.join(args.out, STATE_FILE)
+    first, offset = 0, 0.0
+    if args.resume and os.path.exists(state_path):
+        state = torch.load(state_path, weights_only=False)
+        same = ("minutes", "stop_after")  # may change between the parts of a run
+        if {k: v for k, v in state["log"]["config"].items() if k not in same} != \
+                {k: v for k, v in log["config"].items() if k not in same}:
+            sys.exit(f"error: {state_path} is from a run with other options: {state['log']['config']}")
+        model.load_state_dict(state["model"])
+        aux_head.load_state_dict(state["aux_head"])
+        opt.load_state_dict(state["opt"])
+        rng.setstate(state["rng"])
+        torch.set_rng_state(state["torch_rng"])
+        log, first = state["log"], state["step"] + 1
+        offset = log["loss"][-1][2]
+        print(f"resumed from {state_path} at step {first}", flush=True)
+    start = time.time() - offset
     model.train()
-    step = 0
-    for step in range(args.steps):
+    step = first
+    for step in range(first, args.steps):
         lr = lr_at(step, args.steps, args.lr, args.warmup)
         for group in opt.param_groups:
             group["lr"] = lr
@@ -307,11 +327,17 @@ def train(args):
             extra += f" aux {aux_loss.item():.4f}"
         if step % 10 == 0:
             print(f"step {step} loss {out.loss.item():.4f}{extra} lr {lr:.2e} {elapsed:.0f}s", flush=True)
-        last = step == args.steps - 1 or elapsed > args.minutes * 60
+        last = step == args.steps - 1 or step + 1 == args.stop_after or elapsed > args.minutes * 60
         if (args.eval_every and step and step % args.eval_every == 0) or last:
             figures = evaluate(model, batcher, eval_sets)
             log["eval"].append({"step": step, "seconds": round(time.time() - start, 1), **figures})
             print(f"step {step} held-out CER {figures}", flush=True)
+            if not last:  # a restart resumes here (--resume)
+                os.makedirs(args.out, exist_ok=True)
+                torch.save({"model": model.state_dict(), "aux_head": aux_head.state_dict(), "opt": opt.state_dict(),
+                            "rng": rng.getstate(), "torch_rng": torch.get_rng_state(), "log": log, "step": step},
+                           state_path + ".tmp")
+                os.replace(state_path + ".tmp", state_path)
         if last:
             break
     log["steps_done"] = step + 1
@@ -398,24 +424,30 @@ def save_figures(log, out_dir):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="checkpoint folder to write")
-    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--steps", type=int, default=6500)
     p.add_argument("--minutes", type=float, default=60.0, help="stop early (then evaluate and export) after this")
+    p.add_argument("--stop-after", type=int, default=0, help="stop after this many steps, the schedule still over "
+                   "--steps (repeats a run that --minutes stopped: its training.json says steps_done)")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (1e-3 and above: the model never starts reading)")
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--curriculum", type=int, default=0, help="steps over which the longest line grows from 8 "
+    p.add_argument("--curriculum", type=int, default=1000, help="steps over which the longest line grows from 8 "
                                                                  "characters to the full length (0: off)")
     p.add_argument("--guide", type=float, default=1.0, help="weight of the guided-attention loss (GUIDE_LAYER, "
                                                             "GUIDE_HEAD; 0: off)")
     p.add_argument("--aux", type=float, default=1.0, help="weight of the per-image-token character loss (0: off)")
-    p.add_argument("--eval-every", type=int, default=250)
+    p.add_argument("--eval-every", type=int, default=1000)
     p.add_argument("--eval-lines", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=SEEDS["train"])
+    p.add_argument("--resume", action="store_true", help=f"go on from <out>/{STATE_FILE}, which every evaluation "
+                   "writes (same options)")
     args = p.parse_args(argv)
     model, tok, log = train(args)
     export(model, tok, args.out)
+    if os.path.exists(os.path.join(args.out, STATE_FILE)):
+        os.remove(os.path.join(args.out, STATE_FILE))
     save_figures(log, args.out)
     print(f"wrote {args.out}: {log['steps_done']} steps in {log['seconds']:.0f}s, held-out CER {log['eval'][-1]}")
 
