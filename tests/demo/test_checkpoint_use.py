@@ -1,0 +1,70 @@
+"""The embedded demo checkpoint works like any checkpoint: the batch runner and a MindIR export read the example
+images (examples/, rendered by scripts/demo_data.py) to their exact text, and the document pipeline runs it as
+its recogniser."""
+
+import json
+import os
+
+import pytest
+from PIL import Image
+
+from ms_ocr.models import demo_checkpoint
+from scripts import demo_data
+from tests.cli_util import ROOT, run_module
+
+EXAMPLES = {name: text for name, text, _ in demo_data.EXAMPLES}
+EXAMPLE_DIR = os.path.join(ROOT, "examples")
+NEW = 48
+
+pytestmark = pytest.mark.skipif(demo_checkpoint() is None, reason="ms_ocr/demo/paddleocr_vl holds no checkpoint yet")
+
+
+def _records(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_batch_runner_reads_the_examples(tmp_path):
+    out = tmp_path / "out"
+    proc = run_module("ms_ocr.batch", "--model", "paddleocr-vl", "--model-path", demo_checkpoint(), "--input",
+                      EXAMPLE_DIR, "--out", str(out), "--task", "ocr", "--max-batch-size", "3",
+                      "--max-output-length", str(NEW), "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    got = {os.path.basename(r["source"]): r["text"] for r in _records(out / "results.jsonl")}
+    assert got == EXAMPLES
+
+
+def test_mindir_export_reads_an_example(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "scripts/export_mindir.py", "--model", "paddleocr-vl", "--model-path",
+                           demo_checkpoint(), "--out", str(tmp_path / "exp"), "--slots", "160"], cwd=ROOT,
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT, GLOG_v="3"))
+    assert proc.returncode == 0, proc.stderr
+    out = run_module("ms_ocr.infer", "--mindir", str(tmp_path / "exp"), "--image",
+                     os.path.join(EXAMPLE_DIR, "invoice.png"), "--max-new-tokens", str(NEW), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1])["text"] == EXAMPLES["invoice.png"]
+
+
+def test_pipeline_uses_it_as_the_recognizer(tmp_path):
+    """A page of the three example lines through the pipeline (a tiny random layout detector: its boxes are
+    arbitrary, so the run and its records are checked, not the text)."""
+    from tests.helpers.tiny_layout import make_tiny_layout_checkpoint
+
+    layout = make_tiny_layout_checkpoint(str(tmp_path / "layout"))
+    lines = [Image.open(os.path.join(EXAMPLE_DIR, name)).convert("RGB") for name in EXAMPLES]
+    page = Image.new("RGB", (max(im.width for im in lines) + 80, 60 * len(lines) + 80), "white")
+    for i, im in enumerate(lines):
+        page.paste(im, (40, 40 + 60 * i))
+    page.save(tmp_path / "page.png")
+    proc = run_module("ms_ocr.pipeline", "--image", str(tmp_path / "page.png"), "--out", str(tmp_path / "out"),
+                      "--model-path", demo_checkpoint(), "--layout-model-path", layout, "--max-new-tokens",
+                      str(NEW), "--layout-mode", "eager", "--keep-all-labels")
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((tmp_path / "out" / "page.json").read_text())
+    assert record["layout"], "the tiny random detector finds boxes on the page"
+    assert not [b for b in record["blocks"] if "error" in b]
+    read = [b for b in record["blocks"] if "image" not in b]
+    assert read and all(isinstance(b["content"], str) for b in read)
