@@ -25,6 +25,7 @@ FONT_PACKAGES = "fonts-dejavu-core fonts-dejavu-extra fonts-liberation2"
 
 LINE_HEIGHT = (28, 40)  # rendered line heights: smart_resize maps all of them to one 28-px row of patches
 MAX_CHARS = 40
+MARGIN_PX = 224  # widest blank right margin of a training line (the accuracy gate pads lines to a multiple of 224)
 
 _WORDS = ("the of and to in is was for on that with as by at from it an are were which this be or has had not but "
           "have one their also its first new after who been two they other page table total invoice date amount "
@@ -128,10 +129,12 @@ def corpus(seed, count):
     return [random_text(rng) for _ in range(count)]
 
 
-def render_line(text, font_file, rng, augment=True, centres=False):
+def render_line(text, font_file, rng, augment=True, centres=False, margin=0.0):
     """RGB image of `text` on one line, its height in LINE_HEIGHT, with scan augmentations (scale, slight
     rotation, blur, noise, contrast, JPEG) when `augment`. With `centres`, returns (image, x) where x[i] is the
-    horizontal centre of character i in image pixels (the training's attention guide; draws nothing from `rng`)."""
+    horizontal centre of character i in image pixels (the training's attention guide; draws nothing from `rng`).
+    `margin` is the probability of a blank right margin of up to MARGIN_PX (paper, under the same noise, blur and
+    JPEG), as a crop of a scanned line has; 0 draws nothing for it from `rng`, so older sets keep their pixels."""
     height = rng.randint(*LINE_HEIGHT) if augment else 34
     size = int(height * (rng.uniform(0.58, 0.72) if augment else 0.66))
     font = ImageFont.truetype(font_file, size)
@@ -139,6 +142,8 @@ def render_line(text, font_file, rng, augment=True, centres=False):
     ascent, descent = font.getmetrics()
     pad_x = rng.randint(2, 10) if augment else 6
     width = right - left + 2 * pad_x
+    if augment and margin and rng.random() < margin:
+        width += rng.randint(1, MARGIN_PX)
     paper = rng.randint(200, 255) if augment else 255
     ink = rng.randint(0, 70) if augment else 0
     img = Image.new("L", (width, height), paper)
@@ -162,13 +167,14 @@ def render_line(text, font_file, rng, augment=True, centres=False):
     return (img.convert("RGB"), xs) if centres else img.convert("RGB")
 
 
-def sample(rng, fonts=TRAIN_FONTS, augment=True, max_chars=MAX_CHARS, centres=False):
-    """(image, text) for one random line in one of `fonts`; (image, text, character centres) with `centres`."""
+def sample(rng, fonts=TRAIN_FONTS, augment=True, max_chars=MAX_CHARS, centres=False, margin=0.0):
+    """(image, text) for one random line in one of `fonts`; (image, text, character centres) with `centres`;
+    `margin` as for render_line."""
     text = random_text(rng, max_chars)
     if centres:
-        img, xs = render_line(text, font_path(rng.choice(fonts)), rng, augment, centres=True)
+        img, xs = render_line(text, font_path(rng.choice(fonts)), rng, augment, centres=True, margin=margin)
         return img, text, xs
-    return render_line(text, font_path(rng.choice(fonts)), rng, augment), text
+    return render_line(text, font_path(rng.choice(fonts)), rng, augment, margin=margin), text
 
 
 def pad_width(img, multiple):

@@ -268,7 +268,10 @@ def train(args):
                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.98))
     eval_sets = {"train_fonts": demo_data.held_out(SEEDS["held_out"], args.eval_lines),
                  "unseen_font": demo_data.held_out(SEEDS["held_out"] + 1, args.eval_lines,
-                                                   fonts=(demo_data.UNSEEN_FONT,))}
+                                                   fonts=(demo_data.UNSEEN_FONT,)),
+                 # the training-font lines again, right margins to a multiple of 224 px as the accuracy gate has them
+                 "train_fonts_margin": demo_data.held_out(SEEDS["held_out"], args.eval_lines,
+                                                          pad_to=demo_data.MARGIN_PX)}
     rng = random.Random(args.seed)
     log = {"config": {k: v for k, v in vars(args).items() if k not in ("out", "resume")}, "parameters": params,
            "loss": [], "eval": []}
@@ -298,7 +301,7 @@ def train(args):
         # curriculum: short lines first, so the text-to-image alignment is found early
         max_chars = round(8 + (demo_data.MAX_CHARS - 8) * min(1.0, step / args.curriculum)) if args.curriculum \
             else demo_data.MAX_CHARS
-        images, texts, xs = zip(*(demo_data.sample(rng, max_chars=max_chars, centres=True)
+        images, texts, xs = zip(*(demo_data.sample(rng, max_chars=max_chars, centres=True, margin=args.margin)
                                   for _ in range(args.batch)))
         inputs = batcher.train_inputs(list(images), list(texts), list(xs))
         guide, aux_index, aux_target = inputs.pop("guide"), inputs.pop("aux_index"), inputs.pop("aux_target")
@@ -408,14 +411,14 @@ def save_figures(log, out_dir):
 
     d.line([xy(s_, (math.log10(max(v, 1e-3)) - lo) / max(hi - lo, 1e-6)) for s_, v, _ in log["loss"]],
            fill="steelblue", width=1)
-    for key, colour in (("train_fonts", "firebrick"), ("unseen_font", "darkorange")):
-        points = [xy(e["step"], min(1.0, e[key])) for e in log["eval"]]
+    for key, colour in (("train_fonts", "firebrick"), ("unseen_font", "darkorange"), ("train_fonts_margin", "green")):
+        points = [xy(e["step"], min(1.0, e[key])) for e in log["eval"] if key in e]
         if len(points) > 1:
             d.line(points, fill=colour, width=2)
         for x, y in points:
             d.ellipse([x - 3, y - 3, x + 3, y + 3], fill=colour)
     d.text((m, 4), f"train loss (blue, log {10 ** lo:.3g}..{10 ** hi:.3g}); held-out CER 0..100%: train fonts (red), "
-                   f"unseen font (orange)", fill="black")
+                   f"unseen font (orange), train fonts with margins (green)", fill="black")
     d.text((m, h - m + 6), "step 0", fill="black")
     d.text((w - m - 60, h - m + 6), f"step {steps}", fill="black")
     img.save(os.path.join(out_dir, "training.png"))
@@ -437,6 +440,8 @@ def main(argv=None):
     p.add_argument("--guide", type=float, default=1.0, help="weight of the guided-attention loss (GUIDE_LAYER, "
                                                             "GUIDE_HEAD; 0: off)")
     p.add_argument("--aux", type=float, default=1.0, help="weight of the per-image-token character loss (0: off)")
+    p.add_argument("--margin", type=float, default=0.5, help="share of training lines given a blank right margin "
+                   "(without one, the model reads a margin as more text)")
     p.add_argument("--eval-every", type=int, default=1000)
     p.add_argument("--eval-lines", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)

@@ -55,6 +55,34 @@ def test_character_centres_follow_the_glyphs_and_leave_the_image_unchanged():
     assert abs((ink.min() + ink.max()) / 2 - xs[0]) <= 1.5
 
 
+def _blank_right(img):
+    """Columns right of the last one holding ink (a pixel darker than halfway between ink and paper)."""
+    grey = np.asarray(img)[..., 0].astype(np.float32)
+    paper, ink = np.median(grey), grey.min()
+    cols = np.nonzero((grey < (paper + ink) / 2).any(axis=0))[0]
+    return img.width - 1 - cols.max()
+
+
+def test_margin_adds_blank_paper_on_the_right_only_when_asked():
+    font = demo_data.font_path("DejaVuSerif.ttf")
+    text = "Total 12.50 due"
+    for seed in range(4):  # margin=0 draws nothing more from the seed: older sets keep their pixels
+        a = demo_data.render_line(text, font, random.Random(seed), centres=True)
+        b = demo_data.render_line(text, font, random.Random(seed), centres=True, margin=0.0)
+        assert np.array_equal(np.asarray(a[0]), np.asarray(b[0])) and a[1] == b[1]
+    plain = [_blank_right(demo_data.render_line(text, font, random.Random(s))) for s in range(30)]
+    wide = [demo_data.render_line(text, font, random.Random(s), centres=True, margin=1.0) for s in range(30)]
+    blank = [_blank_right(img) for img, _ in wide]
+    assert max(plain) <= 14  # the renderer's own 2-10 px pad (plus blur and rotation)
+    assert min(blank) >= 1 and max(blank) <= demo_data.MARGIN_PX + 14
+    assert np.mean(blank) > 60 and len(set(blank)) > 20  # spread over 1..MARGIN_PX
+    for img, xs in wide:  # the character centres stay on the glyphs, left of the margin
+        assert xs[-1] < img.width - _blank_right(img)
+    rng = random.Random(9)
+    share = np.mean([_blank_right(demo_data.sample(rng, margin=0.5)[0]) > 14 for _ in range(400)])
+    assert 0.4 < share < 0.6  # about half the lines (a few margins are narrower than the renderer's own pad)
+
+
 def test_unseen_font_is_not_a_training_font():
     assert demo_data.UNSEEN_FONT not in demo_data.TRAIN_FONTS
     for name in demo_data.TRAIN_FONTS + (demo_data.UNSEEN_FONT,):
