@@ -250,6 +250,10 @@ def train(args):
     tok = train_tokenizer()
     batcher = Batcher(tok, image_processor())
     model = PaddleOCRVLForConditionalGeneration(model_config())
+    if args.init:  # a second stage: the weights of a checkpoint this script wrote, fresh optimizer and schedule
+        trained = PaddleOCRVLForConditionalGeneration.from_pretrained(args.init, dtype=torch.float32)
+        model.load_state_dict(trained.state_dict())
+        del trained
     model.generation_config.update(eos_token_id=2, bos_token_id=1, pad_token_id=0)
     if args.guide:
         model.model.language_model.set_attn_implementation("eager")  # attention weights for the guide loss
@@ -275,6 +279,9 @@ def train(args):
     rng = random.Random(args.seed)
     log = {"config": {k: v for k, v in vars(args).items() if k not in ("out", "resume")}, "parameters": params,
            "loss": [], "eval": []}
+    if args.init and os.path.exists(os.path.join(args.init, "training.json")):
+        with open(os.path.join(args.init, "training.json")) as f:
+            log["init_log"] = json.load(f)  # the first stage's curve and figures travel with the checkpoint
     state_path = os.path.join(args.out, STATE_FILE)
     first, offset = 0, 0.0
     if args.resume and os.path.exists(state_path):
@@ -442,6 +449,8 @@ def main(argv=None):
     p.add_argument("--aux", type=float, default=1.0, help="weight of the per-image-token character loss (0: off)")
     p.add_argument("--margin", type=float, default=0.5, help="share of training lines given a blank right margin "
                    "(without one, the model reads a margin as more text)")
+    p.add_argument("--init", default=None, help="start from the weights of a checkpoint folder this script wrote "
+                   "(fresh optimizer, schedule and --aux head: use with --aux 0)")
     p.add_argument("--eval-every", type=int, default=1000)
     p.add_argument("--eval-lines", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)

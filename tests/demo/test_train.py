@@ -1,0 +1,43 @@
+"""scripts/train_demo.py end to end at toy size: a run writes the hub-layout checkpoint and its log, and --init
+starts a second stage from exactly the first stage's weights (at learning rate 0 it writes them back unchanged)."""
+
+import json
+import os
+
+import pytest
+
+from scripts import demo_data
+
+pytestmark = pytest.mark.skipif(bool(demo_data.missing_fonts()), reason=f"fonts missing: {demo_data.missing_fonts()}; "
+                                f"apt-get install {demo_data.FONT_PACKAGES}")
+
+
+def _weights(folder):
+    from safetensors.torch import load_file
+
+    return load_file(os.path.join(folder, "model.safetensors"))
+
+
+def test_second_stage_starts_from_the_first_stages_weights(tmp_path):
+    pytest.importorskip("transformers")
+    import torch
+
+    from scripts import train_demo
+
+    small = ["--steps", "2", "--batch", "2", "--eval-lines", "2", "--eval-every", "0", "--threads", "2",
+             "--curriculum", "0"]
+    first, second = str(tmp_path / "first"), str(tmp_path / "second")
+    train_demo.main(["--out", first, "--lr", "1e-2", "--warmup", "1", *small])
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "preprocessor_config.json",
+                 "training.json", "training.png"):
+        assert os.path.isfile(os.path.join(first, name)), name
+    train_demo.main(["--out", second, "--init", first, "--lr", "0", "--aux", "0", "--margin", "1", "--seed", "5", *small])
+    # another seed: without the load, the second stage would write a different random initialisation
+    a, b = _weights(first), _weights(second)
+    assert sorted(a) == sorted(b) and len(a) > 50
+    changed = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not changed, changed[:5]
+    with open(os.path.join(second, "training.json")) as f:
+        log = json.load(f)
+    assert log["config"]["init"] == first and log["init_log"]["steps_done"] == 2 and log["steps_done"] == 2
+    assert set(log["eval"][-1]) == {"step", "seconds", "train_fonts", "unseen_font", "train_fonts_margin"}
