@@ -13,7 +13,8 @@
 // the build's widest SIMD level (64 bytes with AVX-512, 32 with AVX2+FMA, 16 with aarch64 NEON or x86 SSE2;
 // 16 elsewhere, where the compiler lowers it to scalar code), and their register tiles are sized from the
 // register count. Only the few operations a vector type has no operator for (horizontal sum, masked tail
-// load) have per-ISA bodies. FMAs come from contraction (-ffp-contract=fast, set by the build).
+// load, the bf16 load, FMA) have per-ISA bodies. FMAs come from contraction (-ffp-contract=fast, set by the build),
+// except in the products whose fp32 and bf16 forms must agree bit for bit, which call vfma.
 #include <omp.h>
 
 #include <atomic>
@@ -65,13 +66,25 @@ inline vf vload(const float* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-// kVL bfloat16s widened to floats: zero-extend and shift into the high half (vpmovzxwd + vpslld, NEON
-// ushll/shl), which every level has; exact
+// kVL bfloat16s widened to floats: zero-extend and shift into the high half; exact. The loads spell out the
+// one instruction pair each level has (vpmovzxwd from memory + vpslld; NEON shll #16): GCC 12 lowers the
+// generic __builtin_convertvector at AVX2 to two 128-bit halves and three shuffles per vector, which made
+// the bf16 decode products shuffle-bound (14.8 GB/s against 27 GB/s for fp32 on Zen 3).
 inline vf widen(vh h) { return (vf)(__builtin_convertvector(h, vu) << 16); }
 inline vf vload(const bf16* p) {
+#if defined(__AVX512F__)
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+#elif defined(__AVX2__)
+  return _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+  return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+#else
   vh h;
   std::memcpy(&h, p, sizeof h);
   return widen(h);
+#endif
 }
 inline float to_float(bf16 b) {
   const uint32_t bits = static_cast<uint32_t>(b) << 16;
@@ -80,6 +93,20 @@ inline float to_float(bf16 b) {
   return f;
 }
 inline void vstore(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
+// a * b + c with one rounding, spelled as the ISA's FMA: contraction alone is not enough where results must
+// not depend on the build's -mtune (GCC's Zen tuning splits an FMA whose accumulator is a loop's only
+// dependency chain into a multiply and an add, so the same loop over fp32 and bf16 weights rounded differently)
+inline vf vfma(vf a, vf b, vf c) {
+#if defined(__AVX512F__)
+  return _mm512_fmadd_ps(a, b, c);
+#elif defined(__AVX2__)
+  return _mm256_fmadd_ps(a, b, c);
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+  return vfmaq_f32(c, a, b);
+#else
+  return a * b + c;
+#endif
+}
 inline vf vset(float a) { return a - vf{}; }  // (not vf{} + a: 0 + a is no identity for a = -0)
 inline vf vmax(vf a, vf b) { return a > b ? a : b; }
 inline vf vmin(vf a, vf b) { return a < b ? a : b; }
@@ -147,8 +174,8 @@ std::atomic<int64_t> g_gelu_calls{0};
 float dot(const float* a, const float* b, int64_t n) {
   vf acc = {};
   int64_t i = 0;
-  for (; i + kVL <= n; i += kVL) acc = vload(a + i) * vload(b + i) + acc;
-  if (i < n) acc = vload_tail(a + i, n - i) * vload_tail(b + i, n - i) + acc;
+  for (; i + kVL <= n; i += kVL) acc = vfma(vload(a + i), vload(b + i), acc);
+  if (i < n) acc = vfma(vload_tail(a + i, n - i), vload_tail(b + i, n - i), acc);
   return vsum(acc);
 }
 
@@ -168,7 +195,7 @@ int64_t gemv_block(const float* x, const W* w, float* y, int64_t out, int64_t in
       for (int m = 0; m < M; ++m) xv[m] = vload(x + m * in + i);
       for (int r = 0; r < R; ++r) {
         const vf wv = vload(w0 + r * in + i);
-        for (int m = 0; m < M; ++m) acc[r][m] = wv * xv[m] + acc[r][m];
+        for (int m = 0; m < M; ++m) acc[r][m] = vfma(wv, xv[m], acc[r][m]);
       }
     }
     if (full < in) {
@@ -176,7 +203,7 @@ int64_t gemv_block(const float* x, const W* w, float* y, int64_t out, int64_t in
       for (int m = 0; m < M; ++m) xv[m] = vload_tail(x + m * in + full, in - full);
       for (int r = 0; r < R; ++r) {
         const vf wv = vload_tail(w0 + r * in + full, in - full);
-        for (int m = 0; m < M; ++m) acc[r][m] = wv * xv[m] + acc[r][m];
+        for (int m = 0; m < M; ++m) acc[r][m] = vfma(wv, xv[m], acc[r][m]);
       }
     }
     for (int r = 0; r < R; ++r)
