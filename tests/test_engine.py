@@ -117,6 +117,8 @@ def test_hunyuan_batched_equals_single(hunyuan_checkpoint, graph_mode):
     _check(pipe, pages, prompt, want, batch=2)
 
 
+@pytest.mark.slow  # the default run batches DeepSeek-OCR-2's MoE decode against transformers through the server
+# (tests/serve/test_clients.py::test_deepseek_ocr2_concurrent_requests_equal_transformers)
 def test_deepseek_ocr2_moe_batched_equals_single(tmp_path_factory, graph_mode):
     from ms_ocr.models import deepseek_ocr2
     from tests.helpers.tiny_deepseek import make_tiny_checkpoint, reference_greedy

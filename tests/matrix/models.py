@@ -141,8 +141,10 @@ DEEPSEEK_V2 = ModelMatrix(
     images={"small": (300, 140), "wide": (2000, 150), "tall": (150, 2000), "large": (1000, 700)},
     prompts={"plain": "Free OCR.", "special": "<image>\nFree OCR."},
     variants={
-        # transformers' save: nested text_config, processor_config.json, its own head (flags false)
-        "save_pretrained": dict(layout="transformers", images=["small"], prompt="special"),
+        # transformers' save: nested text_config, processor_config.json, its own head (flags false). Slow: the
+        # default run has this layout at this size through the CLI and in process already
+        # (tests/models/deepseek/test_ocr2_saved_checkpoint.py, `small` and 300x140)
+        "save_pretrained": dict(layout="transformers", images=["small"], prompt="special", slow=True),
         "tied_bf16_sharded": dict(layout="transformers", head="tied", weights=("bfloat16", "200KB"),
                                   images=["small"], prompt="plain"),
         "own_head_flag_tied_preprocessor_config": dict(layout="transformers", head="own_head_flag_tied",
@@ -211,8 +213,9 @@ DEEPSEEK_V1 = ModelMatrix(
     images=_v1_images(), prompts={"plain": "Free OCR.", "special": "<|grounding|>Convert the document to markdown."},
     cli_args=("--no-repeat-ngram", "0"),
     variants={
-        # the released layout: language_config, per-expert tensors, its own lm_head (flag false)
-        "hub": dict(layout="hub", mode="base", images=["base"], prompt="plain"),
+        # the released layout: language_config, per-expert tensors, its own lm_head (flag false). Slow: the default
+        # run has this checkpoint, mode and prompt through the CLI (tests/models/deepseek/test_v1_end_to_end.py)
+        "hub": dict(layout="hub", mode="base", images=["base"], prompt="plain", slow=True),
         "tied_sharded": dict(layout="hub", head="tied", weights=("float32", "40KB"), mode="large", images=["large"],
                              prompt="special"),
         "own_head_flag_tied": dict(layout="hub", head="own_head_flag_tied", mode="tiny", images=["tiny"],
