@@ -31,7 +31,9 @@ def test_second_stage_starts_from_the_first_stages_weights(tmp_path):
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "preprocessor_config.json",
                  "training.json", "training.png"):
         assert os.path.isfile(os.path.join(first, name)), name
-    train_demo.main(["--out", second, "--init", first, "--lr", "0", "--aux", "0", "--margin", "1", "--seed", "5", *small])
+    # the first stage runs data-parallel over two processes (the default), the second in this one
+    train_demo.main(["--out", second, "--init", first, "--lr", "0", "--aux", "0", "--margin", "1", "--seed", "5",
+                     "--procs", "1", *small])
     # another seed: without the load, the second stage would write a different random initialisation
     a, b = _weights(first), _weights(second)
     assert sorted(a) == sorted(b) and len(a) > 50
