@@ -180,6 +180,35 @@ float dot(const float* a, const float* b, int64_t n) {
   return vsum(acc);
 }
 
+// out[j] = dot(q + j * d, k, d) for J query rows against one key row: the same products and sums, in the same
+// order, as J calls of dot (bit-identical), with J independent accumulator chains instead of one at a time
+template <int J>
+inline void dots(const float* q, const float* k, int64_t d, float* out) {
+  vf acc[J] = {};
+  int64_t i = 0;
+  for (; i + kVL <= d; i += kVL) {
+    const vf kv = vload(k + i);
+    for (int j = 0; j < J; ++j) acc[j] = vfma(vload(q + j * d + i), kv, acc[j]);
+  }
+  if (i < d) {
+    const vf kv = vload_tail(k + i, d - i);
+    for (int j = 0; j < J; ++j) acc[j] = vfma(vload_tail(q + j * d + i, d - i), kv, acc[j]);
+  }
+  for (int j = 0; j < J; ++j) out[j] = vsum(acc[j]);
+}
+
+// out[j * stride] = dot(q + j * d, k, d) + bias for `count` query rows, four at a time
+inline void dots_strided(const float* q, int64_t count, const float* k, int64_t d, float bias, float* out,
+                         int64_t stride) {
+  float r[4];
+  int64_t j = 0;
+  for (; j + 4 <= count; j += 4) {
+    dots<4>(q + j * d, k, d, r);
+    for (int u = 0; u < 4; ++u) out[(j + u) * stride] = r[u] + bias;
+  }
+  for (; j < count; ++j) out[j * stride] = dot(q + j * d, k, d) + bias;
+}
+
 // ---- matrix-vector products ---------------------------------------------------------------------------------
 // y[m, o] = sum_i x[m, i] W[o, i] for rows o in [o0, o1): R weight rows at a time against all M (<= 8)
 // activation rows. Memory bound: each weight row is read once, and R concurrent row streams keep more
@@ -588,29 +617,41 @@ int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const c
       }
     }
     {
-      // softmax over [q k_cache^T + mask, q k_new] and the matching sum of [v_cache, v_new], one head a task;
-      // slots the mask hides (NEG_BIAS) would weigh exactly 0 and are skipped
-      std::vector<float> scores(t + 1);
+      // softmax over [q k_cache^T + mask, q k_new] and the matching sum of [v_cache, v_new]; slots the mask hides
+      // (NEG_BIAS) would weigh exactly 0 and are skipped. One task = `per` query heads of one kv group of one
+      // sequence (GQA): each cached key and value row is read once for all of them, while it is in L1, instead of
+      // once per head; per head the dot products, softmax and sums are the same, in the same order, as one head
+      // alone. Tasks are split until there are two per thread (the launcher thread may be niced).
+      int64_t splits = 1;
+      while (b * hkv * splits < 2 * g_threads && rep % (splits * 2) == 0) splits *= 2;
+      const int64_t per = rep / splits, stride = t + 1;
+      std::vector<float> scores(stride * per), inv(per);
       std::vector<int64_t> seen(t);
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t task = 0; task < b * hq; ++task) {
-        const int64_t r = task / hq, i = task % hq, g_kv = r * hkv + i / rep;
-        const float *qi = q.data() + task * d, *kcache = kc + g_kv * t * d, *vcache = vc + g_kv * t * d;
+      for (int64_t task = 0; task < b * hkv * splits; ++task) {
+        const int64_t r = task / (hkv * splits), gi = task / splits % hkv, h0 = gi * rep + task % splits * per;
+        const int64_t g_kv = r * hkv + gi;
+        const float *qs = q.data() + (r * hq + h0) * d, *kcache = kc + g_kv * t * d, *vcache = vc + g_kv * t * d;
         const float* mrow = mask + r * mask_stride;
         int64_t n = 0;
         for (int64_t s = 0; s < t; ++s)
           if (mrow[s] > -1e38f) {
             seen[n] = s;
-            scores[n++] = dot(qi, kcache + s * d, d) + mrow[s];
+            dots_strided(qs, per, kcache + s * d, d, mrow[s], scores.data() + n, stride);
+            ++n;
           }
-        scores[n] = dot(qi, k + g_kv * d, d);
-        float mx = scores[n];
-        for (int64_t j = 0; j < n; ++j) mx = scores[j] > mx ? scores[j] : mx;
-        const float inv = 1.f / exp_sum(scores.data(), n + 1, mx);
-        float* out = attn.data() + task * d;
-        for (int64_t j = 0; j < d; ++j) out[j] = 0.f;
-        for (int64_t j = 0; j < n; ++j) axpy(scores[j] * inv, vcache + seen[j] * d, out, d);
-        axpy(scores[n] * inv, v + g_kv * d, out, d);
+        float* outs = attn.data() + (r * hq + h0) * d;
+        for (int64_t j = 0; j < per; ++j) {
+          float* sj = scores.data() + j * stride;
+          sj[n] = dot(qs + j * d, k + g_kv * d, d);
+          float mx = sj[n];
+          for (int64_t i = 0; i < n; ++i) mx = sj[i] > mx ? sj[i] : mx;
+          inv[j] = 1.f / exp_sum(sj, n + 1, mx);
+          for (int64_t e = 0; e < d; ++e) outs[j * d + e] = 0.f;
+        }
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < per; ++j) axpy(scores[j * stride + i] * inv[j], vcache + seen[i] * d, outs + j * d, d);
+        for (int64_t j = 0; j < per; ++j) axpy(scores[j * stride + n] * inv[j], v + g_kv * d, outs + j * d, d);
       }
     }
     {
