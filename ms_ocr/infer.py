@@ -210,8 +210,13 @@ def run(argv):
     from ms_ocr.batch.names import display, to_json
     groups = [images] if args.one_prompt else [[item] for item in images]
     drawings = visualize_paths(args.visualize, len(groups)) if args.visualize else [None] * len(groups)
-    for group, drawing in zip(groups, drawings):
+    runtime = getattr(pipe, "runtime", None)
+    for i, (group, drawing) in enumerate(zip(groups, drawings)):
         name = ",".join(path for path, _ in group)
+        if target == "CPU" and hasattr(runtime, "release_vision_graphs"):
+            # no image size seen so far comes back: free the vision graphs before prefill (lower peak memory)
+            seen = {img.size for g in groups[:i + 1] for _, img in g}
+            runtime.release_vision_graphs = not any(img.size in seen for g in groups[i + 1:] for _, img in g)
         printer = StreamPrinter(pipe.processor.tokenizer, pipe.eos_ids) if args.stream and not args.json else None
         if printer and len(groups) > 1:
             print(f"== {display(name)} ==", flush=True)

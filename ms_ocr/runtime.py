@@ -130,18 +130,26 @@ class CompileTimer:
         executor = getattr(_cell_module, "_cell_graph_executor", None)
         if executor is None or not hasattr(executor, "del_net_res"):
             return 0
-        freed = 0
-        for key, (last, cell) in list(self._used.items()):
-            if self.requests - last <= self.keep_requests:
-                continue
-            del self._used[key]
-            known = self._phases.get(key)
-            if isinstance(known, tuple):  # not a shape that runs through Cell.__call__ (_NO_FAST_PATH)
-                executor.del_net_res(cell, {known[0]})
-                cell.compile_cache.discard(known[0])
-                del self._phases[key]
-                freed += 1
-        return freed
+        return sum(self._free(executor, key, cell) for key, (last, cell) in list(self._used.items())
+                   if self.requests - last > self.keep_requests)
+
+    def free_group(self, name):
+        """Free every graph of evictable group `name` now, whatever the requests (see next_request). Returns how
+        many graphs were freed."""
+        executor = getattr(_cell_module, "_cell_graph_executor", None)
+        if executor is None or not hasattr(executor, "del_net_res"):
+            return 0
+        return sum(self._free(executor, key, cell) for key, (_, cell) in list(self._used.items()) if key[0] == name)
+
+    def _free(self, executor, key, cell):
+        del self._used[key]
+        known = self._phases.get(key)
+        if not isinstance(known, tuple):  # a shape that runs through Cell.__call__ (_NO_FAST_PATH)
+            return 0
+        executor.del_net_res(cell, {known[0]})
+        cell.compile_cache.discard(known[0])
+        del self._phases[key]
+        return 1
 
 
 _NO_FAST_PATH = "no fast path"
@@ -215,6 +223,11 @@ class VLMRuntime:
         # Vision and prefill graphs are compiled per image size and prompt bucket; those the last two requests
         # did not use are freed (see CompileTimer.next_request). The decode graphs stay (one per cache size).
         self.compiler = CompileTimer(evictable=("vision", "prefill"))
+        # Free the vision graphs (their compiled code and activation memory) as soon as a request's images are
+        # encoded, so that they and the prefill graphs are never resident together: for a request whose image
+        # size will not come back (infer sets it for its last image of each size). PaddleOCR-VL, bf16, one
+        # 768 x 1,024 page (1,019 prompt tokens) on the CPU: peak RSS 3.84 -> 3.32 GB.
+        self.release_vision_graphs = False
 
     # ---- vision -------------------------------------------------------------------------------
     def tensor(self, array):
@@ -234,12 +247,16 @@ class VLMRuntime:
         each request through the model's encode_views.
         """
         if hasattr(self.model, "encode_views"):
-            return [self.model.encode_views(self, v) if v else None for v in requests]
-        feats = iter(self.vision_packed([item for v in requests for item in v]))
-        out = []
-        for v in requests:
-            mine = [next(feats) for _ in v]
-            out.append(None if not mine else mine[0] if len(mine) == 1 else ops.concat(mine, 0))
+            out = [self.model.encode_views(self, v) if v else None for v in requests]
+        else:
+            feats = iter(self.vision_packed([item for v in requests for item in v]))
+            out = []
+            for v in requests:
+                mine = [next(feats) for _ in v]
+                out.append(None if not mine else mine[0] if len(mine) == 1 else ops.concat(mine, 0))
+        if self.release_vision_graphs:
+            out = [None if f is None else Tensor(f.asnumpy()) for f in out]  # own memory, not a freed graph's
+            self.compiler.free_group("vision")
         return out
 
     def vision_packed(self, items):

@@ -101,6 +101,7 @@ def worker_ms_ocr(args):
     img = Image.open(args.image).convert("RGB")
     prep, _ = pipe.prepare([img], args.prompt)
     rt = pipe.runtime
+    rt.release_vision_graphs = True  # as infer runs a single image: vision graphs freed before prefill
     t0 = time.perf_counter()
     feats = pipe.encode_images(prep)
     feats.asnumpy()  # synchronise

@@ -229,6 +229,39 @@ def test_graphs_of_unused_sizes_are_freed_and_recompile_identically(pipeline, mo
     np.testing.assert_array_equal(again_logits, logits)
 
 
+def test_vision_graphs_released_before_prefill_give_identical_results(pipeline, monkeypatch):
+    """release_vision_graphs (infer's choice for an image whose size does not come back): every vision graph is
+    freed once the request's images are encoded, before its prefill; features, prefill logits and decode logits
+    are bit-identical to those of kept graphs, and the next request of the size compiles again."""
+    from mindspore.nn import cell as cell_module
+    rt = pipeline.runtime
+    executor = cell_module._cell_graph_executor
+    grids = [(1, 6, 14)]  # 84 patches: a size no other test uses
+    prep = _prepared(pipeline, _multimodal_prompt(pipeline.cfg, grids), *_positions(pipeline, grids),
+                     _patches(grids, 8), grids)
+    s = len(prep.input_ids)
+
+    def request():
+        feats = pipeline.encode_images(prep)
+        vision = {k: v[0] for k, v in rt.compiler._phases.items() if k[0] == "vision"}
+        logits = [rt.prefill(prep, feats, 3).asnumpy()[0]]
+        for i, tok in enumerate((17, 42)):
+            logits.append(rt.decode(tok, s + i, prep.rope_delta, 3).asnumpy()[0])
+        return feats.asnumpy(), np.stack(logits), vision
+
+    feats, logits, kept = request()
+    assert kept and all(executor.has_compiled(p) for p in kept.values())
+    monkeypatch.setattr(rt, "release_vision_graphs", True)
+    compiled = rt.compiler.seconds["vision"]
+    for again in (False, True):  # on the kept graphs, which it then frees; then on graphs compiled again
+        got_feats, got_logits, vision = request()
+        assert not vision  # none left by the time of prefill
+        assert not any(executor.has_compiled(p) for p in kept.values())
+        assert (rt.compiler.seconds["vision"] > compiled) == again
+        np.testing.assert_array_equal(got_feats, feats)
+        np.testing.assert_array_equal(got_logits, logits)
+
+
 def _positions(pipeline, grids):
     from ms_ocr.processing.mrope import mrope_positions
     ids = _multimodal_prompt(pipeline.cfg, grids)
