@@ -93,8 +93,9 @@ def next_token(logits, history, generated, cfg, rng):
     return sample_token(logits, cfg, rng)
 
 
-def generate(runtime, prep, image_feats, cfg, eos_ids, num_pos_axes, on_token=None):
-    """Greedy/sampled generation for one prepared request. `on_token(id)` is called as tokens arrive.
+def generate(runtime, prep, image_feats, cfg, eos_ids, num_pos_axes, on_token=None, on_logits=None):
+    """Greedy/sampled generation for one prepared request. `on_token(id)` is called as tokens arrive,
+    `on_logits(logits)` with each step's raw logits [V] (float32, before penalties and sampling).
 
     Timings include any compile that happened inside; the pipeline subtracts it."""
     cfg.validate()
@@ -108,6 +109,8 @@ def generate(runtime, prep, image_feats, cfg, eos_ids, num_pos_axes, on_token=No
     pos = len(prompt)
     t1 = time.perf_counter()
     for step in range(cfg.max_new_tokens):
+        if on_logits is not None:
+            on_logits(logits)
         tok = next_token(logits, prompt + generated, generated, cfg, rng)
         generated.append(tok)
         if on_token is not None:

@@ -50,6 +50,9 @@ def build_parser():
     p.add_argument("--visualize", metavar="OUT.png",
                    help="draw the parsed boxes on the image (tasks with boxes, e.g. hunyuan-ocr spotting); "
                         "several images write OUT-1.png, OUT-2.png, ...")
+    p.add_argument("--dump", metavar="DIR",
+                   help="precision dump: per-step raw logits and token ids of each image into DIR/<image path "
+                        "name>/logits.npy, token_ids.npy (as the batch runner's --dump; scripts/compare_dumps.py)")
     return p
 
 
@@ -147,6 +150,19 @@ def visualize_paths(out, count):
     return [f"{stem}-{i}{ext or '.png'}" for i in range(1, count + 1)]
 
 
+def save_dump(folder, paths, step_logits, token_ids):
+    """logits.npy [steps, V] (float32) and token_ids.npy [steps] of one prompt into folder/<name of its image
+    paths>/ (batch.names.path_name, joined by commas for --one-prompt); returns that folder."""
+    import numpy as np
+
+    from ms_ocr.batch.names import path_name
+    out = os.path.join(folder, ",".join(path_name(p) for p in paths))
+    os.makedirs(out, exist_ok=True)
+    np.save(os.path.join(out, "logits.npy"), np.stack(step_logits).astype(np.float32))
+    np.save(os.path.join(out, "token_ids.npy"), np.asarray(token_ids, np.int64))
+    return out
+
+
 def _use_demo(args):
     """No --model: run the embedded demo checkpoint when it exists and no weights are in the default folders."""
     from ms_ocr.models import ALIASES, DEMO_MODEL, HUB_IDS, demo_checkpoint
@@ -193,6 +209,11 @@ def run(argv):
         out_dir = os.path.dirname(os.path.abspath(args.visualize))
         if not os.path.isdir(out_dir):
             raise CliError(f"--visualize folder {out_dir} does not exist")
+    if args.dump:
+        try:
+            os.makedirs(args.dump, exist_ok=True)
+        except OSError as e:
+            raise CliError(f"cannot create --dump folder {args.dump}: {e.strerror}") from None
 
     from ms_ocr.device import setup
     modes = getattr(package, "MODES", None)
@@ -220,7 +241,11 @@ def run(argv):
         printer = StreamPrinter(pipe.processor.tokenizer, pipe.eos_ids) if args.stream and not args.json else None
         if printer and len(groups) > 1:
             print(f"== {display(name)} ==", flush=True)
-        result = pipe.run([img for _, img in group], prompt, sampling, on_token=printer, task=task)
+        step_logits = [] if args.dump else None
+        result = pipe.run([img for _, img in group], prompt, sampling, on_token=printer, task=task,
+                          on_logits=step_logits.append if args.dump else None)
+        if args.dump:
+            dump_dir = save_dump(args.dump, [path for path, _ in group], step_logits, result["token_ids"])
         if drawing:
             from ms_ocr.processing.boxes import draw_boxes
             draw_boxes(group[0][1], result.get("boxes", [])).save(drawing)
@@ -233,6 +258,8 @@ def run(argv):
             for key in ("boxes", "grounding"):
                 if key in result:
                     record[key] = result[key]
+            if args.dump:
+                record["dump"] = dump_dir
             print(to_json(record), flush=True)
         elif printer:
             printer.finish(result["text"])

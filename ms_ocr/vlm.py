@@ -42,16 +42,17 @@ class VLMPipeline:
     def encode_images(self, prep):
         return self.runtime.encode_images(prep.vision_inputs) if prep.vision_inputs else None
 
-    def run(self, images, prompt, sampling, on_token=None, task=None):
+    def run(self, images, prompt, sampling, on_token=None, task=None, on_logits=None):
         """OCR one request. Returns dict(text, token_ids, finish_reason, timings in ms / tokens per s) plus the
-        model's extras for the task (e.g. "boxes")."""
+        model's extras for the task (e.g. "boxes"). `on_token` / `on_logits`: see generate()."""
         compile_before = dict(self.runtime.compiler.seconds)
         t0 = time.perf_counter()
         prep, _ = self.prepare(images, prompt)
         t1 = time.perf_counter()
         feats = self.encode_images(prep)  # stays a device Tensor for prefill
         t2 = time.perf_counter()
-        result = generate(self.runtime, prep, feats, sampling, self.eos_ids, self.num_pos_axes, on_token)
+        result = generate(self.runtime, prep, feats, sampling, self.eos_ids, self.num_pos_axes, on_token,
+                          on_logits)
         compiled = {k: v - compile_before.get(k, 0.0) for k, v in self.runtime.compiler.seconds.items()}
         vision_compile = compiled.get("vision", 0.0)
         prefill_compile = compiled.get("prefill", 0.0)

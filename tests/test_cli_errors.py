@@ -77,6 +77,13 @@ def test_unknown_task(tiny_dir, good_png):
                                 "--task", "poetry"), "poetry")
 
 
+def test_dump_folder_that_cannot_be_made(tmp_path, tiny_dir, good_png):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    assert_one_line_error(infer("--model", "paddleocr-vl", "--model-path", tiny_dir, "--image", good_png,
+                                "--dump", str(blocker / "dumps")), "--dump", "a_file")
+
+
 def test_corrupt_weights(tmp_path, tiny_dir, good_png):
     import shutil
     bad = tmp_path / "ckpt"

@@ -1,5 +1,5 @@
 """The checkpoint-layout matrix: every variant of tests/matrix/models.py gives transformers' greedy tokens end to
-end through the CLI, and its first logits within 1e-4 of max|logit| in process.
+end through the CLI, and its first logits (the CLI's precision dump) within 1e-4 of max|logit|.
 
 The tests run from one small module per model (tests/matrix/test_<model>.py: `MODEL = ...` and a star import of
 this file), so that the test runner's workers, which take whole files, share the models out."""
@@ -73,33 +73,30 @@ def matrix_checkpoint(tmp_path_factory):
     return get
 
 
-def cli_run(matrix, spec, folder, image_paths, prompt):
+def cli_run(matrix, spec, folder, image_paths, prompt, dump=None):
     mode = ("--mode", spec["mode"]) if "mode" in spec else ()
+    dump_args = ("--dump", dump) if dump else ()
     proc = run_module("ms_ocr.infer", "--model", matrix.cli, "--model-path", folder, "--image", *image_paths,
-                      "--prompt", prompt, "--max-new-tokens", str(NEW_TOKENS), "--json", *mode, *matrix.cli_args)
+                      "--prompt", prompt, "--max-new-tokens", str(NEW_TOKENS), "--json", *mode, *dump_args,
+                      *matrix.cli_args)
     assert proc.returncode == 0, proc.stderr
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
-def ours_first_logits(matrix, spec, folder, image_path, prompt):
-    import importlib
-    package = importlib.import_module(f"ms_ocr.models.{matrix.package}")
-    pipe = package.load(folder, "CPU", "auto", **({"mode": spec["mode"]} if "mode" in spec else {}))
-    prep, _ = pipe.prepare([Image.open(image_path).convert("RGB")], prompt)
-    return pipe.runtime.prefill(prep, pipe.encode_images(prep), max_new_tokens=1).asnumpy()[0]
-
-
-def test_variant_matches_reference(model, variant, matrix_checkpoint, matrix_images, graph_mode):
+def test_variant_matches_reference(model, variant, matrix_checkpoint, matrix_images, tmp_path):
+    """Tokens end to end through the CLI; its first logits (the CLI's --dump) within 1e-4 of max|logit|."""
     matrix = MATRICES[model]
     spec = matrix.variants[variant]
     folder = matrix_checkpoint(model, variant)
     paths = [matrix_images(matrix.images[name]) for name in spec["images"]]
     prompt = matrix.prompts[spec["prompt"]]
     want, want_logits = matrix.reference(folder, paths, prompt, NEW_TOKENS)
-    got = cli_run(matrix, spec, folder, paths, prompt)
+    got = cli_run(matrix, spec, folder, paths, prompt, dump=str(tmp_path / "dump"))
     assert [g["token_ids"] for g in got] == want
-    logits = ours_first_logits(matrix, spec, folder, paths[0], prompt)
-    assert np.abs(logits - want_logits).max() <= 1e-4 * np.abs(want_logits).max()
+    dumped = np.load(os.path.join(got[0]["dump"], "logits.npy"))
+    assert dumped.shape == (len(want[0]), want_logits.shape[-1])
+    assert np.array_equal(np.load(os.path.join(got[0]["dump"], "token_ids.npy")), want[0])
+    assert np.abs(dumped[0] - want_logits).max() <= 1e-4 * np.abs(want_logits).max()
 
 
 def test_generation_config_eos_list_stops_both_at_the_same_token(model, matrix_checkpoint, matrix_images,
