@@ -46,6 +46,7 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=
     params = {p.name: p for p in net.get_parameters() if not is_state(p.name)}
     loaded, unexpected, tags = set(), [], set()
     stacked = {}  # local name -> (float32 buffer [E, ...], set of filled slices)
+    stacked_not_bf16 = set()  # stacked Parameters with a slice that was not stored as bf16
     for hf_name, arr, tag in tensors:
         local = convert_name(hf_name)
         if local is None:
@@ -67,9 +68,16 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=
             buf[index] = round_weights(arr, round_to)
             filled.add(index)
             tags.add(tag)
+            if tag != "BF16":
+                stacked_not_bf16.add(local)
             if len(filled) == buf.shape[0]:  # complete: hand it over now so only one buffer is alive at a time
+                # bf16-resident like any other weight when every slice holds bf16 values (set_data casts)
+                dtype = ms.bfloat16 if local in keep_bf16 and (local not in stacked_not_bf16 or round_to == "bf16") \
+                    else compute_dtype
+                if dtype == ms.bfloat16:
+                    param.set_dtype(ms.bfloat16)
                 param.init_data()
-                param.set_data(Tensor(buf).astype(compute_dtype) if compute_dtype != ms.float32 else Tensor(buf))
+                param.set_data(Tensor(buf).astype(dtype) if dtype != ms.float32 else Tensor(buf))
                 loaded.add(local)
                 stacked[local] = (None, filled)
             continue

@@ -21,14 +21,15 @@ class VLMCell(nn.Cell):
         self.widen_embeddings = False
 
     def bf16_weight_names(self):
-        """The Parameters a bf16 checkpoint keeps in bf16 on the CPU (device.bf16_resident): the dense decoder
-        layers' weights, which a decode step's native DecodeLayer reads as bf16 and the prefill layer graphs
-        widen as they run (F.widen), the ViT layers' weights (widened once per layer, runtime.vision_layer), and
-        the embeddings / head (the native MatMulT reads the head as bf16; the gathered embedding rows are
-        widened). Empty for models with MoE layers (their experts have no bf16 decode path yet) or layers the
-        native kernel does not serve (not SiLU-gated): they keep fp32 weights."""
+        """The Parameters a bf16 checkpoint keeps in bf16 on the CPU (device.bf16_resident): the decoder layers'
+        weights, which a decode step's native DecodeLayer reads as bf16 and the prefill layer graphs widen as
+        they run (F.widen), the ViT layers' weights (widened once per layer, runtime.vision_layer), and the
+        embeddings / head (the native MatMulT reads the head as bf16; the gathered embedding rows are widened).
+        MoE layers' weights too (router, stacked experts, shared experts): their graphs widen the weights they
+        use, the selected experts only, next to each product (ops.linear.matmul_t, nn.moe). Empty when a dense
+        layer's MLP is not SiLU-gated (the native kernel does not serve it): fp32 weights then."""
         layers = self.text_layers()
-        if any(layer.moe or not layer.silu_mlp for layer in layers):
+        if any(not layer.moe and not layer.silu_mlp for layer in layers):
             return set()
         names = {p.name for layer in layers + self.vision_layers() for p in layer.get_parameters()
                  if not is_state(p.name)}

@@ -35,7 +35,7 @@ _bmm_t = ops.BatchMatMul(transpose_b=True)
 
 def route(h, gate_w, top_k, scaling):
     """h [T, H] -> (weights [T, k] fp32, expert ids [T, k] int32): softmax over all experts in fp32, top-k."""
-    logits = F.linear(h.astype(ms.float32), gate_w.astype(ms.float32))
+    logits = F.linear(h.astype(ms.float32), K.widen(gate_w, ms.float32))  # a bf16-resident router widened
     scores = ops.softmax(logits, -1)
     weights, ids = ops.topk(scores, top_k)
     return weights * scaling, ids.astype(ms.int32)
@@ -76,9 +76,9 @@ class MoE(nn.Cell):
         if self.dense:
             return (self.dense_experts(h, weights, ids) + self.shared_experts(h)).reshape(shape)
         flat = ids.reshape(-1)
-        gw = ops.gather(self.experts.gate_proj, flat, 0)  # [T*k, I, H]
-        uw = ops.gather(self.experts.up_proj, flat, 0)
-        dw = ops.gather(self.experts.down_proj, flat, 0)  # [T*k, H, I]
+        gw = K.expert_rows(self.experts.gate_proj, flat, h.dtype)  # [T*k, I, H]
+        uw = K.expert_rows(self.experts.up_proj, flat, h.dtype)
+        dw = K.expert_rows(self.experts.down_proj, flat, h.dtype)  # [T*k, H, I]
         xr = ops.broadcast_to(h[:, None, None, :], (t, self.top_k, 1, shape[-1])).reshape(t * self.top_k, 1, -1)
         mid = self.act(_bmm_t(xr, gw)) * _bmm_t(xr, uw)  # [T*k, 1, I]
         y = _bmm_t(mid, dw).reshape(t, self.top_k, -1)  # [T*k, 1, H]
@@ -104,4 +104,4 @@ class MoE(nn.Cell):
             F.linear(h, self.experts.up_proj.reshape(-1, hidden))  # [T, E*I]
         w = (ops.one_hot(ids, num, ops.ones((), ms.float32), ops.zeros((), ms.float32)) * weights[:, :, None]).sum(1)
         mid = mid.reshape(h.shape[0], num, inter) * w.astype(mid.dtype)[..., None]  # [T, E, I]
-        return _bmm_t(mid.transpose(1, 0, 2), self.experts.down_proj).sum(0)  # [E, T, H] -> [T, H]
+        return _bmm_t(mid.transpose(1, 0, 2), K.widen(self.experts.down_proj, mid.dtype)).sum(0)  # [E, T, H] -> [T, H]

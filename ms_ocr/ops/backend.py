@@ -162,7 +162,7 @@ def native_ops(kernels):
 
 
 def _gather_rows_shape(table, ids):
-    return list(ids) + [table[1]]
+    return list(ids) + list(table[1:])
 
 
 def bf16_ops(kernels):

@@ -38,6 +38,15 @@ def embedding_rows(table, ids):
     return ops.gather(table, ids, 0)
 
 
+def expert_rows(stack, ids, dtype):
+    """stack [E, ...] at ids [n] -> [n, ...] in `dtype`: a bf16 stack kept in bf16 on the CPU (fp32 compute) through
+    the native GatherRows, widened exactly as it is read (MindSpore's CPU Gather has no bfloat16 kernel); any other
+    through Gather."""
+    if stack.dtype == ms.bfloat16 and dtype == ms.float32 and backend.NATIVE_GATHER_ROWS is not None:
+        return backend.NATIVE_GATHER_ROWS(stack, ids)
+    return widen(ops.gather(stack, ids, 0), dtype)
+
+
 def widen(w, dtype):
     """w in `dtype`: a bf16 weight widened to fp32 by the native WidenBf16 where the library is loaded (exact, as
     Cast; MindSpore's CPU Cast from bf16 is ~12x slower), anything else by astype (a no-op when w is `dtype`)."""

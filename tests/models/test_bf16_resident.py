@@ -1,7 +1,8 @@
 """A bf16 checkpoint on the CPU keeps its text and ViT-layer weights in bf16 (device.bf16_resident: the native
 decode kernels read them as bf16, the prefill and vision graphs widen them per layer) and computes bit for bit what the fp32 path computes
 on the same checkpoint: image features, prefill logits and greedy decode logits, one sequence and a batch, for
-PaddleOCR-VL and HunyuanOCR (tiny bf16 checkpoints)."""
+PaddleOCR-VL, HunyuanOCR and DeepSeek-OCR-2 (tiny bf16 checkpoints; DeepSeek's MoE layers keep router, stacked
+experts and shared experts in bf16, widened next to each product; its vision weights stay fp32)."""
 
 import numpy as np
 import pytest
@@ -24,6 +25,12 @@ def _image(seed):
 
 
 def _models(request):
+    if request.param == "deepseek-ocr2":
+        from ms_ocr.models import deepseek_ocr2
+        from tests.helpers.tiny_deepseek import make_tiny_checkpoint
+        folder = make_tiny_checkpoint(str(request.getfixturevalue("tmp_path_factory").mktemp("ds2_bf16")),
+                                      dtype="bfloat16")
+        return deepseek_ocr2, folder, deepseek_ocr2.TASK_PROMPTS["ocr"]
     if request.param == "paddleocr-vl":
         from ms_ocr.models import paddleocr_vl
         return paddleocr_vl, request.getfixturevalue("tiny_checkpoint")("hub", "json", "bfloat16", "100KB"), "OCR:"
@@ -38,7 +45,7 @@ def _load_pair(request):
     return package.load(folder, "CPU", "auto", buckets), package.load(folder, "CPU", "fp32", buckets), prompt
 
 
-@pytest.fixture(scope="module", params=["paddleocr-vl", "hunyuan-ocr"])
+@pytest.fixture(scope="module", params=["paddleocr-vl", "hunyuan-ocr", "deepseek-ocr2"])
 def pair(request, graph_mode):
     """(bf16-resident pipeline, fp32 pipeline, prompt, the fixture request) of one tiny bf16 checkpoint."""
     return (*_load_pair(request), request)
@@ -68,8 +75,14 @@ def test_weights_stay_bf16_where_the_kernels_read_them(pair):
     params = {p.name: p for p in model.get_parameters()}
     assert names and model.widen_embeddings
     assert "model.layers.0.self_attn.q_proj.weight" in names and "model.embed_tokens.weight" in names
-    vision = {p.name for p in model.vision_layers()[0].get_parameters()}
-    assert vision and vision <= names  # the ViT layers' weights too (widened once per layer as they run)
+    if pair[3].param == "deepseek-ocr2":  # MoE layers: router, stacked experts, shared experts; no ViT layers
+        moe = [layer for layer in model.text_layers() if layer.moe]
+        assert moe and all({p.name for p in layer.get_parameters() if not p.name.endswith("_cache")} <= names
+                           for layer in moe)
+        assert moe[0].mlp.experts.gate_proj.dtype == ms.bfloat16 and moe[0].mlp.gate.weight.dtype == ms.bfloat16
+    else:
+        vision = {p.name for p in model.vision_layers()[0].get_parameters()}
+        assert vision and vision <= names  # the ViT layers' weights too (widened once per layer as they run)
     for name, p in params.items():
         if name.endswith("_cache"):
             continue
@@ -94,9 +107,11 @@ def test_one_sequence_bit_identical_to_fp32(pair, native_head, monkeypatch):
     want = _greedy(fp, prep, feats_fp)
     before = kernels.decode_layer_calls, kernels.matmul_t_calls
     got = _greedy(bf, prep, feats_bf)
-    layers = len(bf.runtime.model.text_layers())
-    assert kernels.decode_layer_calls - before[0] == STEPS * layers  # decode ran the bf16 kernel
-    if native_head:
+    layers = len([layer for layer in bf.runtime.model.text_layers() if not layer.moe])
+    assert layers and kernels.decode_layer_calls - before[0] == STEPS * layers  # decode ran the bf16 kernel
+    if native_head and pair[3].param == "deepseek-ocr2":  # every product of <= 8 rows: experts and attention too
+        assert kernels.matmul_t_calls - before[1] > STEPS + 1
+    elif native_head:
         assert kernels.matmul_t_calls - before[1] == STEPS + 1  # the head of prefill and of every decode step
     for i, (g, w) in enumerate(zip(got, want)):
         assert _same(g, w), f"step {i}"

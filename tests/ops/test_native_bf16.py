@@ -97,6 +97,11 @@ def test_gather_rows_and_widen_at_every_isa_level(graph_cpu, isa_kernels):
     for id_dtype in (np.int32, np.int64):
         got = _Call(gather)(Tensor(table).astype(ms.bfloat16), Tensor(ids.astype(id_dtype)))
         assert got.dtype == ms.float32 and np.array_equal(_bits(got), want.view(np.uint32))
+    stack = round_to_bf16(rng.standard_normal((6, 5, 7)))  # an expert stack [E, I, H]: a row is [I, H]
+    picked = np.array([4, 0, 4, 9], np.int32)
+    want = np.where((picked < 6)[:, None, None], stack[np.minimum(picked, 5)], 0.0).astype(np.float32)
+    got = _Call(gather)(Tensor(stack).astype(ms.bfloat16), Tensor(picked))
+    assert got.shape == (4, 5, 7) and np.array_equal(_bits(got), want.view(np.uint32))
     x = round_to_bf16(rng.standard_normal((3, 70001)))  # several chunks of the parallel loop and a tail
     got = _Call(widen)(Tensor(x).astype(ms.bfloat16))
     assert got.dtype == ms.float32 and np.array_equal(_bits(got), x.view(np.uint32))

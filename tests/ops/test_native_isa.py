@@ -60,6 +60,11 @@ def _bf16_pairs():
     ids = np.array([[3, 0, 49], [7, 7, 60]], np.int32)  # 60: out of range, a zero row
     want = np.where((ids < 50)[..., None], table[np.minimum(ids, 49)], 0.0)
     pairs.append(("gather_rows_bf16", "GatherRows", [table, ids], [bf16_bits(table), ids], [want.shape], [want], 0.0))
+    stack = round_to_bf16(rng.standard_normal((6, 5, 7)))  # an expert stack [E, I, H]: a row is [I, H]
+    picked = np.array([4, 0, 4, 9], np.int32)
+    want = np.where((picked < 6)[:, None, None], stack[np.minimum(picked, 5)], 0.0)
+    pairs.append(("gather_rows_bf16_stack", "GatherRows", [stack, picked], [bf16_bits(stack), picked], [want.shape],
+                  [want], 0.0))
     x = round_to_bf16(rng.standard_normal((3, 70001)))  # several chunks of the parallel loop and a tail
     pairs.append(("widen_bf16", "WidenBf16", None, [bf16_bits(x)], [x.shape], [x], 0.0))
     return pairs

@@ -675,14 +675,17 @@ int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const c
   return 0;
 }
 
-// GatherRows: rows ids of a table, widened to fp32: table [V, H] (bfloat16 or fp32), ids (any shape, int32 or
-// int64) -> out [ids..., H] fp32. The embedding lookup of a bf16 table kept in bf16 (MindSpore's CPU Gather has no
-// bfloat16 kernel); an id outside [0, V) gives a zero row.
+// GatherRows: rows ids of a table, widened to fp32: table [V, ...] (bfloat16 or fp32; a row is everything after
+// the first axis), ids (any shape, int32 or int64) -> out [ids..., ...] fp32. The embedding lookup of a bf16 table
+// kept in bf16 (MindSpore's CPU Gather has no bfloat16 kernel), and the selected experts of a bf16 expert stack
+// [E, I, H]; an id outside [0, V) gives a zero row.
 int GatherRows(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
                void* extra) {
   (void)stream; (void)extra;
-  if (nparam != 3 || ndims[0] != 2) return 1;
-  const int64_t v = shapes[0][0], h = shapes[0][1];
+  if (nparam != 3 || ndims[0] < 2) return 1;
+  const int64_t v = shapes[0][0];
+  int64_t h = 1;
+  for (int i = 1; i < ndims[0]; ++i) h *= shapes[0][i];
   int64_t n = 1;
   for (int i = 0; i < ndims[1]; ++i) n *= shapes[1][i];
   const bool wide_ids = dtypes[1] != nullptr && std::strcmp(dtypes[1], "int64") == 0;
