@@ -15,14 +15,20 @@ _mm = ops.MatMul(transpose_b=True)
 # only a long product amortises handing work over.
 NATIVE_MAX_ROWS = 8
 NATIVE_MIN_WEIGHT = 1 << 25
+# A bf16 weight (kept bf16 on the CPU) has no MatMul of its own: the alternative to the native kernel is a widened
+# fp32 copy written and read back per call. From this size on the native kernel serves it (DeepSeek-OCR-2's
+# 896 x 1,280 experts and 1,280 x 1,280 attention projections: decode 215 -> see docs/native-kernels.md); below it
+# (the tiny test models) the widened copy, bit-identical to the fp32 path's MatMul.
+NATIVE_MIN_WEIGHT_BF16 = 1 << 20
 
 
 def matmul_t(x, w):
     """x [M, K] times w [N, K] transposed: [M, N]. An fp32 x against a bf16 w (a bf16 checkpoint kept in bf16 on
     the CPU) is computed in fp32 on the weight widened exactly: by the native kernel where it serves (widening in
     registers, bit-identical to the widened weight's product), else by MatMul over a widened copy."""
+    least = NATIVE_MIN_WEIGHT_BF16 if w.dtype == ms.bfloat16 else NATIVE_MIN_WEIGHT
     if (backend.NATIVE_MATMUL_T is not None and x.shape[0] <= NATIVE_MAX_ROWS
-            and w.shape[0] * w.shape[1] >= NATIVE_MIN_WEIGHT and x.dtype == ms.float32
+            and w.shape[0] * w.shape[1] >= least and x.dtype == ms.float32
             and w.dtype in (ms.float32, ms.bfloat16)):
         return backend.NATIVE_MATMUL_T(x, w)
     if x.dtype == ms.float32 and w.dtype == ms.bfloat16:

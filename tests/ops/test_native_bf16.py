@@ -84,6 +84,18 @@ def test_matmul_t_routes_bf16_weights(graph_cpu, all_routes):
     assert kernels.matmul_t_calls == before + 2  # the fp32 call above only
     ref = x.astype(np.float64) @ w[:64].astype(np.float64).T
     assert out.dtype == ms.float32 and np.abs(out.asnumpy() - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max())
+    # from NATIVE_MIN_WEIGHT_BF16 on (below the fp32 threshold) a bf16 weight goes to the kernel, an fp32 one of
+    # the same size to MatMul: the same products in another summation order, within 1e-6 of max|y|
+    mid = linear.NATIVE_MIN_WEIGHT_BF16 // 256
+    assert mid * 256 < linear.NATIVE_MIN_WEIGHT
+    got = f(Tensor(x), Tensor(w[:mid]).astype(ms.bfloat16))
+    assert kernels.matmul_t_calls == before + 3
+    want = f(Tensor(x), Tensor(w[:mid])).asnumpy()
+    assert kernels.matmul_t_calls == before + 3
+    assert np.abs(got.asnumpy() - want).max() <= 1e-6 * np.abs(want).max()
+    below = f(Tensor(x), Tensor(w[:mid - 1]).astype(ms.bfloat16))
+    assert kernels.matmul_t_calls == before + 3  # below it: MatMul over the widened copy, as fp32 computes
+    assert np.array_equal(_bits(below), _bits(f(Tensor(x), Tensor(w[:mid - 1]))))
 
 
 @needs_compiler
