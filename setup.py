@@ -15,7 +15,8 @@ setup(
     version="0.2.0",
     description="MindSpore-native inference for open OCR vision-language models (PaddleOCR-VL, ...)",
     packages=find_packages(include=["ms_ocr", "ms_ocr.*"]),
-    package_data={"ms_ocr.ops.native": ["kernels.cc"]},  # compiled on first use (ms_ocr/ops/native)
+    # kernels.cc is compiled on first use (ms_ocr/ops/native); the demo checkpoint is the no-weights fallback
+    package_data={"ms_ocr.ops.native": ["kernels.cc"], "ms_ocr": ["demo/README.md", "demo/paddleocr_vl/*"]},
     python_requires=">=3.9",
     install_requires=reqs("requirements.txt"),
     extras_require={"test": reqs("requirements-test.txt"), "download": ["huggingface_hub"]},
