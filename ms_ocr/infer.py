@@ -156,11 +156,9 @@ def save_dump(folder, paths, step_logits, token_ids):
     import numpy as np
 
     from ms_ocr.batch.names import path_name
-    out = os.path.join(folder, ",".join(path_name(p) for p in paths))
-    os.makedirs(out, exist_ok=True)
-    np.save(os.path.join(out, "logits.npy"), np.stack(step_logits).astype(np.float32))
-    np.save(os.path.join(out, "token_ids.npy"), np.asarray(token_ids, np.int64))
-    return out
+    from ms_ocr.batch.results import write_dump
+    return write_dump(os.path.join(folder, ",".join(path_name(p) for p in paths)),
+                      np.stack(step_logits).astype(np.float32), np.asarray(token_ids, np.int64))
 
 
 def _use_demo(args):
@@ -241,7 +239,7 @@ def run(argv):
         printer = StreamPrinter(pipe.processor.tokenizer, pipe.eos_ids) if args.stream and not args.json else None
         if printer and len(groups) > 1:
             print(f"== {display(name)} ==", flush=True)
-        step_logits = [] if args.dump else None
+        step_logits = []
         result = pipe.run([img for _, img in group], prompt, sampling, on_token=printer, task=task,
                           on_logits=step_logits.append if args.dump else None)
         if args.dump:

@@ -194,13 +194,18 @@ def item_name(item):
     return path_name(item.source) + item.key[len(item.source):].replace("/", "+")
 
 
+def write_dump(d, logits, token_ids):
+    """A precision dump in folder d (made if missing): logits.npy [steps, V] and token_ids.npy [steps], the format
+    scripts/compare_dumps.py reads; returns d."""
+    os.makedirs(d, exist_ok=True)
+    np.save(os.path.join(d, "logits.npy"), logits)
+    np.save(os.path.join(d, "token_ids.npy"), token_ids)
+    return d
+
+
 def save_dump(out_dir, item, dump):
     """Per-step logits [steps, V] (float32) and the chosen token ids of one input, as .npy."""
-    d = os.path.join(out_dir, "dumps", item_name(item))
-    os.makedirs(d, exist_ok=True)
-    np.save(os.path.join(d, "logits.npy"), dump["logits"])
-    np.save(os.path.join(d, "token_ids.npy"), dump["token_ids"])
-    return d
+    return write_dump(os.path.join(out_dir, "dumps", item_name(item)), dump["logits"], dump["token_ids"])
 
 
 def shard_files(out_dir):
