@@ -161,11 +161,10 @@ def decoder_attention_decode(x, cos, sin, mask, k_cache, v_cache, weights, heads
     """The attention half of a decoder layer for one new token per sequence over a cache it only reads
     (k_cache, v_cache [B, Hkv, T, D]; see ops.attention_with_new): weights = attention-in group + (o_proj,
     post_attention_layernorm). Returns x + attention, its post_attention_layernorm, and the token's k, v
-    [B, Hkv, 1, D] for the host to store. bf16-resident weights: the norms widened here, the projections by
-    `linear` (ops.linear.matmul_t: the native kernel reads large ones as bf16, small ones are widened)."""
+    [B, Hkv, 1, D] for the host to store. bf16-resident weights: the vectors (the norms) widened here, the
+    matrices by `linear` (ops.linear.matmul_t: the native kernel reads large ones as bf16, small ones are widened)."""
     n_in = len(weights) - 2
-    norms = (0, n_in + 1) + ((4, 5) if n_in == 6 else ())
-    weights = tuple(K.widen(w, x.dtype) if i in norms else w for i, w in enumerate(weights))
+    weights = tuple(K.widen(w, x.dtype) if len(w.shape) == 1 else w for w in weights)
     q, k, v = decoder_attention_in(x, cos, sin, weights[:n_in], heads, kv_heads, dim, eps, paired)
     x = x + linear(merge_heads(K.attention_with_new(q, k_cache, v_cache, k, v, mask, dim ** -0.5)), weights[n_in])
     return x, K.rms_norm(x, weights[n_in + 1], eps), k, v

@@ -1,5 +1,6 @@
 """scripts/train_demo.py end to end at toy size: a run writes the hub-layout checkpoint and its log, and --init
-starts a second stage from exactly the first stage's weights (at learning rate 0 it writes them back unchanged)."""
+starts a second stage from exactly the first stage's weights (at learning rate 0 it writes them back unchanged).
+The first stage trains under bf16 autocast, the second in fp32: both compute paths run on every CPU."""
 
 import json
 import os
@@ -27,13 +28,13 @@ def test_second_stage_starts_from_the_first_stages_weights(tmp_path):
     small = ["--steps", "2", "--batch", "2", "--eval-lines", "2", "--eval-every", "0", "--threads", "2",
              "--curriculum", "0"]
     first, second = str(tmp_path / "first"), str(tmp_path / "second")
-    train_demo.main(["--out", first, "--lr", "1e-2", "--warmup", "1", *small])
+    train_demo.main(["--out", first, "--lr", "1e-2", "--warmup", "1", "--precision", "bf16", *small])
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "preprocessor_config.json",
                  "training.json", "training.png"):
         assert os.path.isfile(os.path.join(first, name)), name
     # the first stage runs data-parallel over two processes (the default), the second in this one
     train_demo.main(["--out", second, "--init", first, "--lr", "0", "--aux", "0", "--margin", "1", "--seed", "5",
-                     "--procs", "1", *small])
+                     "--procs", "1", "--precision", "fp32", *small])
     # another seed: without the load, the second stage would write a different random initialisation
     a, b = _weights(first), _weights(second)
     assert sorted(a) == sorted(b) and len(a) > 50
@@ -41,5 +42,6 @@ def test_second_stage_starts_from_the_first_stages_weights(tmp_path):
     assert not changed, changed[:5]
     with open(os.path.join(second, "training.json")) as f:
         log = json.load(f)
+    assert log["config"]["precision"] == "fp32" and log["init_log"]["config"]["precision"] == "bf16"
     assert log["config"]["init"] == first and log["init_log"]["steps_done"] == 2 and log["steps_done"] == 2
     assert set(log["eval"][-1]) == {"step", "seconds", "train_fonts", "unseen_font", "train_fonts_margin"}
