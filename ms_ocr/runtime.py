@@ -32,6 +32,12 @@ EXPERT_ROWS = 32
 # holds its compiled graphs and activation memory: ~0.5 GB per PaddleOCR-VL page size of ~1,000 patches, ~0.3
 # GB per 128-token prefill bucket). A freed shape that comes back compiles again (~3 s vision, ~5 s prefill).
 KEEP_GRAPHS_REQUESTS = 2
+# ... except that idle graphs whose per-call inputs (Parameters not counted: they are resident anyway) sum to
+# at most this many bytes stay compiled, the most recently used first. A page's graphs exceed it on their own
+# (PaddleOCR-VL at ~1,000 patches: the block step's keys and values alone are ~9 MB), so pages are freed as
+# before; small images of a few recurring sizes - line crops, the demo model - no longer recompile whenever a
+# size comes back after two others (the demo's 150 gate lines in 3 sizes: ~60 recompiles of ~1.8 s each).
+IDLE_GRAPH_BYTES = 8 << 20
 # Prompt rows per prefill attention call; block i attends keys [0, (i+1)*chunk) only, skipping the masked
 # upper triangle of the causal scores.
 PREFILL_ATTENTION_CHUNK = 256
@@ -91,18 +97,20 @@ class CompileTimer:
     (peak 6.27) with vision and prefill evictable and keep_requests 2, against 4.82, 5.74, 6.19, 6.72, 7.28
     while every shape stayed."""
 
-    def __init__(self, evictable=(), keep_requests=KEEP_GRAPHS_REQUESTS):
+    def __init__(self, evictable=(), keep_requests=KEEP_GRAPHS_REQUESTS, idle_bytes=IDLE_GRAPH_BYTES):
         self.seconds = {}
         self._phases = {}
         self.evictable = frozenset(evictable)
         self.keep_requests = keep_requests
+        self.idle_bytes = idle_bytes
         self.requests = 0
-        self._used = {}  # key of an evictable group -> (request count at its last call, cell)
+        self._used = {}  # key of an evictable group -> (request count at its last call, cell, input bytes)
 
     def call(self, name, cell, *args):
         key = (name, id(cell)) + tuple((tuple(a.shape), str(a.dtype)) for a in args)
         if name in self.evictable:
-            self._used[key] = (self.requests, cell)
+            known = self._used.get(key)
+            self._used[key] = (self.requests, cell, known[2] if known else _input_bytes(args))
         known = self._phases.get(key)
         if known is _NO_FAST_PATH:
             return cell(*args)
@@ -125,13 +133,22 @@ class CompileTimer:
     def next_request(self):
         """Count a request and free the graphs of evictable groups that the last `keep_requests` requests did
         not use: their compiled code and activation memory (MindSpore keeps both for the life of the process
-        otherwise). A freed shape compiles again if it comes back. Returns how many graphs were freed."""
+        otherwise), except the most recently used of them while their input bytes sum to at most `idle_bytes`.
+        A freed shape compiles again if it comes back. Returns how many graphs were freed."""
         self.requests += 1
         executor = getattr(_cell_module, "_cell_graph_executor", None)
         if executor is None or not hasattr(executor, "del_net_res"):
             return 0
-        return sum(self._free(executor, key, cell) for key, (last, cell) in list(self._used.items())
-                   if self.requests - last > self.keep_requests)
+        idle = [(key, last, cell, nbytes) for key, (last, cell, nbytes) in self._used.items()
+                if self.requests - last > self.keep_requests]
+        idle.sort(key=lambda item: -item[1])  # most recently used first (stable: call order among equals)
+        freed, kept = 0, 0
+        for key, _, cell, nbytes in idle:
+            if kept + nbytes <= self.idle_bytes:
+                kept += nbytes
+            else:
+                freed += self._free(executor, key, cell)
+        return freed
 
     def free_group(self, name):
         """Free every graph of evictable group `name` now, whatever the requests (see next_request). Returns how
@@ -139,7 +156,7 @@ class CompileTimer:
         executor = getattr(_cell_module, "_cell_graph_executor", None)
         if executor is None or not hasattr(executor, "del_net_res"):
             return 0
-        return sum(self._free(executor, key, cell) for key, (_, cell) in list(self._used.items()) if key[0] == name)
+        return sum(self._free(executor, key, cell) for key, (_, cell, _) in list(self._used.items()) if key[0] == name)
 
     def _free(self, executor, key, cell):
         del self._used[key]
@@ -153,6 +170,12 @@ class CompileTimer:
 
 
 _NO_FAST_PATH = "no fast path"
+
+
+def _input_bytes(args):
+    """Bytes of a graph call's per-call inputs: every Tensor argument but Parameters (resident weights)."""
+    return sum(int(np.prod(a.shape)) * a.itemsize for a in args
+               if isinstance(a, Tensor) and not isinstance(a, ms.Parameter))
 
 
 def _compiled_phase(cell, executor):

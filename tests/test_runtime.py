@@ -82,7 +82,7 @@ def test_next_request_frees_graphs_the_last_requests_did_not_use(graph_mode):
     (and its memory); they compile again, with the same results, if they come back. Other groups stay."""
     from mindspore.nn import cell as cell_module
     executor = cell_module._cell_graph_executor
-    timer, cell, kept = CompileTimer(evictable=("vision",), keep_requests=1), _Affine(), _Affine()
+    timer, cell, kept = CompileTimer(evictable=("vision",), keep_requests=1, idle_bytes=0), _Affine(), _Affine()
     w = np.array([2.0, -1.0, 0.5], np.float32)
     b = Tensor(np.zeros(3, np.float32))
     a, a_rows = Tensor(np.ones((2, 3), np.float32)), np.ones((2, 3), np.float32) * w
@@ -101,3 +101,38 @@ def test_next_request_frees_graphs_the_last_requests_did_not_use(graph_mode):
     assert timer.next_request() == 1  # (5, 3): unused by the last request and the one before
     assert timer.next_request() == 1 and len(timer._phases) == 1  # (2, 3) in turn; decode stays
     np.testing.assert_array_equal(timer.call("decode", kept, a, b)[0].asnumpy(), a_rows)
+
+
+def test_idle_graphs_within_the_byte_budget_stay_compiled(graph_mode):
+    """Small shapes that recur after others keep their graphs (most recently used first, up to idle_bytes of
+    per-call inputs, Parameters not counted); beyond the budget the least recently used idle shape is freed.
+    Regression: with three line sizes in turn, every size came back after two others and compiled again (the
+    demo gate's 150 lines took 160 s through the CLI instead of 30 s)."""
+    from mindspore.nn import cell as cell_module
+    executor = cell_module._cell_graph_executor
+    b = Tensor(np.zeros(3, np.float32))  # 12 bytes; each x below adds rows * 12
+    x = {rows: Tensor(np.ones((rows, 3), np.float32)) for rows in (2, 3, 4)}
+    timer, cell = CompileTimer(evictable=("vision",), keep_requests=1, idle_bytes=(3 + 4) * 12 + 2 * 12), _Affine()
+    for rows in (2, 3, 4):
+        timer.call("vision", cell, x[rows], b)
+        timer.next_request()
+    assert timer._used[("vision", id(cell), ((2, 3), "Float32"), ((3,), "Float32"))][2] == 2 * 12 + 12
+    phases = {rows: timer._phases[("vision", id(cell), ((rows, 3), "Float32"), ((3,), "Float32"))][0]
+              for rows in (2, 3, 4)}
+    assert all(executor.has_compiled(p) for p in phases.values())  # 3 shapes, 2 idle: 36 + 48 bytes <= 108
+    seconds = timer.seconds["vision"]
+    for rows in (2, 3, 2, 4):  # recurring sizes: no compile
+        timer.call("vision", cell, x[rows], b)
+        timer.next_request()
+    assert timer.seconds["vision"] == seconds
+    big = Tensor(np.ones((6, 3), np.float32))  # 84 bytes with b
+    timer.call("vision", cell, big, b)
+    # idle now (unused by the last request): 4 (48 bytes), 2 (36), 3 (48), most recent first: 3 no longer fits
+    assert timer.next_request() == 1
+    assert not executor.has_compiled(phases[3]) and executor.has_compiled(phases[2])
+    timer.call("vision", cell, x[4], b)
+    assert timer.next_request() == 1  # idle: the 6-row shape (84) first, then 2 (36) no longer fits
+    assert not executor.has_compiled(phases[2]) and executor.has_compiled(phases[4])
+    np.testing.assert_array_equal(timer.call("vision", cell, x[3], b)[0].asnumpy(),
+                                  np.ones((3, 3), np.float32) * np.array([2.0, -1.0, 0.5], np.float32))
+    assert timer.seconds["vision"] > seconds  # a freed shape compiles again
