@@ -213,14 +213,23 @@ inline void dots_strided(const float* q, int64_t count, const float* k, int64_t 
 // y[m, o] = sum_i x[m, i] W[o, i] for rows o in [o0, o1): R weight rows at a time against all M (<= 8)
 // activation rows. Memory bound: each weight row is read once, and R concurrent row streams keep more
 // reads in flight than the hardware prefetcher alone (measured with AVX-512: 2 rows ~29 GB/s, 8 rows ~41 GB/s).
+// While a block is multiplied, the next block of the range (R rows, contiguous) is prefetched into L2, a
+// share of its cache lines per step: the layers' rows of 1,024 (2 KB in bf16) end before the hardware
+// prefetcher has ramped up on each (docs/native-kernels.md, "Prefetching the next block").
 // W: float or bf16 (widened as loaded; the same arithmetic in the same order, so the same result as its fp32 copy).
 template <int M, int R, typename W>
 int64_t gemv_block(const float* x, const W* w, float* y, int64_t out, int64_t in, int64_t o, int64_t o1) {
   const int64_t full = in - in % kVL;
+  constexpr int64_t kLines = (R * kVL * static_cast<int64_t>(sizeof(W)) + 63) / 64;  // next block's lines per step
+  const char* const end = reinterpret_cast<const char*>(w + o1 * in);
   for (; o + R <= o1; o += R) {
     const W* w0 = w + o * in;
+    const char* next = reinterpret_cast<const char*>(w0 + R * in);
     vf acc[R][M] = {};
     for (int64_t i = 0; i < full; i += kVL) {
+      if (R > 1)
+        for (int64_t l = 0; l < kLines; ++l, next += 64)
+          if (next < end) __builtin_prefetch(next, 0, 1);
       vf xv[M];
       for (int m = 0; m < M; ++m) xv[m] = vload(x + m * in + i);
       for (int r = 0; r < R; ++r) {
