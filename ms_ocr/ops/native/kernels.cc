@@ -221,15 +221,16 @@ template <int M, int R, typename W>
 int64_t gemv_block(const float* x, const W* w, float* y, int64_t out, int64_t in, int64_t o, int64_t o1) {
   const int64_t full = in - in % kVL;
   constexpr int64_t kLines = (R * kVL * static_cast<int64_t>(sizeof(W)) + 63) / 64;  // next block's lines per step
-  const char* const end = reinterpret_cast<const char*>(w + o1 * in);
+  // addresses as integers: the last block's "next block" lies past the weight, where no pointer may point
+  const uintptr_t end = reinterpret_cast<uintptr_t>(w + o1 * in);
   for (; o + R <= o1; o += R) {
     const W* w0 = w + o * in;
-    const char* next = reinterpret_cast<const char*>(w0 + R * in);
+    uintptr_t next = reinterpret_cast<uintptr_t>(w0) + R * in * sizeof(W);
     vf acc[R][M] = {};
     for (int64_t i = 0; i < full; i += kVL) {
       if (R > 1)
         for (int64_t l = 0; l < kLines; ++l, next += 64)
-          if (next < end) __builtin_prefetch(next, 0, 1);
+          if (next < end) __builtin_prefetch(reinterpret_cast<const void*>(next), 0, 1);
       vf xv[M];
       for (int m = 0; m < M; ++m) xv[m] = vload(x + m * in + i);
       for (int r = 0; r < R; ++r) {
