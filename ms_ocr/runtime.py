@@ -92,8 +92,8 @@ class CompileTimer:
     compile. If this MindSpore lacks those internals, every call goes through Cell.__call__ as before.
 
     Every compiled shape keeps its graph and its activation memory until it is freed. Groups named in
-    `evictable` are freed by next_request() once `keep_requests` requests have not used them, but for the most
-    recently used of those whose per-call inputs fit in `idle_bytes`. PaddleOCR-VL at
+    `evictable` are freed by next_request() once `keep_requests` requests have not used them, except the most
+    recently used of them while their per-call inputs sum to at most `idle_bytes`. PaddleOCR-VL at
     real size over five page sizes of ~1,000 patches: RSS after each prefill 4.82, 5.74, 5.91, 5.95, 5.87 GB
     (peak 6.27) with vision and prefill evictable and keep_requests 2, against 4.82, 5.74, 6.19, 6.72, 7.28
     while every shape stayed."""
