@@ -136,3 +136,20 @@ def test_widen_routes(graph_cpu):
         assert np.array_equal(_bits(_Call(_widen_fp32)(xb)), x.view(np.uint32))
     xf = Tensor(x)
     assert np.array_equal(_bits(_Call(_widen_fp32)(xf)), x.view(np.uint32))
+
+
+@needs_compiler
+def test_matmul_t_rows_equal_one_row_products_at_every_isa_level(graph_cpu, isa_kernels):
+    """A product of M activation rows (a batch engine's decode step) gives each row bit for bit what that row alone
+    gives, for every M the kernel takes (each level sizes its blocks per M; more than 6 rows run as two passes),
+    with fp32 and bf16 weights, widths with and without a vector tail, more weight rows than one thread's range:
+    a sequence's tokens do not depend on how many others decode beside it."""
+    op = backend.native_ops(isa_kernels)[0]
+    rng = np.random.default_rng(11)
+    for n, k in [(1030, 1024), (389, 1000), (7, 37)]:
+        x8, w = rng.standard_normal((8, k)).astype(np.float32), round_to_bf16(rng.standard_normal((n, k)))
+        for weight in (Tensor(w), Tensor(w).astype(ms.bfloat16)):
+            alone = np.concatenate([_bits(_Call(op)(Tensor(x8[i:i + 1]), weight)) for i in range(8)])
+            for m in range(2, 9):
+                got = _bits(_Call(op)(Tensor(x8[:m]), weight))
+                assert np.array_equal(got, alone[:m]), (isa_kernels.isa_level, n, k, m, weight.dtype)

@@ -94,6 +94,19 @@ inline float to_float(bf16 b) {
   return f;
 }
 inline void vstore(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
+// makes the compiler hold v in a vector register from here on (an empty asm that "changes" it), so that it
+// cannot fold the load that produced v into each instruction using it
+inline void in_register(vf& v) {
+#if defined(__x86_64__) && defined(__AVX512F__)
+  __asm__("" : "+v"(v));
+#elif defined(__x86_64__) && defined(__SSE2__)
+  __asm__("" : "+x"(v));
+#elif defined(__aarch64__)
+  __asm__("" : "+w"(v));
+#else
+  (void)v;
+#endif
+}
 // a * b + c with one rounding, spelled as the ISA's FMA: contraction alone is not enough where results must
 // not depend on the build's -mtune (GCC's Zen tuning splits an FMA whose accumulator is a loop's only
 // dependency chain into a multiply and an add, so the same loop over fp32 and bf16 weights rounded differently)
@@ -217,6 +230,11 @@ inline void dots_strided(const float* q, int64_t count, const float* k, int64_t 
 // share of its cache lines per step: the layers' rows of 1,024 (2 KB in bf16) end before the hardware
 // prefetcher has ramped up on each (docs/native-kernels.md, "Prefetching the next block").
 // W: float or bf16 (widened as loaded; the same arithmetic in the same order, so the same result as its fp32 copy).
+// With several activation rows the R weight vectors of a step are loaded first and each row's activation vector
+// once, held in a register for its R products (in_register): left to itself GCC folds the activation loads into
+// the FMAs, one load per product, and the loads, not the FMAs, bound the loop (8 rows: 24 loads per 24 FMAs;
+// ~75 GFLOP/s against ~130-200 with the loads hoisted, docs/native-kernels.md "Several rows"). Each output's
+// products and sums are the same, in the same order, whatever M and R: bit-identical to the one-row kernel.
 template <int M, int R, typename W>
 int64_t gemv_block(const float* x, const W* w, float* y, int64_t out, int64_t in, int64_t o, int64_t o1) {
   const int64_t full = in - in % kVL;
@@ -231,11 +249,17 @@ int64_t gemv_block(const float* x, const W* w, float* y, int64_t out, int64_t in
       if (R > 1)
         for (int64_t l = 0; l < kLines; ++l, next += 64)
           if (next < end) __builtin_prefetch(reinterpret_cast<const void*>(next), 0, 1);
-      vf xv[M];
-      for (int m = 0; m < M; ++m) xv[m] = vload(x + m * in + i);
-      for (int r = 0; r < R; ++r) {
-        const vf wv = vload(w0 + r * in + i);
-        for (int m = 0; m < M; ++m) acc[r][m] = vfma(wv, xv[m], acc[r][m]);
+      if constexpr (M == 1) {
+        const vf xv = vload(x + i);
+        for (int r = 0; r < R; ++r) acc[r][0] = vfma(vload(w0 + r * in + i), xv, acc[r][0]);
+      } else {
+        vf wv[R];
+        for (int r = 0; r < R; ++r) wv[r] = vload(w0 + r * in + i);
+        for (int m = 0; m < M; ++m) {
+          vf xv = vload(x + m * in + i);
+          in_register(xv);
+          for (int r = 0; r < R; ++r) acc[r][m] = vfma(wv[r], xv, acc[r][m]);
+        }
       }
     }
     if (full < in) {
@@ -252,23 +276,35 @@ int64_t gemv_block(const float* x, const W* w, float* y, int64_t out, int64_t in
   return o;
 }
 
-// R * M accumulators plus M activation vectors stay within the vector registers
+// Weight rows per block: R * M accumulators, R weight vectors and one activation vector stay within the vector
+// registers (one row: R accumulators, the activation and the weight loads folded into the FMAs). Measured per M
+// on the Zen 4 (AVX-512) and its x86-64-v3 build (docs/native-kernels.md, "Several rows").
 template <int M>
-constexpr int kBlockRows = kVRegs >= 32 ? (M <= 3 ? 8 : (M <= 6 ? 4 : 3))
-                                        : (M <= 1 ? 8 : (M <= 2 ? 5 : (M <= 4 ? 2 : 1)));
+constexpr int kBlockRows = kVRegs >= 32 ? (M <= 2 ? 8 : M == 3 ? 7 : M == 4 ? 6 : 4)
+                                        : (M == 1 ? 8 : M == 2 ? 5 : M <= 4 ? 3 : 2);
+// More activation rows than this go in two passes over each range of weight rows, the first kSplitRows rows and
+// then the rest (the range, <= 96 rows, is read again from L2): 8 rows as 4 + 4 ran 1.1-1.3x (AVX-512) and
+// 1.8-2.2x (AVX2, where 8 rows left room for one weight row a block) faster than in one pass.
+constexpr int kMaxPassRows = 6;
+constexpr int kSplitRows = 4;
 
 // Rows [o, o1) of y [m, out] = x [m, in] w [out, in]^T: blocks of kBlockRows weight rows, then single rows.
 template <int M, typename W>
 void gemv_rows_m(const float* x, const W* w, float* y, int64_t out, int64_t in, int64_t o, int64_t o1) {
-  const int64_t rest = gemv_block<M, kBlockRows<M>, W>(x, w, y, out, in, o, o1);
-  gemv_block<M, 1, W>(x, w, y, out, in, rest, o1);
+  if constexpr (M > kMaxPassRows) {
+    gemv_rows_m<kSplitRows, W>(x, w, y, out, in, o, o1);
+    gemv_rows_m<M - kSplitRows, W>(x + kSplitRows * in, w, y + kSplitRows * out, out, in, o, o1);
+  } else {
+    const int64_t rest = gemv_block<M, kBlockRows<M>, W>(x, w, y, out, in, o, o1);
+    gemv_block<M, 1, W>(x, w, y, out, in, rest, o1);
+  }
 }
 
 template <int M, typename W>
 void gemv(const float* x, const W* w, float* y, int64_t out, int64_t in) {
   // Chunks of rows handed out as threads ask: the calling thread may be niced below MindSpore's kernel threads
   // (device.lower_launcher_priority), and a static split would wait for its half.
-  constexpr int64_t kChunk = 32 * kBlockRows<M>;
+  constexpr int64_t kChunk = 32 * kBlockRows<(M > kMaxPassRows ? kSplitRows : M)>;
   const int64_t chunks = (out + kChunk - 1) / kChunk;
   const int threads = chunks > 1 ? g_threads : 1;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
