@@ -283,7 +283,7 @@ template <int M>
 constexpr int kBlockRows = kVRegs >= 32 ? (M <= 2 ? 8 : M == 3 ? 7 : M == 4 ? 6 : 4)
                                         : (M == 1 ? 8 : M == 2 ? 5 : M <= 4 ? 3 : 2);
 // More activation rows than this go in two passes over each range of weight rows, the first kSplitRows rows and
-// then the rest (the range, <= 96 rows, is read again from L2): 8 rows as 4 + 4 ran 1.1-1.3x (AVX-512) and
+// then the rest (the range, <= 96 rows, is read again from L2): 8 rows as 4 + 4 ran 1.0-1.3x (AVX-512) and
 // 1.8-2.2x (AVX2, where 8 rows left room for one weight row a block) faster than in one pass.
 constexpr int kMaxPassRows = 6;
 constexpr int kSplitRows = 4;
