@@ -287,13 +287,16 @@ constexpr int kBlockRows = kVRegs >= 32 ? (M <= 2 ? 8 : M == 3 ? 7 : M == 4 ? 6 
 // 1.8-2.2x (AVX2, where 8 rows left room for one weight row a block) faster than in one pass.
 constexpr int kMaxPassRows = 6;
 constexpr int kSplitRows = 4;
+// the activation rows of the first (or only) pass of an M-row product
+template <int M>
+constexpr int kPassRows = M > kMaxPassRows ? kSplitRows : M;
 
 // Rows [o, o1) of y [m, out] = x [m, in] w [out, in]^T: blocks of kBlockRows weight rows, then single rows.
 template <int M, typename W>
 void gemv_rows_m(const float* x, const W* w, float* y, int64_t out, int64_t in, int64_t o, int64_t o1) {
-  if constexpr (M > kMaxPassRows) {
-    gemv_rows_m<kSplitRows, W>(x, w, y, out, in, o, o1);
-    gemv_rows_m<M - kSplitRows, W>(x + kSplitRows * in, w, y + kSplitRows * out, out, in, o, o1);
+  if constexpr (kPassRows<M> < M) {
+    gemv_rows_m<kPassRows<M>, W>(x, w, y, out, in, o, o1);
+    gemv_rows_m<M - kPassRows<M>, W>(x + kPassRows<M> * in, w, y + kPassRows<M> * out, out, in, o, o1);
   } else {
     const int64_t rest = gemv_block<M, kBlockRows<M>, W>(x, w, y, out, in, o, o1);
     gemv_block<M, 1, W>(x, w, y, out, in, rest, o1);
@@ -304,7 +307,7 @@ template <int M, typename W>
 void gemv(const float* x, const W* w, float* y, int64_t out, int64_t in) {
   // Chunks of rows handed out as threads ask: the calling thread may be niced below MindSpore's kernel threads
   // (device.lower_launcher_priority), and a static split would wait for its half.
-  constexpr int64_t kChunk = 32 * kBlockRows<(M > kMaxPassRows ? kSplitRows : M)>;
+  constexpr int64_t kChunk = 32 * kBlockRows<kPassRows<M>>;
   const int64_t chunks = (out + kChunk - 1) / kChunk;
   const int threads = chunks > 1 ? g_threads : 1;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
