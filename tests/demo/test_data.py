@@ -129,3 +129,15 @@ def test_saved_tokenizer_renders_the_hub_template_like_the_script(tmp_path):
     expected = train_demo.prompt_text(3)
     assert saved.encode(expected, add_special_tokens=False) == tok.encode(expected).ids
     assert saved.eos_token_id == 2
+
+
+def test_tokenizer_spends_one_token_on_each_template_word():
+    """The chat template around the image costs 12 tokens (22 when its words were spelt in characters): the
+    decoder's sequences are ~15 % shorter, the training step cheaper."""
+    pytest.importorskip("transformers")
+    from scripts import train_demo
+
+    tok = train_demo.train_tokenizer(lines=3000)
+    pieces = [tok.id_to_token(i) for i in tok.encode(train_demo.prompt_text(5)).ids]
+    assert len(pieces) == 5 + 12, pieces
+    assert [p for p in pieces if p.isalpha() and len(p) > 1] == ["User", "OCR", "Assistant"], pieces
