@@ -320,6 +320,8 @@ def train(args, ranks=None):
     from transformers import PaddleOCRVLForConditionalGeneration
 
     ranks = ranks or Ranks()
+    # in this process (each data-parallel rank imports the module afresh); export writes config.json from TEXT
+    TEXT.update(num_hidden_layers=args.text_layers, intermediate_size=args.text_intermediate)
     torch.set_num_threads(max(1, args.threads // ranks.world))
     torch.manual_seed(args.seed)  # the same initial weights on every rank
     tok = train_tokenizer()
@@ -560,6 +562,9 @@ def main(argv=None):
                    "(without one, the model reads a margin as more text)")
     p.add_argument("--init", default=None, help="start from the weights of a checkpoint folder this script wrote "
                    "(fresh optimizer, schedule and --aux head: use with --aux 0)")
+    p.add_argument("--text-layers", type=int, default=TEXT["num_hidden_layers"],
+                   help="decoder layers (3 with --text-intermediate 512: 0.85x the step, see docs/demo-training.md)")
+    p.add_argument("--text-intermediate", type=int, default=TEXT["intermediate_size"], help="decoder MLP width")
     p.add_argument("--eval-every", type=int, default=1000)
     p.add_argument("--eval-lines", type=int, default=64)
     p.add_argument("--threads", type=int, default=2, help="cores to use, split over --procs")
@@ -577,6 +582,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.precision == "auto":
         args.precision = "bf16" if cpu_has_bf16() else "fp32"
+    if args.guide and args.text_layers <= GUIDE_LAYER:
+        p.error(f"--guide needs decoder layer {GUIDE_LAYER}: --text-layers must be > {GUIDE_LAYER}")
     args.procs = max(1, min(args.procs, args.threads))
     if args.batch % args.procs:
         p.error(f"--batch {args.batch} does not split over --procs {args.procs}")

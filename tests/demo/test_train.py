@@ -45,3 +45,24 @@ def test_second_stage_starts_from_the_first_stages_weights(tmp_path):
     assert log["config"]["precision"] == "fp32" and log["init_log"]["config"]["precision"] == "bf16"
     assert log["config"]["init"] == first and log["init_log"]["steps_done"] == 2 and log["steps_done"] == 2
     assert set(log["eval"][-1]) == {"step", "seconds", "train_fonts", "unseen_font", "train_fonts_margin"}
+
+
+def test_decoder_size_options_shape_the_exported_checkpoint(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    from scripts import train_demo
+
+    out = str(tmp_path / "small")
+    try:
+        train_demo.main(["--out", out, "--steps", "1", "--batch", "2", "--eval-lines", "2", "--eval-every", "0",
+                         "--procs", "1", "--curriculum", "0", "--text-layers", "3", "--text-intermediate", "96"])
+    finally:
+        train_demo.TEXT.update(num_hidden_layers=4, intermediate_size=768)  # the module's defaults, for later tests
+    with open(os.path.join(out, "config.json")) as f:
+        config = json.load(f)
+    assert (config["num_hidden_layers"], config["intermediate_size"]) == (3, 96)
+    weights = _weights(out)
+    assert "model.layers.2.mlp.up_proj.weight" in weights and not any(k.startswith("model.layers.3.") for k in weights)
+    assert tuple(weights["model.layers.0.mlp.up_proj.weight"].shape) == (96, 256)
+    with pytest.raises(SystemExit):
+        train_demo.main(["--out", out, "--text-layers", "2"])  # the guide's layer 2 would not exist
+    assert "--text-layers must be > 2" in capsys.readouterr().err
