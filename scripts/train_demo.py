@@ -16,6 +16,7 @@ import json
 import math
 import os
 import random
+import re
 import sys
 import tempfile
 import time
@@ -72,8 +73,8 @@ def train_tokenizer(seed=SEEDS["tokenizer"], lines=20000):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=list(SPECIAL_TOKENS), show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    text = demo_data.corpus(seed, lines) + ["User: ", f"{PROMPT}\nAssistant: "] * PROMPT_WEIGHT  # split as the template
-    # is by its special tokens
+    template = [t for t in re.split("|".join(map(re.escape, SPECIAL_TOKENS)), prompt_text(0)) if t]  # its text
+    text = demo_data.corpus(seed, lines) + template * PROMPT_WEIGHT
     tok.train_from_iterator(text, trainer=trainer)
     return tok
 
@@ -108,12 +109,17 @@ def write_tokenizer(tok, out_dir):
 
 # ---- model -----------------------------------------------------------------------------------------------------
 
-def model_config():
+def text_config(args):
+    """TEXT with the decoder size the options ask for."""
+    return {**TEXT, "num_hidden_layers": args.text_layers, "intermediate_size": args.text_intermediate}
+
+
+def model_config(text=TEXT):
     from transformers import PaddleOCRVLConfig
 
     rope = {"rope_type": "default", "rope_theta": ROPE_THETA, "mrope_section": MROPE_SECTION}
     # tied head: transformers ties the hub's flat layout whatever its flag says, so train it tied
-    return PaddleOCRVLConfig(text_config={**TEXT, "rope_parameters": rope, "tie_word_embeddings": True},
+    return PaddleOCRVLConfig(text_config={**text, "rope_parameters": rope, "tie_word_embeddings": True},
                              vision_config=dict(VISION), tie_word_embeddings=True, **SPECIAL_IDS)
 
 
@@ -320,13 +326,11 @@ def train(args, ranks=None):
     from transformers import PaddleOCRVLForConditionalGeneration
 
     ranks = ranks or Ranks()
-    # in this process (each data-parallel rank imports the module afresh); export writes config.json from TEXT
-    TEXT.update(num_hidden_layers=args.text_layers, intermediate_size=args.text_intermediate)
     torch.set_num_threads(max(1, args.threads // ranks.world))
     torch.manual_seed(args.seed)  # the same initial weights on every rank
     tok = train_tokenizer()
     batcher = Batcher(tok, image_processor())
-    model = PaddleOCRVLForConditionalGeneration(model_config())
+    model = PaddleOCRVLForConditionalGeneration(model_config(text_config(args)))
     if args.init:  # a second stage: the weights of a checkpoint this script wrote, fresh optimizer and schedule
         trained = PaddleOCRVLForConditionalGeneration.from_pretrained(args.init, dtype=torch.float32)
         model.load_state_dict(trained.state_dict())
@@ -464,19 +468,19 @@ def _write_json(path, obj):
         f.write("\n")
 
 
-def flat_config():
+def flat_config(text=TEXT):
     """config.json in the hub's original flat form (text fields at the root, rope_scaling)."""
     vision = {"architectures": ["PaddleOCRVisionModel"], "model_type": "paddleocr_vl", **VISION,
               "attention_dropout": 0.0, "pad_token_id": 0, "temporal_patch_size": 2, "tokens_per_second": 2,
               "torch_dtype": "bfloat16"}
-    return {"architectures": ["PaddleOCRVLForConditionalGeneration"], "model_type": "paddleocr_vl", **TEXT,
+    return {"architectures": ["PaddleOCRVLForConditionalGeneration"], "model_type": "paddleocr_vl", **text,
             "rope_theta": ROPE_THETA,
             "rope_scaling": {"mrope_section": MROPE_SECTION, "rope_type": "default", "type": "default"},
             "tie_word_embeddings": True, **SPECIAL_IDS, "use_3d_rope": True, "rope_is_neox_style": True,
             "use_cache": False, "torch_dtype": "bfloat16", "vision_config": vision}
 
 
-def export(model, tok, out_dir):
+def export(model, tok, out_dir, text=TEXT):
     """The checkpoint in the hub's layout, bf16 weights."""
     import torch
     from safetensors.torch import load_file, save_file
@@ -490,7 +494,7 @@ def export(model, tok, out_dir):
                 state.update(load_file(os.path.join(tmp, name)))
     model.float()
     save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-    _write_json(os.path.join(out_dir, "config.json"), flat_config())
+    _write_json(os.path.join(out_dir, "config.json"), flat_config(text))
     _write_json(os.path.join(out_dir, "generation_config.json"),
                 {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "use_cache": True})
     _write_json(os.path.join(out_dir, "preprocessor_config.json"),
@@ -616,7 +620,7 @@ def _rank_main(rank, args, port):
 
 
 def _finish(args, model, tok, log):
-    export(model, tok, args.out)
+    export(model, tok, args.out, text_config(args))
     if os.path.exists(os.path.join(args.out, STATE_FILE)):
         os.remove(os.path.join(args.out, STATE_FILE))
     save_figures(log, args.out)

@@ -52,12 +52,9 @@ def test_decoder_size_options_shape_the_exported_checkpoint(tmp_path, capsys):
     from scripts import train_demo
 
     out = str(tmp_path / "small")
-    defaults = dict(train_demo.TEXT)
-    try:
-        train_demo.main(["--out", out, "--steps", "1", "--batch", "2", "--eval-lines", "2", "--eval-every", "0",
-                         "--procs", "1", "--curriculum", "0", "--text-layers", "3", "--text-intermediate", "96"])
-    finally:
-        train_demo.TEXT.update(defaults)  # train() set them in this process: later tests get the module's own
+    train_demo.main(["--out", out, "--steps", "1", "--batch", "2", "--eval-lines", "2", "--eval-every", "0",
+                     "--procs", "1", "--curriculum", "0", "--text-layers", "3", "--text-intermediate", "96"])
+    assert (train_demo.TEXT["num_hidden_layers"], train_demo.TEXT["intermediate_size"]) == (4, 768)  # left as it was
     with open(os.path.join(out, "config.json")) as f:
         config = json.load(f)
     assert (config["num_hidden_layers"], config["intermediate_size"]) == (3, 96)
