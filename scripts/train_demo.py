@@ -321,6 +321,55 @@ def draw_batches(rng, order_rng, per_rank, buckets, max_chars, margin):
     return [groups[i] for i in order]
 
 
+def _patch_embedding_as_linear(conv):
+    """The stride-14 14x14 convolution of the patch embedding applied to 14x14 patches is one matrix product;
+    as a convolution its backward took ~7 ms a step of 16 lines (the weight and its name are unchanged)."""
+    import torch
+
+    def forward(x):
+        assert tuple(x.shape[-2:]) == tuple(conv.kernel_size) == tuple(conv.stride), x.shape
+        out = torch.nn.functional.linear(x.reshape(x.shape[0], -1), conv.weight.reshape(conv.out_channels, -1),
+                                         conv.bias)
+        return out.view(x.shape[0], conv.out_channels, 1, 1)
+
+    conv.forward = forward
+
+
+def _padded_vision_attention(self, hidden_states, cu_seqlens, position_embeddings, max_seqlen=None, **kwargs):
+    """PaddleOCRVisionAttention.forward (eager) with the batch's images in one padded product instead of a loop
+    over images: the same function (keys beyond an image's length are masked), ~16x fewer small operations."""
+    import torch
+    from transformers.models.paddleocr_vl.modeling_paddleocr_vl import apply_rotary_pos_emb_vision
+
+    n = hidden_states.shape[0]
+    q, k, v = (proj(hidden_states).view(n, self.num_heads, self.head_dim)
+               for proj in (self.q_proj, self.k_proj, self.v_proj))
+    q, k = apply_rotary_pos_emb_vision(q, k, *position_embeddings)
+    lengths = cu_seqlens[1:] - cu_seqlens[:-1]
+    pos = torch.arange(int(lengths.max()))
+    valid = pos[None] < lengths[:, None]  # (images, longest)
+    index = (cu_seqlens[:-1, None] + pos[None]).clamp(max=n - 1)
+    q, k, v = (t.index_select(0, index.reshape(-1)).view(*index.shape, *t.shape[1:]).transpose(1, 2)
+               for t in (q, k, v))  # (images, heads, longest, head_dim)
+    scores = torch.matmul(q, k.transpose(2, 3)) * self.scaling
+    scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    out = torch.matmul(weights, v).transpose(1, 2)[valid]  # (patches, heads, head_dim), the images in order
+    return self.out_proj(out.reshape(n, -1)), None
+
+
+def fast_vision(model):
+    """Training-only forms of two vision-tower steps, the same functions as transformers' (checked in
+    tests/demo/test_train.py): the patch embedding as a matrix product, attention over all images at once."""
+    import types
+
+    model.model.visual.set_attn_implementation("eager")
+    tower = model.model.visual.vision_model
+    _patch_embedding_as_linear(tower.embeddings.patch_embedding)
+    for layer in tower.encoder.layers:
+        layer.self_attn.forward = types.MethodType(_padded_vision_attention, layer.self_attn)
+
+
 def train(args, ranks=None):
     import torch
     from transformers import PaddleOCRVLForConditionalGeneration
@@ -338,9 +387,7 @@ def train(args, ranks=None):
     model.generation_config.update(eos_token_id=2, bos_token_id=1, pad_token_id=0)
     if args.guide:
         model.model.language_model.set_attn_implementation("eager")  # attention weights for the guide loss
-    # the vision tower attends within each image in turn; for these few dozen patches the composed products take
-    # 0.19 s a backward pass of 16 lines where SDPA's CPU flash kernel takes 0.22 s (same function)
-    model.model.visual.set_attn_implementation("eager")
+    fast_vision(model)
     aux_head = torch.nn.Linear(TEXT["hidden_size"], VOCAB_SIZE)
     features = {}
     if args.aux:
