@@ -64,3 +64,39 @@ def test_decoder_size_options_shape_the_exported_checkpoint(tmp_path, capsys):
     with pytest.raises(SystemExit):
         train_demo.main(["--out", out, "--text-layers", "2"])  # the guide's layer 2 would not exist
     assert "--text-layers must be > 2" in capsys.readouterr().err
+
+
+def test_fast_vision_computes_what_transformers_does():
+    """The training-only vision paths (patch embedding as a matrix product, one padded attention product over
+    all images) give transformers' logits and gradients on lines of different widths, margins included."""
+    pytest.importorskip("transformers")
+    import copy
+    import random
+
+    import torch
+    from transformers import PaddleOCRVLForConditionalGeneration
+
+    from scripts import train_demo
+
+    torch.manual_seed(0)
+    batcher = train_demo.Batcher(train_demo.train_tokenizer(), train_demo.image_processor())
+    rng = random.Random(3)
+    images, texts, _ = zip(*[demo_data.sample(rng, centres=True, margin=0.5) for _ in range(6)])
+    inputs = batcher.train_inputs(list(images), list(texts))
+    patches = inputs["image_grid_thw"].prod(-1).tolist()
+    assert len(set(patches)) >= 4, patches  # images of different lengths: the padding and its mask are exercised
+    reference = PaddleOCRVLForConditionalGeneration(train_demo.model_config())
+    reference.model.visual.set_attn_implementation("eager")
+    fast = copy.deepcopy(reference)
+    train_demo.fast_vision(fast)
+    results = []
+    for model in (reference, fast):
+        out = model(**inputs)
+        out.loss.backward()
+        results.append((out.logits.detach(), {n: p.grad for n, p in model.named_parameters()}))
+    (ref_logits, ref_grads), (logits, grads) = results
+    assert (logits - ref_logits).abs().max().item() <= 1e-5 * ref_logits.abs().max().item()
+    vision = [n for n in ref_grads if ".visual." in n]
+    assert len(vision) > 20 and all(ref_grads[n] is not None for n in vision)
+    for name, ref in ref_grads.items():
+        assert (grads[name] - ref).abs().max().item() <= 1e-4 * ref.abs().max().item() + 1e-9, name
