@@ -635,6 +635,16 @@ def main(argv=None):
         args.precision = "bf16" if cpu_has_bf16() else "fp32"
     if args.guide and args.text_layers <= GUIDE_LAYER:
         p.error(f"--guide needs decoder layer {GUIDE_LAYER}: --text-layers must be > {GUIDE_LAYER}")
+    if args.init:
+        try:
+            with open(os.path.join(args.init, "config.json"), encoding="utf-8") as f:
+                init = json.load(f)
+        except (OSError, ValueError) as e:
+            p.error(f"--init {args.init}: no readable config.json ({e})")
+        shape = (init.get("num_hidden_layers"), init.get("intermediate_size"))
+        if shape != (args.text_layers, args.text_intermediate):
+            p.error(f"--init {args.init} has a decoder of {shape[0]} layers with an MLP of {shape[1]}: pass "
+                    f"--text-layers {shape[0]} --text-intermediate {shape[1]}")
     args.procs = max(1, min(args.procs, args.threads))
     if args.batch % args.procs:
         p.error(f"--batch {args.batch} does not split over --procs {args.procs}")

@@ -64,6 +64,13 @@ def test_decoder_size_options_shape_the_exported_checkpoint(tmp_path, capsys):
     with pytest.raises(SystemExit):
         train_demo.main(["--out", out, "--text-layers", "2"])  # the guide's layer 2 would not exist
     assert "--text-layers must be > 2" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a second stage from it needs its decoder size, said in one line
+        train_demo.main(["--out", str(tmp_path / "second"), "--init", out])
+    assert "--init " + out + " has a decoder of 3 layers with an MLP of 96: pass --text-layers 3 " \
+        "--text-intermediate 96" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train_demo.main(["--out", str(tmp_path / "second"), "--init", str(tmp_path / "nowhere")])
+    assert "no readable config.json" in capsys.readouterr().err
 
 
 def test_fast_vision_computes_what_transformers_does():
