@@ -1,8 +1,10 @@
 """Train the embedded demo model: a tiny PaddleOCR-VL (transformers' own class) on rendered text lines.
 
-    python scripts/train_demo.py --out ms_ocr/demo/paddleocr_vl --steps 12000 --eval-every 1000 --minutes 240 --resume
+    python scripts/train_demo.py --out ms_ocr/demo/paddleocr_vl --steps 10800 --eval-every 1000 --minutes 60 \
+        --precision bf16 --text-layers 3 --text-intermediate 512
 
-(the committed checkpoint's command: ~2.2 h on two cores; see ms_ocr/demo/README.md)
+(the committed checkpoint's command: 60 minutes on two cores of an AVX512_BF16 CPU, where the clock stopped it at
+step 9,852; `--stop-after 9852` with a larger --minutes repeats it on a slower CPU; see ms_ocr/demo/README.md)
 
 Test-only dependencies (torch, transformers, tokenizers); fonts from scripts/demo_data.FONT_PACKAGES. The run is
 deterministic for a seed, a step count and a thread count (--minutes only stops it early; --stop-after stops at
@@ -614,7 +616,8 @@ def main(argv=None):
     p.add_argument("--init", default=None, help="start from the weights of a checkpoint folder this script wrote "
                    "(fresh optimizer, schedule and --aux head: use with --aux 0)")
     p.add_argument("--text-layers", type=int, default=TEXT["num_hidden_layers"],
-                   help="decoder layers (3 with --text-intermediate 512: 0.85x the step, see docs/demo-training.md)")
+                   help="decoder layers (the committed checkpoint: 3 with --text-intermediate 512, 0.85x the step of "
+                   "the default 4 and 768, see docs/demo-training.md)")
     p.add_argument("--text-intermediate", type=int, default=TEXT["intermediate_size"], help="decoder MLP width")
     p.add_argument("--eval-every", type=int, default=1000)
     p.add_argument("--eval-lines", type=int, default=64)
@@ -626,7 +629,7 @@ def main(argv=None):
                    help="compute of the training steps: bf16 = autocast (fp32 master weights, optimizer and losses; "
                    "evaluation stays fp32), auto = bf16 where the CPU has bf16 dot products (AVX512_BF16, AMX, Arm "
                    "BF16). On the 2-core Zen 4 a two-process step took 0.61 s against 0.66 s in fp32: see "
-                   "docs/demo-training.md. The committed checkpoint was trained in fp32")
+                   "docs/demo-training.md. The committed checkpoint was trained in bf16")
     p.add_argument("--seed", type=int, default=SEEDS["train"])
     p.add_argument("--resume", action="store_true", help=f"go on from <out>/{STATE_FILE}, which every evaluation "
                    "writes (same options)")
