@@ -252,6 +252,8 @@ def evaluate(model, batcher, sets):
     return figures
 
 
+EVAL_SECONDS = 15.0  # what the final evaluation is given before the first one is timed (~5 s for 3 x 64 lines)
+FINISH_SECONDS = 5.0  # export, figures and the processes' exit after it (~1 s on the 2-core Zen 4)
 STATE_FILE = "train_state.pt"  # resumable state, removed when the checkpoint is written
 
 
@@ -416,8 +418,8 @@ def train(args, ranks=None):
     per_rank = args.batch // ranks.world
     queue = []  # drawn batches not yet trained on
     trained = [p for p in model.parameters()] + ([aux_head.weight, aux_head.bias] if args.aux else [])
-    log = {"config": {k: v for k, v in vars(args).items() if k not in ("out", "resume")}, "parameters": params,
-           "loss": [], "eval": []}
+    log = {"config": {k: v for k, v in vars(args).items() if k not in ("out", "resume", "launched")},
+           "parameters": params, "loss": [], "eval": []}
     if args.init and os.path.exists(os.path.join(args.init, "training.json")):
         with open(os.path.join(args.init, "training.json")) as f:
             log["init_log"] = json.load(f)  # the first stage's curve and figures travel with the checkpoint
@@ -442,6 +444,11 @@ def train(args, ranks=None):
         if ranks.rank == 0:
             print(f"resumed from {state_path} at step {first}", flush=True)
     start = time.time() - offset
+    # --minutes bounds the wall time from launch to the written checkpoint: the loop stops while there is still
+    # time for the final evaluation (as long as the last one took) and the export (a resumed run: its earlier
+    # parts' training time counts, their start-up does not)
+    deadline = getattr(args, "launched", start) + args.minutes * 60 - offset
+    reserve = FINISH_SECONDS + EVAL_SECONDS
     model.train()
     step = first
     for step in range(first, args.steps):
@@ -477,7 +484,7 @@ def train(args, ranks=None):
         # the losses averaged over the ranks, and rank 0's clock decides when to stop
         lm_loss, guide_value, aux_value, over = ranks.mean(
             [out.loss.item(), guide_loss.item() if args.guide else 0.0, aux_loss.item() if args.aux else 0.0,
-             float(ranks.rank == 0 and elapsed > args.minutes * 60)])
+             float(ranks.rank == 0 and time.time() + reserve > deadline)])
         log["loss"].append([step, round(lm_loss, 5), round(elapsed, 1)])
         extra = ""
         if args.guide:
@@ -491,7 +498,9 @@ def train(args, ranks=None):
         last = step == args.steps - 1 or step + 1 == args.stop_after or over > 0
         if (args.eval_every and step and step % args.eval_every == 0) or last:
             if ranks.rank == 0:
+                began = time.time()
                 figures = evaluate(model, batcher, eval_sets)
+                reserve = FINISH_SECONDS + time.time() - began
                 log["eval"].append({"step": step, "seconds": round(time.time() - start, 1), **figures})
                 print(f"step {step} held-out CER {figures}", flush=True)
             per_rank_state = ranks.gather({"rng": rng.getstate(), "queue": queue})
@@ -599,11 +608,13 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="checkpoint folder to write")
     p.add_argument("--steps", type=int, default=6500)
-    p.add_argument("--minutes", type=float, default=60.0, help="stop early (then evaluate and export) after this")
+    p.add_argument("--minutes", type=float, default=60.0, help="stop early, so that the whole run (start-up, "
+                   "training, final evaluation, export) takes at most this long")
     p.add_argument("--stop-after", type=int, default=0, help="stop after this many steps, the schedule still over "
                    "--steps (repeats a run that --minutes stopped: its training.json says steps_done)")
     p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (1e-3 and above: the model never starts reading)")
+    p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (1e-3 and above: the model never "
+                   "starts reading)")
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--curriculum", type=int, default=1000, help="steps over which the longest line grows from 8 "
@@ -634,6 +645,7 @@ def main(argv=None):
     p.add_argument("--resume", action="store_true", help=f"go on from <out>/{STATE_FILE}, which every evaluation "
                    "writes (same options)")
     args = p.parse_args(argv)
+    args.launched = time.time()  # --minutes counts from here (start-up, tokenizer, evaluation sets included)
     if args.precision == "auto":
         args.precision = "bf16" if cpu_has_bf16() else "fp32"
     if args.guide and args.text_layers <= GUIDE_LAYER:

@@ -107,3 +107,23 @@ def test_fast_vision_computes_what_transformers_does():
     assert len(vision) > 20 and all(ref_grads[n] is not None for n in vision)
     for name, ref in ref_grads.items():
         assert (grads[name] - ref).abs().max().item() <= 1e-4 * ref.abs().max().item() + 1e-9, name
+
+
+def test_minutes_bound_the_whole_run(tmp_path):
+    """--minutes counts from launch and leaves time for the final evaluation and export: with 24 s and a
+    schedule far longer, the run stops early and the written checkpoint is there within 24 s (the loop clock
+    alone, started after the set-up, ran 24 s of steps and then evaluated and exported)."""
+    pytest.importorskip("transformers")
+    import time
+
+    from scripts import train_demo
+
+    out = str(tmp_path / "timed")
+    began = time.time()
+    train_demo.main(["--out", out, "--steps", "100000", "--minutes", "0.4", "--batch", "2", "--eval-lines", "2",
+                     "--eval-every", "0", "--procs", "1", "--curriculum", "0"])
+    took = time.time() - began
+    with open(os.path.join(out, "training.json")) as f:
+        log = json.load(f)
+    assert 1 <= log["steps_done"] < 100000 and "launched" not in log["config"]
+    assert took <= 24.0, (took, log["steps_done"], log["seconds"])
