@@ -4,7 +4,7 @@
         --precision bf16 --text-layers 3 --text-intermediate 512
 
 (the committed checkpoint's command: 60 minutes on two cores of an AVX512_BF16 CPU, where the clock stopped it at
-step 9,852; `--stop-after 9852` with a larger --minutes repeats it on a slower CPU; see ms_ocr/demo/README.md)
+step 9,365; `--stop-after 9365` with a larger --minutes repeats it on a slower CPU; see ms_ocr/demo/README.md)
 
 Test-only dependencies (torch, transformers, tokenizers); fonts from scripts/demo_data.FONT_PACKAGES. The run is
 deterministic for a seed, a step count and a thread count (--minutes only stops it early; --stop-after stops at
