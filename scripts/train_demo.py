@@ -7,8 +7,8 @@
 step 9,365; `--stop-after 9365` with a larger --minutes repeats it on a slower CPU; see ms_ocr/demo/README.md)
 
 Test-only dependencies (torch, transformers, tokenizers); fonts from scripts/demo_data.FONT_PACKAGES. The run is
-deterministic for a seed, a step count and a thread count (--minutes only stops it early; --stop-after stops at
-a given step, to repeat such a run). It writes the checkpoint in the hub's layout (flat config.json, bf16
+deterministic for a seed, a step count, a thread count and a CPU type (--minutes only stops it early; --stop-after
+stops at a given step, to repeat such a run). It writes the checkpoint in the hub's layout (flat config.json, bf16
 safetensors, tokenizer.json, tokenizer_config.json with the chat template, preprocessor_config.json) plus
 training.json (loss curve, CER figures) and training.png beside it.
 """
@@ -447,7 +447,7 @@ def train(args, ranks=None):
     # --minutes bounds the wall time from launch to the written checkpoint: the loop stops while there is still
     # time for the final evaluation (as long as the last one took) and the export (a resumed run: its earlier
     # parts' training time counts, their start-up does not)
-    deadline = getattr(args, "launched", start) + args.minutes * 60 - offset
+    deadline = args.launched + args.minutes * 60 - offset
     reserve = FINISH_SECONDS + EVAL_SECONDS
     model.train()
     step = first
