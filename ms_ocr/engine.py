@@ -59,6 +59,7 @@ class _Sequence:
     vision_ms: float = 0.0
     prefill_ms: float = 0.0
     decode_s: float = 0.0
+    reported: bool = False  # on_result was called for it
 
 
 class BatchEngine:
@@ -163,6 +164,7 @@ class BatchEngine:
     def _prepare(self, req):
         if _is_cancelled(req):
             raise Cancelled(f"request {req.key} was cancelled")
+        (req.sampling or self.sampling).validate()
         prep = req.prep if req.prep is not None else self.pipe.prepare(req.images, req.prompt)[0]
         n = prep.input_ids.shape[0]
         if n > self.max_input:
@@ -191,16 +193,33 @@ class BatchEngine:
         vision_ms = 1000 * (t1 - t0 - (c1.get("vision", 0) - c0.get("vision", 0)))
         prefill_ms = 1000 * (t2 - t1 - (c2.get("prefill", 0) - c1.get("prefill", 0)))
         for (req, prep), slot, row in zip(group, slots, logits):
-            cfg = req.sampling or self.sampling
-            n_prompt = prep.input_ids.shape[0]
-            max_new = min(cfg.max_new_tokens, self.max_output, self.max_total - n_prompt)
-            seq = _Sequence(req, prep, slot, max_new, np.random.default_rng(cfg.seed), t0,
-                            prompt=[int(t) for t in prep.input_ids], vision_ms=vision_ms, prefill_ms=prefill_ms)
+            try:
+                cfg = req.sampling or self.sampling
+                n_prompt = prep.input_ids.shape[0]
+                max_new = min(cfg.max_new_tokens, self.max_output, self.max_total - n_prompt)
+                seq = _Sequence(req, prep, slot, max_new, np.random.default_rng(cfg.seed), t0,
+                                prompt=[int(t) for t in prep.input_ids], vision_ms=vision_ms, prefill_ms=prefill_ms)
+            except Exception as e:  # noqa: BLE001 - this request fails alone
+                on_result(req, None, e)
+                continue
             active[slot] = seq
             self._take(seq, row, on_result, active)
 
     def _take(self, seq, logits, on_result, active):
-        """Choose seq's next token from its logits row; finish it if it stops."""
+        """Choose seq's next token from its logits row; finish it if it stops. Anything that raises on the host
+        for this sequence (sampling, the caller's on_token, post-processing) ends this request alone with its
+        error: the other sequences and the loop go on."""
+        try:
+            self._take_token(seq, logits, on_result, active)
+        except Exception as e:  # noqa: BLE001
+            if seq.reported:  # raised by on_result itself (e.g. a full disk): the caller's to handle
+                raise
+            if active.get(seq.slot) is seq:
+                del active[seq.slot]
+            seq.reported = True
+            on_result(seq.request, None, e)
+
+    def _take_token(self, seq, logits, on_result, active):
         cfg = seq.request.sampling or self.sampling
         if seq.request.dump:
             seq.logits.append(np.array(logits, np.float32))
@@ -263,6 +282,7 @@ class BatchEngine:
         }
         if seq.request.dump:
             result["dump"] = {"logits": np.stack(seq.logits), "token_ids": np.asarray(seq.generated, np.int64)}
+        seq.reported = True  # an error raised by on_result itself is the caller's (e.g. a full disk): not retried
         on_result(seq.request, result, None)
 
 

@@ -27,8 +27,14 @@ class SamplingConfig:
             raise ValueError("top_p must be in (0, 1]")
         if self.top_k < 0:
             raise ValueError("top_k must be >= 0")
-        if self.repetition_penalty <= 0:
-            raise ValueError("repetition_penalty must be > 0")
+        if not self.repetition_penalty > 0 or not np.isfinite(self.repetition_penalty):
+            raise ValueError("repetition_penalty must be a finite number > 0")
+        if not np.isfinite(self.temperature):
+            raise ValueError("temperature must be a finite number")
+        if self.no_repeat_ngram_size < 0 or self.no_repeat_window < 0:
+            raise ValueError("no_repeat_ngram_size and no_repeat_window must be >= 0")
+        if self.seed is not None and not 0 <= self.seed < 2 ** 64:
+            raise ValueError(f"seed must be in 0..2**64-1, not {self.seed}")
 
 
 @dataclass

@@ -15,9 +15,36 @@ class CliError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
 
 
+MAX_DPI = 600  # PDF pages: past this the models' own pixel limits resize the page down again; each DPI step
+# up costs memory per page in flight (3,000 DPI held ~1.1 GB a page)
+
+# bounds every entry point's shared options obey: (flag, test, what it must be)
+_BOUNDS = (
+    ("threads", lambda v: v >= 1, "at least 1"),
+    ("seed", lambda v: 0 <= v < 2 ** 64, "in 0..2**64-1"),
+    ("temperature", lambda v: 0 <= v < float("inf"), "a finite number >= 0"),
+    ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+    ("top_k", lambda v: v >= 0, ">= 0 (0: off)"),
+    ("repetition_penalty", lambda v: 0 < v < float("inf"), "a finite number > 0"),
+    ("no_repeat_ngram", lambda v: v >= 0, ">= 0 (0: off)"),
+    ("dpi", lambda v: 10 <= v <= MAX_DPI, f"in 10..{MAX_DPI}"),
+)
+
+
 class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are CliErrors (one line, exit 2), and which checks the shared options' ranges,
+    naming the flag (`--seed -1` reached numpy and failed there)."""
+
     def error(self, message):
         raise CliError(message)
+
+    def parse_args(self, args=None, namespace=None):
+        parsed = super().parse_args(args, namespace)
+        for name, ok, must in _BOUNDS:
+            value = getattr(parsed, name, None)
+            if value is not None and not ok(value):
+                raise CliError(f"--{name.replace('_', '-')} must be {must}, not {value}")
+        return parsed
 
 
 def build_parser():

@@ -5,11 +5,11 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_module(module, *args, env=None, timeout=600):
+def run_module(module, *args, env=None, timeout=600, cwd=ROOT):
     e = dict(os.environ, PYTHONPATH=ROOT, GLOG_v="3", MS_OCR_OFFLINE="1")
     e.update(env or {})
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, env=e,
-                          timeout=timeout, cwd=ROOT)
+                          timeout=timeout, cwd=cwd)
 
 
 def assert_one_line_error(proc, *needles):

@@ -35,7 +35,7 @@ def build_parser():
     p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "ascend"])
     p.add_argument("--threads", type=int, default=None, help="CPU runtime threads")
-    p.add_argument("--dpi", type=int, default=200, help="PDF rasterisation resolution")
+    p.add_argument("--dpi", type=int, default=200, help="PDF rasterisation resolution (10-600)")
     add_sampling_args(p)
     p.add_argument("--visualize", action="store_true", help="draw parsed boxes into OUT/vis/ (tasks with boxes)")
     p.add_argument("--dump", nargs="*", metavar="KEY_GLOB",
@@ -122,8 +122,6 @@ def run(argv, state=None):
     for flag in ("max_batch_size", "max_input_length", "max_output_length"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise CliError(f"--{flag.replace('_', '-')} must be at least 1")
-    if args.dpi < 10:
-        raise CliError("--dpi must be at least 10")
     from ms_ocr.models import canonical, model_package
     try:
         model = canonical(args.model)
@@ -170,7 +168,7 @@ def _run_job(args, package, model_dir, items, job_prompt, job_task, world, rank,
     from ms_ocr.batch import results as R
     if os.path.exists(store.path + ".done"):  # this rank runs again: no merge until it has finished
         os.remove(store.path + ".done")
-    todo = [item for item in items if item.key not in store.done]
+    todo = [item for item in items if not store.is_done(item)]
     skipped = len(items) - len(todo)
 
     from ms_ocr.device import setup
@@ -214,7 +212,8 @@ def _run_job(args, package, model_dir, items, job_prompt, job_task, world, rank,
     def on_result(req, result, error):
         from ms_ocr.errors import user_error_message
         item = by_key[req.key]
-        record = {"key": item.key, "source": item.source, "page": item.page, "ok": error is None}
+        record = {"key": item.key, "source": item.source, "page": item.page, "stamp": item.stamp,
+                  "ok": error is None}
         if item.page and item.key in pages:
             record["dpi"] = I.page_dpi(pages[item.key][1])  # below --dpi when the page hit the pixel limit
         if error is not None:

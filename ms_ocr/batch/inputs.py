@@ -18,12 +18,17 @@ class InputError(UsageError):
 
 @dataclass(frozen=True)
 class WorkItem:
-    """One page to recognise. `key` is unique and stable across runs (resume matches on it)."""
+    """One page to recognise. `key` is unique and stable across runs: the file's resolved absolute path (symlinks
+    and `.`/`..` resolved, so `scans/`, `./scans/` and `/home/u/scans/` name the same pages, and the same relative
+    path typed in another folder names other pages), its PDF page and its task or prompt. `stamp` is the file's
+    size and modification time: a page counts as done for a resumed run when both its key and its stamp match a
+    finished record (a file replaced in place is read again)."""
     key: str
-    source: str          # image or PDF path
+    source: str          # image or PDF path, resolved and absolute
     page: int = 0        # 1-based PDF page, 0 for image files
     task: str = None     # per-item task / prompt from a manifest (None: the job's)
     prompt: str = None
+    stamp: str = None    # "size:mtime_ns" of the file when listed (None: it could not be read)
 
     @property
     def document(self):
@@ -110,20 +115,31 @@ def _pdfium():
     return pypdfium2
 
 
+def file_stamp(path):
+    """"size:mtime_ns" of a file, or None when it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
 def _expand_file(path, task=None, prompt=None):
     """Items of one file: an image, or every page of a PDF (one item recording the error if it is unreadable)."""
-    suffix = _suffix(task, prompt)
+    path = os.path.realpath(path)
+    suffix, stamp = _suffix(task, prompt), file_stamp(path)
     if path.lower().endswith(".pdf"):
         try:
             pages = pdf_page_count(path)
         except ImageError:
-            return [WorkItem(f"{path}#1{suffix}", path, 1, task, prompt)]  # fails again when loaded: recorded
-        return [WorkItem(f"{path}#{p}{suffix}", path, p, task, prompt) for p in range(1, pages + 1)]
-    return [WorkItem(f"{path}{suffix}", path, 0, task, prompt)]
+            return [WorkItem(f"{path}#1{suffix}", path, 1, task, prompt, stamp)]  # fails again when loaded: recorded
+        return [WorkItem(f"{path}#{p}{suffix}", path, p, task, prompt, stamp) for p in range(1, pages + 1)]
+    return [WorkItem(f"{path}{suffix}", path, 0, task, prompt, stamp)]
 
 
 def read_manifest(path):
-    """JSONL lines {"image": path, "task" | "prompt": ...}; relative paths are relative to the manifest. The file
+    """JSONL lines {"image": path, "task" | "prompt": ...}; relative paths are relative to the manifest (wherever
+    the command runs). The file
     is UTF-8 (JSON's encoding); a file name that is not valid UTF-8 is written with \\udcXX escapes, as
     results.jsonl records it."""
     base = os.path.dirname(os.path.abspath(path))
@@ -150,8 +166,11 @@ def read_manifest(path):
             raise InputError(f'{path} line {n}: expected {{"image": path, ...}}')
         if "task" in entry and "prompt" in entry:
             raise InputError(f"{path} line {n}: give either task or prompt, not both")
+        for field in ("task", "prompt"):
+            if field in entry and not isinstance(entry[field], str):
+                raise InputError(f'{path} line {n}: "{field}" must be a string, not {json.dumps(entry[field])[:40]}')
         image = entry["image"]
-        image = image if os.path.isabs(image) else os.path.normpath(os.path.join(base, image))
+        image = image if os.path.isabs(image) else os.path.join(base, image)
         items += _expand_file(image, entry.get("task"), entry.get("prompt"))
     if not items:
         raise InputError(f"manifest {path} lists no images")
@@ -160,7 +179,8 @@ def read_manifest(path):
 
 def collect(paths):
     """All work items of the given folders (recursive: images and PDFs), PDFs, images and .jsonl manifests,
-    in a deterministic order (sorted within folders; duplicates keep their first occurrence). A folder without
+    in a deterministic order (sorted within folders; the same page named twice, under any spelling of its path,
+    is one item, at its first occurrence). A folder without
     any image or PDF is an error (a wrong path is likelier than an intended no-op)."""
     items = []
     for path in paths:

@@ -5,7 +5,6 @@ import csv
 import glob
 import json
 import os
-import shutil
 
 import numpy as np
 
@@ -51,9 +50,15 @@ class ResultStore:
         self._repair_tail()
         if adopt and job is not None:
             self._stamp_unowned()
-        self.done = {k for k, r in latest(read_records(path, job)).items() if r.get("ok")}
+        # key -> the file stamp its finished record was made from (None in records older than stamps)
+        self.done = {k: r.get("stamp") for k, r in latest(read_records(path, job)).items() if r.get("ok")}
         self._f = open(path, "a", encoding="utf-8")
         self._start, self._done_at_open = self._f.tell(), set(self.done)
+
+    def is_done(self, item):
+        """The item's page was finished from the same file (same key, and same size and mtime where the record
+        has them)."""
+        return item.key in self.done and self.done[item.key] in (None, item.stamp)
 
     def _repair_tail(self):
         """A crash mid-write can leave a last line without its newline: cut it so appends start clean."""
@@ -83,7 +88,7 @@ class ResultStore:
         self._f.flush()
         os.fsync(self._f.fileno())
         if record.get("ok"):
-            self.done.add(record["key"])
+            self.done[record["key"]] = record.get("stamp")
 
     def saved(self):
         """(records written since this store opened, pages done in all), read back from the file: what is there
@@ -191,7 +196,11 @@ def format_report(figures):
 def item_name(item):
     """A file name for one work item (precision dumps, drawings): the encoded absolute path of its source with
     the key's page and task suffix, unique as keys are."""
-    return path_name(item.source) + item.key[len(item.source):].replace("/", "+")
+    return _record_name(item.source, item.key)
+
+
+def _record_name(source, key):
+    return path_name(source) + key[len(source):].replace("/", "+")
 
 
 def write_dump(d, logits, token_ids):
@@ -218,19 +227,42 @@ def has_results(out_dir):
                if os.path.isfile(p))
 
 
+def written_files(out_dir, record):
+    """The files of `out_dir` that the batch runner writes for one record: its document's Markdown, its precision
+    dump and its drawing (those that exist)."""
+    name = _record_name(record["source"], record["key"])
+    paths = [os.path.join(out_dir, "markdown", doc_name(record["source"])),
+             os.path.join(out_dir, "dumps", name, "logits.npy"), os.path.join(out_dir, "dumps", name, "token_ids.npy"),
+             os.path.join(out_dir, "vis", name + ".png")]
+    return [p for p in paths if os.path.isfile(p)]
+
+
 def clear(out_dir, rank, world):
-    """Remove an earlier job's results before a run with --overwrite. Each rank removes its own shard file,
-    marker and report (never another rank's: it may already be writing); rank 0 also the merged results, the
-    shards of other world sizes, the reports, Markdown, dumps and drawings."""
+    """Remove an earlier job's results before a run with --overwrite: only files this tool writes and its
+    records name (never a folder's other files: a user's notes in OUT/markdown/ stay). Each rank removes its
+    own shard file, marker, report and the files its records name (never another rank's shard: it may already be
+    writing); rank 0 also the merged results, the shards of other world sizes and what their records name."""
     own = os.path.join(out_dir, shard_name(rank, world))
+    results = [own]
     paths = [own, own + ".done", os.path.join(out_dir, f"report.rank{rank}.csv")]
     if rank == 0:
-        paths += [os.path.join(out_dir, "results.jsonl"), os.path.join(out_dir, "report.csv")]
-        paths += [p for p in shard_files(out_dir) if not p.endswith(f"-of{world}.jsonl")]
-        paths += [p for p in glob.glob(os.path.join(out_dir, "results.rank*-of*.jsonl.done"))
+        merged = os.path.join(out_dir, "results.jsonl")
+        others = [p for p in shard_files(out_dir) if not p.endswith(f"-of{world}.jsonl")]
+        results += [merged] + others
+        paths += [merged, os.path.join(out_dir, "report.csv")] + others
+        paths += [p for p in glob.glob(os.path.join(glob.escape(out_dir), "results.rank*-of*.jsonl.done"))
                   if not p.endswith(f"-of{world}.jsonl.done")]
-        for sub in ("markdown", "dumps", "vis"):
-            shutil.rmtree(os.path.join(out_dir, sub), ignore_errors=True)
+    for path in results:
+        for record in read_records(path):
+            if isinstance(record.get("source"), str) and isinstance(record.get("key"), str):
+                paths += written_files(out_dir, record)
     for path in set(paths):
         if os.path.isfile(path):
             os.remove(path)
+    for sub in ("markdown", "vis", "dumps"):  # folders this tool made, if they are now empty
+        folder = os.path.join(out_dir, sub)
+        for root, _, _ in sorted(os.walk(folder), key=lambda w: -len(w[0])) if os.path.isdir(folder) else ():
+            try:
+                os.rmdir(root)
+            except OSError:
+                pass

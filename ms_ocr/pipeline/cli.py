@@ -20,7 +20,7 @@ def build_parser():
     src.add_argument("--pdf", help="a PDF: every page (or --pages) is parsed")
     p.add_argument("--out", required=True, help="output folder (created): NAME.md, NAME.json, NAME_layout.png, imgs/")
     p.add_argument("--pages", help="PDF pages, e.g. 1-3,7 (default all)")
-    p.add_argument("--dpi", type=int, default=200, help="PDF rendering resolution")
+    p.add_argument("--dpi", type=int, default=200, help="PDF rendering resolution (10-600)")
     p.add_argument("--recognizer", default="paddleocr-vl", choices=RECOGNIZERS, help="VLM that reads the regions")
     p.add_argument("--model-path", help="recogniser checkpoint folder")
     p.add_argument("--layout-model-path", help="PP-DocLayoutV2 checkpoint folder (PP-DocLayoutV2_safetensors)")
@@ -68,8 +68,10 @@ def _inputs(args):
         return [(p, (lambda p=p: render_pdf_page(args.pdf, p, args.dpi))) for p in parse_pages(args.pages, count)]
     if args.pages:
         raise CliError("--pages applies to --pdf")
-    images = [(path, load_image(path)) for path in args.image]  # bad images fail before the weights load
-    return [(path, (lambda img=img: img)) for path, img in images]
+    for path in args.image:  # a mistyped path fails before the weights load; a bad image is that page's error
+        if not os.path.isfile(path):
+            raise CliError(f"image file not found: {path}" if not os.path.exists(path) else f"{path} is not a file")
+    return [(path, (lambda path=path: load_image(path))) for path in args.image]  # decoded one page at a time
 
 
 def load(args, pages=None):
@@ -119,8 +121,8 @@ def run(argv, state=None):
     from ms_ocr.pipeline import outputs as O
     state = state or RunState()
     args = build_parser().parse_args(argv)
-    if args.max_new_tokens < 1 or args.max_batch_size < 1 or args.dpi < 1:
-        raise CliError("--max-new-tokens, --max-batch-size and --dpi must be at least 1")
+    if args.max_new_tokens < 1 or args.max_batch_size < 1:
+        raise CliError("--max-new-tokens and --max-batch-size must be at least 1")
     pages = _inputs(args)
     identity = job_identity(args)
     with J.FolderLock(args.out):

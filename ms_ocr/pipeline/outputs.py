@@ -8,7 +8,6 @@ import glob
 import json
 import os
 import re
-import shutil
 
 from ms_ocr.batch.names import stem_name, to_json
 
@@ -93,13 +92,39 @@ def write(out, name, record, markdown):
                 os.remove(tmp)
 
 
+def _pictures(out, record):
+    """The picture files a record's blocks name, inside OUT/imgs/ only (a hand-edited record cannot point out)."""
+    root = os.path.realpath(os.path.join(out, "imgs"))
+    pages = record.get("pages") if isinstance(record.get("pages"), list) else [record]
+    for page in pages:
+        for block in (page.get("blocks") or []) if isinstance(page, dict) else []:
+            rel = block.get("image") if isinstance(block, dict) else None
+            if isinstance(rel, str):
+                path = os.path.realpath(os.path.join(out, rel))
+                if os.path.commonpath([path, root]) == root:
+                    yield path
+
+
 def remove_outputs(out):
-    """Delete the files of every pipeline result in `out` (--overwrite) and the pictures folder."""
+    """Delete the files of every pipeline result in `out` (--overwrite): NAME.json, NAME.md, the drawings and the
+    pictures its record names. Files the pipeline did not write (a user's notes.md, holiday.jpg in imgs/) stay;
+    picture folders are removed only once empty."""
     for name, source in _owners(out).items():
         if source is None:
             continue
-        for path in [os.path.join(out, name + ext) for ext in (".json", ".md", "_layout.png")] + \
-                glob.glob(os.path.join(glob.escape(out), glob.escape(name) + "_page*_layout.png")):
+        record = earlier_record(out, name) or {}
+        paths = [os.path.join(out, name + ext) for ext in (".json", ".md", "_layout.png")]
+        for page in record.get("pages") or [] if isinstance(record.get("pages"), list) else []:
+            if isinstance(page, dict) and isinstance(page.get("page"), int):
+                paths.append(os.path.join(out, f"{name}_page{page['page']}_layout.png"))
+        paths += list(_pictures(out, record))
+        for path in paths:
             if os.path.isfile(path):
                 os.remove(path)
-    shutil.rmtree(os.path.join(out, "imgs"), ignore_errors=True)
+    imgs = os.path.join(out, "imgs")
+    if os.path.isdir(imgs):
+        for root, _, _ in sorted(os.walk(imgs), key=lambda w: -len(w[0])):
+            try:
+                os.rmdir(root)  # only empty folders
+            except OSError:
+                pass

@@ -4,6 +4,7 @@ import asyncio
 import json
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
@@ -17,7 +18,7 @@ from ms_ocr.generate import SamplingConfig
 from ms_ocr.serve import media
 from ms_ocr.serve.metrics import Metrics
 from ms_ocr.serve.prompt import prepare
-from ms_ocr.serve.protocol import ApiError, parse_chat_request, read_messages
+from ms_ocr.serve.protocol import ApiError, decode_body, parse_chat_request, read_messages
 from ms_ocr.serve.worker import Job, TextStream
 
 
@@ -30,6 +31,7 @@ class ServerState:
     limits: media.MediaLimits
     metrics: Metrics
     created: int = 0
+    fetch_pool: object = None  # threads for requests with http(s) image URLs
 
 
 def _short(exc, limit=300):
@@ -45,16 +47,19 @@ def _error(status, message, param=None):
 def sampling_for(req, max_new):
     """The request's SamplingConfig (greedy unless a temperature is given)."""
     x = req.vllm_xargs
+    seed = None if req.seed is None else req.seed % 2 ** 64  # vLLM takes any 64-bit seed: negative ones wrap
     return SamplingConfig(max_new_tokens=max_new, temperature=req.temperature or 0.0,
                           top_p=req.top_p if req.top_p is not None else 1.0,
                           top_k=max(req.top_k or 0, 0),
                           repetition_penalty=req.repetition_penalty if req.repetition_penalty is not None else 1.0,
                           no_repeat_ngram_size=x.ngram_size if x else 0, no_repeat_window=x.window_size if x else 0,
-                          no_repeat_exempt=tuple(x.whitelist_token_ids) if x else (), seed=req.seed)
+                          no_repeat_exempt=tuple(x.whitelist_token_ids) if x else (), seed=seed)
 
 
 def create_app(state):
     app = FastAPI(title="ms_ocr", docs_url=None, redoc_url=None, openapi_url=None)
+    if state.fetch_pool is None:
+        state.fetch_pool = ThreadPoolExecutor(8, thread_name_prefix="ms_ocr-fetch")
     app.state.ms_ocr = state
 
     @app.exception_handler(ApiError)
@@ -74,13 +79,13 @@ def create_app(state):
         return _error(500, _short(exc))
 
     @app.get("/health")
-    async def health():
-        return Response(status_code=200)
+    async def health():  # 200 only while the engine loop runs: a dead engine answers nothing else
+        return Response(status_code=200 if state.worker.alive() else 503)
 
     @app.get("/v1/models")
     async def models():
         return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": state.created,
-                                            "owned_by": "ms_ocr", "root": state.pipe.model_dir, "parent": None,
+                                            "owned_by": "ms_ocr", "root": state.model_name, "parent": None,
                                             "max_model_len": state.max_model_len}]}
 
     @app.get("/metrics")
@@ -98,17 +103,29 @@ def create_app(state):
         except ApiError as e:
             state.metrics.count_request(e.status)
             raise
+        except Cancelled:  # the client went away: nobody reads an answer, and it is no server error to log
+            return Response(status_code=499)
 
     return app
 
 
+async def _read_body(http_request, limit):
+    """The body, refused with 413 past `limit` bytes (read in chunks: a huge body is never held whole)."""
+    declared = http_request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, f"the request body is larger than the server's limit of {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in http_request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"the request body is larger than the server's limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def _chat(state, http_request):
     arrival = time.perf_counter()
-    try:
-        body = json.loads(await http_request.body())
-    except (ValueError, UnicodeDecodeError):
-        raise ApiError(400, "the request body is not valid JSON") from None
-    req = parse_chat_request(body)
+    req = parse_chat_request(decode_body(await _read_body(http_request, state.limits.max_request_bytes)))
     if req.model is not None and req.model != state.model_name:
         raise ApiError(404, f"The model `{req.model}` does not exist.", param="model")
     conversation = read_messages(req.messages)
@@ -118,7 +135,9 @@ async def _chat(state, http_request):
     submitted = False
     try:
         loop = asyncio.get_running_loop()
-        images = await loop.run_in_executor(None, media.load_images, conversation.image_urls, state.limits)
+        remote = any(media.is_remote(u) for u in conversation.image_urls)  # slow sources never hold local work
+        images = await loop.run_in_executor(state.fetch_pool if remote else None, media.load_images,
+                                            conversation.image_urls, state.limits)
         mm = req.mm_processor_kwargs.model_dump() if req.mm_processor_kwargs else None
         prep = await loop.run_in_executor(None, prepare, state.pipe, conversation, images, mm)
         n_prompt = int(prep.input_ids.shape[0])
@@ -129,10 +148,15 @@ async def _chat(state, http_request):
                                 f"you requested {n_prompt + max(max_new, 0)} tokens ({n_prompt} in the messages, "
                                 f"{max(max_new, 0)} in the completion). Please reduce the length of the messages "
                                 "or completion.", param="max_tokens")
+        sampling = sampling_for(req, max_new)
+        try:
+            sampling.validate()
+        except ValueError as e:
+            raise ApiError(400, f"invalid sampling settings: {e}") from None
         key = f"chatcmpl-{uuid.uuid4().hex}"
         stream = TextStream(state.pipe.processor.tokenizer, req.skip_special_tokens, state.pipe.eos_ids, req.stop)
         events = asyncio.Queue()
-        job = Job(key, prep, sampling_for(req, max_new), stream, loop, events, state.metrics, arrival,
+        job = Job(key, prep, sampling, stream, loop, events, state.metrics, arrival,
                   ignore_eos=req.ignore_eos)
         state.worker.submit(job)
         submitted = True

@@ -33,6 +33,15 @@ def build_parser():
                    help=f"prompt + completion tokens per request (default {DEFAULT_MAX_MODEL_LEN}, or the model's "
                         "max_position_embeddings if smaller); the decode step attends over this many cache slots")
     p.add_argument("--allowed-local-media-path", metavar="DIR", help="folder file:// image URLs may read from")
+    p.add_argument("--allowed-media-domains", nargs="+", metavar="HOST", default=(),
+                   help="host names http(s) image URLs may name ('*': any public host); default: none, remote "
+                        "images are refused. Loopback, private and link-local addresses stay refused")
+    p.add_argument("--allow-private-media-addresses", action="store_true",
+                   help="let the allowed hosts resolve to loopback/private/link-local addresses (an intranet "
+                        "image store); any client can then make the server fetch from inside your network")
+    p.add_argument("--media-fetch-timeout", type=float, default=10.0,
+                   help="seconds a whole http(s) image fetch may take (connect, redirects, every byte)")
+    p.add_argument("--max-request-bytes", type=int, default=64 * 2 ** 20, help="largest request body accepted")
     p.add_argument("--max-image-bytes", type=int, default=32 * 2 ** 20, help="largest encoded image accepted")
     p.add_argument("--max-image-pixels", type=int, default=64 * 10 ** 6, help="largest decoded width x height")
     p.add_argument("--mode", choices=["tiny", "small", "base", "large", "gundam"], help="deepseek-ocr resolution mode")
@@ -76,16 +85,20 @@ def build_server(args, pipe, package):
     worker.start()
     name = args.served_model_name or args.model
     limits = MediaLimits(max_bytes=args.max_image_bytes, max_pixels=args.max_image_pixels,
-                         allowed_local_path=args.allowed_local_media_path)
+                         allowed_local_path=args.allowed_local_media_path,
+                         allowed_domains=tuple(args.allowed_media_domains), fetch_timeout=args.media_fetch_timeout,
+                         allow_private=args.allow_private_media_addresses, max_request_bytes=args.max_request_bytes)
     state = ServerState(pipe, worker, name, max_len, limits, Metrics(name), created=int(time.time()))
     return state, create_app(state), worker
 
 
 def check_args(args):
-    for flag in ("max_num_seqs", "max_model_len", "max_image_bytes", "max_image_pixels"):
+    for flag in ("max_num_seqs", "max_model_len", "max_image_bytes", "max_image_pixels", "max_request_bytes"):
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise CliError(f"--{flag.replace('_', '-')} must be at least 1")
+    if not 0 < args.media_fetch_timeout <= 600:
+        raise CliError("--media-fetch-timeout must be in (0, 600] seconds")
     if args.max_queue < 0:
         raise CliError("--max-queue must be >= 0")
     if not 0 <= args.port <= 65535:

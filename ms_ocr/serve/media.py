@@ -1,11 +1,11 @@
-"""Images of a chat request: `data:` base64 URLs, http(s) URLs and (only under --allowed-local-media-path)
-`file://` URLs, decoded with the same checks as files given to `infer`, within size limits."""
+"""Images of a chat request: `data:` base64 URLs, and only where the server allows them http(s) URLs
+(--allowed-media-domains, serve/fetch.py) and `file://` URLs (--allowed-local-media-path), decoded with the same
+checks as files given to `infer`, within size limits."""
 
 import base64
 import binascii
 import io
 import os
-import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ms_ocr.processing.image import to_rgb
+from ms_ocr.serve.fetch import FetchError, fetch
 from ms_ocr.serve.protocol import ApiError
 
 
@@ -21,7 +22,10 @@ class MediaLimits:
     max_bytes: int = 32 * 2 ** 20          # encoded image size
     max_pixels: int = 64 * 10 ** 6         # decoded width * height
     allowed_local_path: str = None         # file:// URLs must resolve under this folder (None: refused)
-    fetch_timeout: float = 30.0
+    allowed_domains: tuple = ()            # host names http(s) URLs may name (empty: remote images refused)
+    allow_private: bool = False            # let allowed hosts resolve to loopback/private/link-local addresses
+    fetch_timeout: float = 10.0            # seconds for a whole fetch: connect, redirects, every byte
+    max_request_bytes: int = 64 * 2 ** 20  # a request body (base64 images are 4/3 of their bytes)
 
 
 def _bad(message):
@@ -43,24 +47,20 @@ def read_url(url, limits):
     scheme = urllib.parse.urlsplit(url).scheme.lower()
     if scheme in ("http", "https"):
         try:
-            with urllib.request.urlopen(url, timeout=limits.fetch_timeout) as resp:
-                data = resp.read(limits.max_bytes + 1)
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            raise _bad(f"could not fetch image {url}: {getattr(e, 'reason', e)}") from None
-        if len(data) > limits.max_bytes:
-            raise _bad(f"image at {url} is larger than {limits.max_bytes} bytes")
-        return data
+            return fetch(url, limits)
+        except FetchError as e:
+            raise _bad(str(e)) from None
     if scheme == "file":
         if not limits.allowed_local_path:
             raise _bad("file:// image URLs need the server's --allowed-local-media-path")
         path = os.path.realpath(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
         root = os.path.realpath(limits.allowed_local_path)
         if os.path.commonpath([path, root]) != root:
-            raise _bad(f"{path} is outside --allowed-local-media-path")
+            raise _bad("the file:// URL is outside --allowed-local-media-path")
         if not os.path.isfile(path):
-            raise _bad(f"image file not found: {path}")
+            raise _bad("image file not found under --allowed-local-media-path")
         if os.path.getsize(path) > limits.max_bytes:
-            raise _bad(f"image {path} is larger than {limits.max_bytes} bytes")
+            raise _bad(f"image file is larger than {limits.max_bytes} bytes")
         with open(path, "rb") as f:
             return f.read()
     raise _bad(f"unsupported image URL scheme {scheme or url[:16]!r} (data:, http(s):, file:)")
@@ -89,6 +89,10 @@ def decode_image(data, limits):
     except (OSError, SyntaxError, ValueError, EOFError) as e:
         detail = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise _bad(f"image is truncated or corrupt ({detail})") from None
+
+
+def is_remote(url):
+    return urllib.parse.urlsplit(url).scheme.lower() in ("http", "https")
 
 
 def load_images(urls, limits):

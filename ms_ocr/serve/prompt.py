@@ -7,6 +7,17 @@ import dataclasses
 from ms_ocr.serve.protocol import ApiError
 
 
+def clamp_pixels(settings, pixels):
+    """A request's min_pixels / max_pixels within the checkpoint's own bounds (its preprocessor config): a page is
+    never resized to more pixels than the model's max_pixels, whatever a client asks (a 448x64 line asked to be
+    1e8 pixels took 5 GB), nor below one patch merge; min_pixels stays <= max_pixels. Done before any pixel work."""
+    top = settings.max_pixels
+    floor = (settings.patch_size * settings.merge_size) ** 2
+    hi = min(max(pixels.get("max_pixels", top), floor), top)
+    lo = min(max(pixels.get("min_pixels", min(settings.min_pixels, hi)), floor), hi)
+    return {"min_pixels": lo, "max_pixels": hi}
+
+
 def request_processor(processor, system, mm_kwargs):
     """The pipeline's processor, or a per-request copy with the system turn / pixel bounds changed."""
     pixels = {k: v for k, v in (mm_kwargs or {}).items() if v is not None}
@@ -18,11 +29,10 @@ def request_processor(processor, system, mm_kwargs):
         if settings is None or not hasattr(settings, "min_pixels"):
             raise ApiError(400, "mm_processor_kwargs min_pixels/max_pixels are not supported by this model",
                            param="mm_processor_kwargs")
-        new = dataclasses.replace(settings, **pixels)
-        if new.min_pixels > new.max_pixels:
-            raise ApiError(400, f"mm_processor_kwargs: min_pixels {new.min_pixels} > max_pixels {new.max_pixels}",
-                           param="mm_processor_kwargs")
-        proc.settings = new
+        if pixels.get("min_pixels", 0) > pixels.get("max_pixels", float("inf")):
+            raise ApiError(400, f"mm_processor_kwargs: min_pixels {pixels['min_pixels']} > max_pixels "
+                                f"{pixels['max_pixels']}", param="mm_processor_kwargs")
+        proc.settings = dataclasses.replace(settings, **clamp_pixels(settings, pixels))
     if system is not None and hasattr(processor, "messages"):
         own = processor.messages
 

@@ -4,6 +4,7 @@ Fields the OCR clients send (PaddleX's GenAIClient, HunyuanOCR's and DeepSeek-OC
 and checked; other fields the openai client may add (user, n=1, logprobs=false, ...) are ignored as vLLM does.
 """
 
+import json
 from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -12,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 class ApiError(Exception):
     """An error answered as {"error": {"message", "type", "param", "code"}} with HTTP status `status`."""
 
-    TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError", 503: "ServiceUnavailableError"}
+    TYPES = {400: "BadRequestError", 404: "NotFoundError", 413: "RequestTooLargeError", 500: "InternalServerError", 503: "ServiceUnavailableError"}
 
     def __init__(self, status, message, param=None):
         super().__init__(message)
@@ -24,7 +25,7 @@ class ApiError(Exception):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
 
 class ImageURL(_Model):
@@ -48,7 +49,7 @@ class StreamOptions(_Model):
 
 
 class MMProcessorKwargs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     min_pixels: Optional[int] = Field(None, ge=1)
     max_pixels: Optional[int] = Field(None, ge=1)
 
@@ -69,7 +70,7 @@ class ChatCompletionRequest(_Model):
     temperature: Optional[float] = Field(None, ge=0)
     top_p: Optional[float] = Field(None, gt=0, le=1)
     top_k: Optional[int] = Field(None, ge=-1)
-    seed: Optional[int] = None
+    seed: Optional[int] = Field(None, ge=-2 ** 63, le=2 ** 63 - 1)  # vLLM's range (a 64-bit integer)
     repetition_penalty: Optional[float] = Field(None, gt=0)
     stop: Optional[Union[str, list[str]]] = None
     skip_special_tokens: bool = True
@@ -79,6 +80,42 @@ class ChatCompletionRequest(_Model):
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
     n: int = Field(1, ge=1, le=1)
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _check_strings(value, where="body"):
+    """Every string must be encodable text: a lone surrogate escape ("\ud800") is valid JSON but no text."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ApiError(400, f"invalid field {where}: the string holds a lone surrogate (\\ud800-\\udfff), "
+                                "not text", param=where) from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_strings(k, where)
+            _check_strings(v, k if where == "body" else f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_strings(v, f"{where}.{i}")
+
+
+def decode_body(raw):
+    """The request's bytes -> a JSON object, or ApiError(400)."""
+    try:
+        body = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "the request body is not valid JSON") from None
+    except RecursionError:  # json's own depth guard (100,000-deep brackets)
+        raise ApiError(400, "the request body is nested too deeply") from None
+    try:
+        _check_strings(body)
+    except RecursionError:
+        raise ApiError(400, "the request body is nested too deeply") from None
+    return body
 
 
 def parse_chat_request(body):

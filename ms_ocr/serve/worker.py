@@ -3,10 +3,12 @@
 each request's asyncio queue with call_soon_threadsafe, so the event loop never waits on a graph."""
 
 import queue
+import sys
 import threading
 import time
 
 from ms_ocr.engine import Cancelled, Request
+from ms_ocr.errors import user_error_message
 
 
 class TextStream:
@@ -62,6 +64,7 @@ class Job:
         self.request = Request(key, [], "", sampling=sampling, prep=prep, on_token=self.on_token,
                                cancelled=self.cancelled, ignore_eos=ignore_eos)
         self.n_tokens, self.t_last, self.finish_reason = 0, None, None
+        self.taken = False  # the engine has taken it from the inbox
 
     def _post(self, *event):
         try:
@@ -110,6 +113,8 @@ class EngineWorker:
         self.jobs = {}              # key -> Job, submitted and not finished
         self.ready = threading.Event()
         self.failed = None
+        self.dead = False           # the engine thread ended by something other than a clean stop
+        self.restarts = 0           # engine loop faults survived
         self.warmup = warmup        # a Request run before serving (compiles the decode graph)
         self.thread = threading.Thread(target=self._main, name="ms_ocr-engine", daemon=True)
 
@@ -162,7 +167,28 @@ class EngineWorker:
             self.ready.set()
             return
         self.ready.set()
-        self.engine.serve(self._take, self._on_result)
+        while True:
+            try:
+                self.engine.serve(self._take, self._on_result)
+                return
+            except Exception as e:  # noqa: BLE001 - a fault of the loop itself: fail what it held, serve on
+                self.restarts += 1
+                print(f"ms_ocr: engine loop error, restarted ({user_error_message(e)})", file=sys.stderr, flush=True)
+                self._fail_taken(e)
+            except BaseException:
+                self.dead = True
+                raise
+
+    def alive(self):
+        """True while the engine thread runs its loop (what /health reports)."""
+        return self.ready.is_set() and self.failed is None and not self.dead and self.thread.is_alive()
+
+    def _fail_taken(self, error):
+        """Every request the engine had taken and not answered gets `error` (the loop starts afresh)."""
+        with self.lock:
+            taken = [job for job in self.jobs.values() if job.taken]
+        for job in taken:
+            self._on_result(job.request, None, error)
 
     def _take(self, n, wait):
         if self.closing:
@@ -180,6 +206,8 @@ class EngineWorker:
             pass
         with self.lock:
             self.running += len(jobs)  # they take slots now (prefill is part of the decode batch's admission)
+            for job in jobs:
+                job.taken = True
         return [job.request for job in jobs]
 
     def _drain(self):
@@ -192,6 +220,8 @@ class EngineWorker:
 
     def _on_result(self, request, result, error):
         with self.lock:
+            job = self.jobs.pop(request.key, None)
+            if job is None:  # answered already
+                return
             self.running -= 1
-            job = self.jobs.pop(request.key)
         job.on_result(result, error)

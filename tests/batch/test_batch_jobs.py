@@ -23,9 +23,10 @@ def _page(w, label):
     return img
 
 
-def _batch(model, out, *inputs, extra=()):
+def _batch(model, out, *inputs, extra=(), cwd=ROOT):
     return run_module("ms_ocr.batch", "--model", "paddleocr-vl", "--model-path", model, "--input", *inputs,
-                      "--out", str(out), "--max-batch-size", "2", "--max-output-length", "4", "--no-progress", *extra)
+                      "--out", str(out), "--max-batch-size", "2", "--max-output-length", "4", "--no-progress", *extra,
+                      cwd=cwd)
 
 
 def _lines(path):
@@ -184,3 +185,63 @@ def test_ctrl_c_mid_run_saves_and_says_so(tiny_dir, tmp_path):
     assert done.wait(timeout=600) == 0, done.stderr.read()
     assert sorted(json.loads(line)["key"] for line in _lines(results)) == sorted(str(src / f"{i}.png")
                                                                                  for i in range(6))
+
+
+def test_a_page_is_the_same_under_any_spelling_of_its_path(tiny_dir, tmp_path):
+    """A page was identified by its path as typed: resuming `--input scans/` as `--input ./scans/` redid every
+    page (duplicate records), and the same relative command run in another folder skipped that folder's other
+    files as done and wrote the first folder's text into their Markdown. Now a page is its resolved absolute
+    path plus the file's size and mtime."""
+    root = type(tmp_path)(os.path.realpath(tmp_path))
+    one, two = root / "one", root / "two"
+    for folder, labels in ((one, ("a0", "a1")), (two, ("b0", "b1"))):
+        (folder / "scans").mkdir(parents=True)
+        for i, label in enumerate(labels):
+            _page(64 + 16 * i, label).save(folder / "scans" / f"{i}.png")
+    out = tmp_path / "out"
+    first = _batch(tiny_dir, out, "scans/", cwd=one)
+    assert first.returncode == 0, first.stderr
+    again = _batch(tiny_dir, out, "./scans/", os.path.join("..", "one", "scans", "0.png"), cwd=one)
+    assert again.returncode == 0 and "skipped                  2" in again.stderr, again.stderr
+    records = [json.loads(line) for line in _lines(out / "results.jsonl")]
+    assert sorted(r["key"] for r in records) == [str(one / "scans" / "0.png"), str(one / "scans" / "1.png")]
+
+    other = _batch(tiny_dir, out, "scans/", cwd=two)  # the same command in another folder: other pages
+    assert other.returncode == 0 and "skipped                  0" in other.stderr, other.stderr
+    records = [json.loads(line) for line in _lines(out / "results.jsonl")]
+    by_key = {r["key"]: r for r in records}
+    assert len(records) == 4 and sorted(by_key) == sorted(str(f / "scans" / n) for f in (one, two)
+                                                          for n in ("0.png", "1.png"))
+    from ms_ocr.batch.results import doc_name
+    for key, record in by_key.items():
+        assert record["source"] == key and record["stamp"]
+        md = (out / "markdown" / doc_name(key)).read_text(encoding="utf-8")
+        assert md == record["text"].strip() + "\n"
+
+    # a file replaced in place (another size) is read again; the other pages stay done
+    _page(200, "new a0").save(one / "scans" / "0.png")
+    third = _batch(tiny_dir, out, str(one / "scans"), cwd=two)
+    assert third.returncode == 0 and "skipped                  1" in third.stderr, third.stderr
+    latest = {}
+    for line in _lines(out / "results.jsonl"):
+        r = json.loads(line)
+        latest[r["key"]] = r
+    assert latest[str(one / "scans" / "0.png")]["stamp"] != by_key[str(one / "scans" / "0.png")]["stamp"]
+
+
+def test_overwrite_removes_only_what_batch_wrote(tiny_dir, pages, tmp_path):
+    """--overwrite removed the whole OUT/markdown/ (a user's notes.md with it); now only the files the old
+    records name (their Markdown, dumps, drawings) and the result files go."""
+    out = tmp_path / "out"
+    assert _batch(tiny_dir, out, str(pages), extra=("--task", "ocr", "--dump")).returncode == 0
+    written = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    assert any(str(p).startswith("dumps/") for p in written) and any(str(p).startswith("markdown/") for p in written)
+    (out / "markdown" / "notes.md").write_text("mine")
+    (out / "dumps" / "keep.txt").write_text("mine")
+    (out / "holiday.jpg").write_bytes(b"mine")
+    proc = _batch(tiny_dir, out, str(pages), extra=("--task", "table", "--overwrite"))
+    assert proc.returncode == 0, proc.stderr
+    for mine in ("markdown/notes.md", "dumps/keep.txt", "holiday.jpg"):
+        assert (out / mine).read_bytes() == b"mine"
+    assert sorted(p.name for p in (out / "dumps").iterdir()) == ["keep.txt"]  # the old job's dumps are gone
+    assert len(list((out / "markdown").glob("*.png.md"))) == 3  # the new job's Markdown

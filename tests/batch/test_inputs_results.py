@@ -64,7 +64,7 @@ def test_store_survives_a_torn_line_and_resumes(tmp_path):
     with open(path, "a") as f:
         f.write('{"key": "c", "ok": tr')  # killed mid-write
     store = R.ResultStore(path)
-    assert store.done == {"a"}  # the failure is retried, the torn record is gone
+    assert set(store.done) == {"a"}  # the failure is retried, the torn record is gone
     store.append({"key": "b", "source": "b", "page": 0, "ok": True, "text": "B"})
     store.close()
     recs = R.read_records(path)
@@ -178,15 +178,15 @@ def test_store_counts_only_its_jobs_records(tmp_path):
     with open(path, "w") as f:  # written before records carried a job
         f.write(json.dumps({"key": "a", "source": "a", "page": 0, "ok": True, "text": "A"}) + "\n")
     store = R.ResultStore(path, job="job-1")
-    assert store.done == set()  # not this job's
+    assert set(store.done) == set()  # not this job's
     store.close()
     store = R.ResultStore(path, job="job-1", adopt=True)  # an older folder taken as this job's
-    assert store.done == {"a"}
+    assert set(store.done) == {"a"}
     store.append({"key": "b", "source": "b", "page": 0, "ok": True, "text": "B"})
     store.close()
     assert [r["job"] for r in R.read_records(path)] == ["job-1", "job-1"]
     store = R.ResultStore(path, job="job-2")
-    assert store.done == set() and store.saved() == (0, 0)
+    assert set(store.done) == set() and store.saved() == (0, 0)
     store.append({"key": "a", "source": "a", "page": 0, "ok": True, "text": "A2"})
     store.append({"key": "c", "source": "c", "page": 0, "ok": False, "error": "bad"})
     assert store.saved() == (2, 1)  # what an interrupted run reports: records this run, pages done

@@ -363,3 +363,48 @@ def test_hunyuan_as_recognizer(hunyuan_checkpoint, graph_mode):
     for b, prompt in zip(result.blocks, ("提取图中的文字。", "把图中的表格解析为HTML。")):
         alone = vlm.run([regions.crop(page, b.box)], prompt, SamplingConfig(max_new_tokens=5))
         assert b.content == regions.clean(alone["text"], b.label, b.task) and len(alone["token_ids"]) > 0
+
+
+def test_cli_images_are_read_one_at_a_time_and_a_bad_one_is_its_pages_error(blind_doc, tiny_dir, layout_dir,
+                                                                              tmp_path, monkeypatch, capsys):
+    """`--image` decoded every image before the first page (eight 8000x8000 PNGs held 2.5 GB) and one unreadable
+    image ended the run with nothing written. Now each is read when its page starts, and a bad one is recorded."""
+    from ms_ocr.pipeline import cli
+    from ms_ocr.processing import image as image_module
+    monkeypatch.setattr(cli, "load", lambda args, pages: blind_doc)
+    paths = [tmp_path / f"{n}.png" for n in ("first", "bad", "last")]
+    for p in paths:
+        Image.new("RGB", (120, 160), "white").save(p)
+    whole = paths[1].read_bytes()
+    paths[1].write_bytes(whole[:len(whole) // 2])
+    events = []
+    real_load, real_parse = image_module.load_image, blind_doc.parse
+    monkeypatch.setattr(image_module, "load_image", lambda path: events.append(("load", str(path))) or real_load(path))
+    monkeypatch.setattr(blind_doc, "parse", lambda page: events.append(("parse",)) or real_parse(page))
+    out = tmp_path / "out"
+    assert _cli("--image", *paths, "--out", out, "--model-path", tiny_dir, "--layout-model-path", layout_dir) == 3
+    assert events == [("load", str(paths[0])), ("parse",), ("load", str(paths[1])), ("load", str(paths[2])),
+                      ("parse",)]
+    assert "error" not in json.loads((out / "first.json").read_text())
+    assert "truncated or corrupt" in json.loads((out / "bad.json").read_text())["error"]
+    assert "error" not in json.loads((out / "last.json").read_text()) and (out / "last.md").is_file()
+    assert "bad" in capsys.readouterr().err
+
+
+def test_overwrite_removes_only_what_the_pipeline_wrote(tmp_path):
+    """--overwrite removed the whole OUT/imgs/ (a user's holiday.jpg with it); now only what the records name."""
+    from ms_ocr.pipeline.outputs import remove_outputs, write
+    out = tmp_path / "out"
+    (out / "imgs" / "page").mkdir(parents=True)
+    pic = "imgs/page/img_in_image_box_1_2_3_4.jpg"
+    write(out, "page", {"source": str(tmp_path / "page.png"),
+                        "blocks": [{"image": pic}, {"image": "../holiday.jpg"}, {"image": "imgs/../../x"}]}, "text")
+    write(out, "doc", {"source": str(tmp_path / "doc.pdf"), "pages": [{"page": 1, "blocks": []}, {"page": 2}]}, "")
+    for name in (pic, "page_layout.png", "doc_page1_layout.png", "doc_page2_layout.png"):
+        (out / name).write_bytes(b"ours")
+    mine = ["imgs/holiday.jpg", "imgs/page/mine.jpg", "holiday.jpg", "notes.md", "doc_page3_notes_layout.png"]
+    for name in mine:
+        (out / name).write_bytes(b"mine")
+    remove_outputs(str(out))
+    left = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert left == sorted(mine)

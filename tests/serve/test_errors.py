@@ -2,69 +2,13 @@
 traceback; the server keeps serving, and good requests running alongside bad ones get their answers."""
 
 import asyncio
-import base64
-import http.server
-import io
-import threading
 
 import httpx
 import pytest
 
-from ms_ocr.generate import SamplingConfig
-from ms_ocr.runtime import Buckets
-from tests.serve.live import LiveServer, jpeg_url, page, png_url
+from tests.serve.conftest import MAX_LEN, body, check_error, data_url, png_bytes, post
+from tests.serve.live import jpeg_url, page, png_url
 
-MAX_LEN = 256
-
-
-@pytest.fixture(scope="module")
-def served(tiny_dir, graph_mode, tmp_path_factory):
-    from ms_ocr.models import paddleocr_vl
-    pipe = paddleocr_vl.load(tiny_dir, "CPU", "auto", Buckets(prefill=32, slots=64))
-    media = tmp_path_factory.mktemp("media")
-    img = page(96, 128, 3)
-    img.save(media / "page.png")
-    outside = tmp_path_factory.mktemp("outside") / "page.png"
-    img.save(outside)
-    want = pipe.run([img], "OCR:", SamplingConfig(max_new_tokens=8))
-    # a loopback http server for http:// image URLs
-    handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(media))  # noqa: E731
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    server = LiveServer(pipe, "paddleocr-vl", "--max-model-len", str(MAX_LEN), "--max-num-seqs", "2",
-                        "--max-image-pixels", "40000", "--allowed-local-media-path", str(media), "--no-warmup")
-    yield dict(server=server, media=media, outside=outside, want=want, img=img,
-               http=f"http://127.0.0.1:{httpd.server_address[1]}")
-    server.close()
-    httpd.shutdown()
-
-
-def body(url="", text="OCR:", **fields):
-    content = ([{"type": "image_url", "image_url": {"url": url}}] if url else []) + [{"type": "text", "text": text}]
-    return {"model": "paddleocr-vl", "messages": [{"role": "user", "content": content}], "max_tokens": 8,
-            "temperature": 0, **fields}
-
-
-def post(served, payload, raw=None):
-    return httpx.post(served["server"].url + "/v1/chat/completions", json=None if raw is not None else payload,
-                      content=raw, headers={"content-type": "application/json"}, timeout=120)
-
-
-def check_error(resp, status, needle):
-    assert resp.status_code == status, resp.text
-    err = resp.json()["error"]
-    assert err["code"] == status and needle in err["message"], err
-    assert "Traceback" not in resp.text and "\n" not in err["message"]
-
-
-def png_bytes(img):
-    buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return buf.getvalue()
-
-
-def data_url(raw, mime="image/png"):
-    return f"data:{mime};base64," + base64.b64encode(raw).decode()
 
 
 BAD_REQUESTS = [
