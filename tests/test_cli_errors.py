@@ -139,3 +139,18 @@ def test_ctrl_c_while_mindspore_loads(tiny_dir, good_png):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert (proc.returncode, err, out) == (130, "error: interrupted\n", "")
+
+
+@pytest.mark.parametrize("module,flags,needle", [
+    ("ms_ocr.infer", ["--seed", "-1"], "--seed must be in 0..2**64-1, not -1"),
+    ("ms_ocr.infer", ["--threads", "-1"], "--threads must be at least 1, not -1"),
+    ("ms_ocr.infer", ["--top-p", "0"], "--top-p must be in (0, 1]"),
+    ("ms_ocr.batch", ["--out", "x", "--dpi", "3000"], "--dpi must be in 10..600, not 3000"),
+    ("ms_ocr.pipeline", ["--out", "x", "--dpi", "3000"], "--dpi must be in 10..600, not 3000"),
+])
+def test_shared_options_out_of_range_name_their_flag(module, flags, needle, good_png):
+    """`--seed -1` reached numpy ("expected non-negative integer") and `--threads -1` MindSpore; `--dpi 3000`
+    cost ~1.1 GB a page. Each is now refused before anything loads, naming the flag."""
+    model = ["--recognizer", "paddleocr-vl"] if module == "ms_ocr.pipeline" else ["--model", "paddleocr-vl"]
+    image = ["--input" if module == "ms_ocr.batch" else "--image", good_png]
+    assert_one_line_error(run_module(module, *model, *image, *flags), needle)

@@ -45,6 +45,11 @@ def test_manifest(tree):
     m.write_text('{"image": "b.png", "task": "x", "prompt": "y"}\n')
     with pytest.raises(I.InputError, match="either task or prompt"):
         I.read_manifest(str(m))
+    # fields of the wrong type were an AttributeError / TypeError deep inside the run
+    for line, field in (('{"image": "b.png", "prompt": 5}', "prompt"), ('{"image": "b.png", "task": ["ocr"]}', "task")):
+        m.write_text(line + "\n")
+        with pytest.raises(I.InputError, match=f'line 1: "{field}" must be a string'):
+            I.read_manifest(str(m))
 
 
 def test_shard_is_a_partition():
