@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ms_ocr.proc import rss_gb
+
 
 @dataclass
 class SamplingConfig:
@@ -111,6 +113,7 @@ def generate(runtime, prep, image_feats, cfg, eos_ids, num_pos_axes, on_token=No
     t0 = time.perf_counter()
     logits = runtime.prefill(prep, image_feats, cfg.max_new_tokens).asnumpy()[0]
     t_prefill = time.perf_counter() - t0
+    rss_prefill = rss_gb()
     generated, finish = [], "length"
     pos = len(prompt)
     t1 = time.perf_counter()
@@ -130,5 +133,6 @@ def generate(runtime, prep, image_feats, cfg, eos_ids, num_pos_axes, on_token=No
         pos += 1
     t_decode = time.perf_counter() - t1
     n_dec = max(len(generated) - 1, 0)
-    timings = {"prefill_ms": 1000 * t_prefill, "decode_s": t_decode, "decode_tokens": n_dec}
+    timings = {"prefill_ms": 1000 * t_prefill, "decode_s": t_decode, "decode_tokens": n_dec,
+               "rss_after_prefill_gb": rss_prefill}
     return GenerationResult(generated, finish, timings)

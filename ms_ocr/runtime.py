@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import mindspore as ms
 from mindspore import Tensor, ops
-from mindspore.nn import cell as _cell_module
 
+from ms_ocr.compiler import CompileTimer
 from ms_ocr.nn.blocks import graph_input
 from ms_ocr.nn.functional import rows
 from ms_ocr.ops import backend
@@ -28,16 +28,6 @@ from ms_ocr.steps import (AllLogitsStep, CacheWriteStep, DecodeHeadStep, DecodeP
 VISION_ATTENTION_CHUNK = 512
 # Rows of one routed expert's prefill call are padded to a multiple of this (one compile per bucket).
 EXPERT_ROWS = 32
-# Vision/prefill graphs of shapes that this many consecutive requests did not use are freed (each kept shape
-# holds its compiled graphs and activation memory: ~0.5 GB per PaddleOCR-VL page size of ~1,000 patches, ~0.3
-# GB per 128-token prefill bucket). A freed shape that comes back compiles again (~3 s vision, ~5 s prefill).
-KEEP_GRAPHS_REQUESTS = 2
-# ... except that idle graphs whose per-call inputs (Parameters not counted: they are resident anyway) sum to
-# at most this many bytes stay compiled, the most recently used first. A page's graphs exceed it on their own
-# (PaddleOCR-VL at ~1,000 patches: the block step's keys and values alone are ~9 MB), so pages are freed as
-# before; small images of a few recurring sizes - line crops, the demo model - no longer recompile whenever a
-# size comes back after two others (the demo's 150 gate lines in 3 sizes: ~60 recompiles of ~1.8 s each).
-IDLE_GRAPH_BYTES = 8 << 20
 # Prompt rows per prefill attention call; block i attends keys [0, (i+1)*chunk) only, skipping the masked
 # upper triangle of the causal scores.
 PREFILL_ATTENTION_CHUNK = 256
@@ -79,118 +69,6 @@ class Prepared:
     rope_delta: int
     image_token_mask: np.ndarray
     vision_inputs: list = field(default_factory=list)
-
-
-class CompileTimer:
-    """Compiles a step separately the first time it sees an input-shape key, so run time excludes it, and runs
-    the compiled graph again without Cell.__call__'s per-call bookkeeping.
-
-    Cell.__call__ re-enters Cell.compile on every call, which re-assigns compile_phase on every sub-cell of the
-    step; for a decode step that owns the whole model that walk cost ~7 ms per token (cProfile, PaddleOCR-VL,
-    ~10,000 setattr calls) - 8 % of the step. Once a shape key is compiled, call() remembers the executor phase
-    MindSpore gave it and hands later calls straight to the graph executor, as compile_and_run does after its
-    compile. If this MindSpore lacks those internals, every call goes through Cell.__call__ as before.
-
-    Every compiled shape keeps its graph and its activation memory until it is freed. Groups named in
-    `evictable` are freed by next_request() once `keep_requests` requests have not used them, except the most
-    recently used of them while their per-call inputs sum to at most `idle_bytes`. PaddleOCR-VL at
-    real size over five page sizes of ~1,000 patches: RSS after each prefill 4.82, 5.74, 5.91, 5.95, 5.87 GB
-    (peak 6.27) with vision and prefill evictable and keep_requests 2, against 4.82, 5.74, 6.19, 6.72, 7.28
-    while every shape stayed."""
-
-    def __init__(self, evictable=(), keep_requests=KEEP_GRAPHS_REQUESTS, idle_bytes=IDLE_GRAPH_BYTES):
-        self.seconds = {}
-        self._phases = {}
-        self.evictable = frozenset(evictable)
-        self.keep_requests = keep_requests
-        self.idle_bytes = idle_bytes
-        self.requests = 0
-        self._used = {}  # key of an evictable group -> (request count at its last call, cell, input bytes)
-
-    def call(self, name, cell, *args):
-        key = (name, id(cell)) + tuple((tuple(a.shape), str(a.dtype)) for a in args)
-        if name in self.evictable:
-            used = self._used.get(key)
-            self._used[key] = (self.requests, cell, used[2] if used else _input_bytes(args))
-        known = self._phases.get(key)
-        if known is _NO_FAST_PATH:
-            return cell(*args)
-        executor = getattr(_cell_module, "_cell_graph_executor", None)
-        if known is None or not executor.has_compiled(known[0]):  # first call of this shape (or a freed graph)
-            if key not in self._phases:
-                t0 = time.perf_counter()
-                cell.compile(*args)
-                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
-            out = cell(*args)  # runs the documented way
-            self._phases[key] = _compiled_phase(cell, executor)
-            return out
-        phase, mutable_flags, sequence_modified = known
-        run_args = executor._graph_executor.get_args_for_run(cell, args, {}, list(mutable_flags),
-                                                             list(sequence_modified), False, False)
-        executor._graph_executor.set_jit_config(getattr(cell, "jit_config_dict", None)
-                                                 or _cell_module._DEFAULT_JIT_CONFIG)
-        return executor._exec_pip(cell, *run_args, phase=phase)
-
-    def next_request(self):
-        """Count a request and free the graphs of evictable groups that the last `keep_requests` requests did
-        not use: their compiled code and activation memory (MindSpore keeps both for the life of the process
-        otherwise), except the most recently used of them while their input bytes sum to at most `idle_bytes`.
-        A freed shape compiles again if it comes back. Returns how many graphs were freed."""
-        self.requests += 1
-        executor = getattr(_cell_module, "_cell_graph_executor", None)
-        if executor is None or not hasattr(executor, "del_net_res"):
-            return 0
-        idle = [(key, last, cell, nbytes) for key, (last, cell, nbytes) in self._used.items()
-                if self.requests - last > self.keep_requests]
-        idle.sort(key=lambda item: -item[1])  # most recently used first (stable: call order among equals)
-        freed, kept = 0, 0
-        for key, _, cell, nbytes in idle:
-            if kept + nbytes <= self.idle_bytes:
-                kept += nbytes
-            else:
-                freed += self._free(executor, key, cell)
-        return freed
-
-    def free_group(self, name):
-        """Free every graph of evictable group `name` now, whatever the requests (see next_request). Returns how
-        many graphs were freed."""
-        executor = getattr(_cell_module, "_cell_graph_executor", None)
-        if executor is None or not hasattr(executor, "del_net_res"):
-            return 0
-        return sum(self._free(executor, key, cell) for key, (_, cell, _) in list(self._used.items()) if key[0] == name)
-
-    def _free(self, executor, key, cell):
-        del self._used[key]
-        known = self._phases.get(key)
-        if not isinstance(known, tuple):  # a shape that runs through Cell.__call__ (_NO_FAST_PATH)
-            return 0
-        executor.del_net_res(cell, {known[0]})
-        cell.compile_cache.discard(known[0])
-        del self._phases[key]
-        return 1
-
-
-_NO_FAST_PATH = "no fast path"
-
-
-def _input_bytes(args):
-    """Bytes of a graph call's per-call inputs: every Tensor argument but Parameters (resident weights)."""
-    return sum(int(np.prod(a.shape)) * a.itemsize for a in args
-               if isinstance(a, Tensor) and not isinstance(a, ms.Parameter))
-
-
-def _compiled_phase(cell, executor):
-    """(executor phase, argument flags) of the graph `cell` just ran, or _NO_FAST_PATH when this MindSpore's
-    internals differ or the cell has mutable/dynamic-shape arguments (those need Cell.__call__'s handling)."""
-    phase = getattr(cell, "current_phase", None)
-    usable = (isinstance(phase, str) and hasattr(_cell_module, "_DEFAULT_JIT_CONFIG")
-              and all(hasattr(executor, a) for a in ("_exec_pip", "_graph_executor", "has_compiled"))
-              and hasattr(getattr(executor, "_graph_executor", None), "get_args_for_run")
-              and not any(getattr(cell, "_has_mutable_args_list", None) or ())
-              and getattr(cell, "_dynamic_shape_inputs", None) is None)
-    if not (usable and executor.has_compiled(phase)):
-        return _NO_FAST_PATH
-    return phase, tuple(cell._has_mutable_args_list or ()), tuple(getattr(cell, "sequence_modified", None) or ())
 
 
 class VLMRuntime:

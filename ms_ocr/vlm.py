@@ -4,7 +4,9 @@ import time
 
 import numpy as np
 
+from ms_ocr.compiler import CompileCache
 from ms_ocr.generate import generate
+from ms_ocr.proc import peak_rss_gb, process_age_ms, rss_gb
 from ms_ocr.runtime import Prepared
 
 
@@ -29,6 +31,8 @@ class VLMPipeline:
         self.image_token_id = image_token_id
         self.load_seconds = load_seconds
         self.postprocess = postprocess
+        self.load_rss_gb = rss_gb()
+        self.runs = 0
 
     def prepare(self, images, prompt):
         out = self.processor(images, prompt)
@@ -48,11 +52,15 @@ class VLMPipeline:
         compile_before = dict(self.runtime.compiler.seconds)
         t0 = time.perf_counter()
         prep, _ = self.prepare(images, prompt)
+        startup = process_age_ms() if self.runs == 0 else None  # launch to the first vision op
+        self.runs += 1
         t1 = time.perf_counter()
         feats = self.encode_images(prep)  # stays a device Tensor for prefill
         t2 = time.perf_counter()
+        rss = {"load": self.load_rss_gb, "vision": rss_gb()}
         result = generate(self.runtime, prep, feats, sampling, self.eos_ids, self.num_pos_axes, on_token,
                           on_logits)
+        rss.update(prefill=result.timings.get("rss_after_prefill_gb"), decode=rss_gb(), peak=peak_rss_gb())
         compiled = {k: v - compile_before.get(k, 0.0) for k, v in self.runtime.compiler.seconds.items()}
         vision_compile = compiled.get("vision", 0.0)
         prefill_compile = compiled.get("prefill", 0.0)
@@ -69,7 +77,13 @@ class VLMPipeline:
             "compile_ms": {"vision": 1000 * vision_compile, "prefill": 1000 * prefill_compile,
                            "decode": 1000 * decode_compile},
             "prompt_tokens": int(prep.input_ids.shape[0]),
+            "rss_gb": rss,  # resident memory after load and after each phase of this request, and the peak so far
         }
+        if startup is not None:
+            timings["startup_ms"] = startup
+        cache = CompileCache.active
+        if cache is not None:  # graphs of this process so far: read from the compile cache / compiled and stored
+            timings["compile_cache"] = {"on": cache.enabled, "loaded": cache.loaded, "written": cache.written}
         out = self.finish(result.token_ids, result.finish_reason, task, images)
         out["timings"] = timings
         return out

@@ -8,6 +8,9 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 os.environ.setdefault("GLOG_v", "3")
 os.environ.setdefault("MS_OCR_OFFLINE", "1")
+# The persistent compile cache stays off in tests (each test that is about it turns it on in its own folder): a
+# shared ~/.cache/ms_ocr/compile would carry graphs from one run of the suite into the next.
+os.environ.setdefault("MS_OCR_COMPILE_CACHE", "0")
 
 # The longest test files first (seconds of test time in a 2-worker run). run_tests.sh hands whole files to the
 # workers in this order (--dist loadfile --no-loadscope-reorder); xdist's default order, most tests first,

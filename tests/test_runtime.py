@@ -4,7 +4,7 @@ results as Cell.__call__ (and see parameters updated in place)."""
 import numpy as np
 from mindspore import Parameter, Tensor, nn
 
-from ms_ocr.runtime import _NO_FAST_PATH, CompileTimer
+from ms_ocr.compiler import _NO_FAST_PATH, CompileTimer
 
 
 class _Affine(nn.Cell):

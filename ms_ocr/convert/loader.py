@@ -1,10 +1,18 @@
 """Strict loading of renamed checkpoint tensors into a Cell: missing or unexpected keys are errors."""
 
+import ctypes
+
 import numpy as np
 import mindspore as ms
-from mindspore import Tensor
+from mindspore import Tensor, mint
 
 from ms_ocr.config_utils import CheckpointError
+from ms_ocr.convert.safetensors_io import widen_bf16
+
+
+_HAVE_EMPTY = hasattr(mint, "empty") and hasattr(Tensor, "data_ptr")
+_MS_DTYPES = {"f4": ms.float32, "f2": ms.float16, "f8": ms.float64, "i8": ms.int64, "i4": ms.int32, "i2": ms.int16,
+              "i1": ms.int8, "u1": ms.uint8, "b1": ms.bool_, "u2": ms.uint16}
 
 
 def is_state(name):
@@ -39,17 +47,55 @@ def _keeps_bf16(local, keep_bf16, values_bf16, round_to):
     return local in keep_bf16 and (values_bf16 or round_to == "bf16")
 
 
-def _store(param, arr, dtype):
-    """Materialise the lazy Parameter, then copy `arr` into it as `dtype` (None: as it is). Materialising first
-    makes set_data copy into MindSpore-owned memory: adopting the NumPy buffer instead measured 92 vs 82 ms per
-    decoded token at the real PaddleOCR-VL size."""
+def bf16_bits(arr):
+    """float32 values that are bf16 values (widened or rounded) -> their uint16 bit patterns, exactly."""
+    return (np.ascontiguousarray(arr, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def _device_tensor(arr, dtype):
+    """A Tensor in MindSpore's memory pool holding `arr`'s bytes as `dtype`, made with one copy (from the
+    checkpoint's memory map, or the one buffer a widening made). The weight must live in the pool: a Tensor
+    that only wraps host memory (Tensor(ndarray), Tensor.from_numpy) is copied into the pool by every graph that
+    uses it, measured on PaddleOCR-VL as +1.5 GB RSS and 2.4x slower decode; Tensor(ndarray).astype(...) gets
+    there through a MindSpore cast (bf16: a scalar kernel, ~10 s of a 0.9B model's load). So: an uninitialised
+    pool tensor (mint.empty) and a memmove into it. Older MindSpore without those: the cast route."""
+    arr = np.ascontiguousarray(arr)
+    if _HAVE_EMPTY:
+        t = mint.empty(arr.shape, dtype=dtype)
+        if arr.nbytes:
+            ctypes.memmove(t.data_ptr(), arr.ctypes.data, arr.nbytes)
+        return t
     if dtype == ms.bfloat16:
-        param.set_dtype(ms.bfloat16)
-    param.init_data()
-    if dtype is None or dtype == ms.float32:
-        param.set_data(Tensor(arr))
+        return Tensor(widen_bf16(arr) if arr.dtype == np.uint16 else arr).astype(ms.bfloat16)
+    return Tensor(arr).astype(dtype)
+
+
+def _adopt(param, tensor):
+    """Make `tensor` the Parameter's data as it is. Parameter.set_data would cast to the Parameter's declared
+    dtype (a copy through a MindSpore op) and set_dtype materialises the lazy zeros first (~4 s of PaddleOCR-VL's
+    load); assign_value (what set_data ends in) takes the tensor as it is. Older MindSpore: set_data."""
+    if hasattr(param, "_update_tensor_data") and hasattr(param, "assign_value"):
+        param._update_tensor_data(tensor)
     else:
-        param.set_data(Tensor(arr).astype(dtype))
+        param.set_dtype(tensor.dtype)
+        param.set_data(tensor)
+
+
+def _store(param, arr, dtype):
+    """Set `param` to `arr` in `dtype` (None: as it is), materialised once, in that dtype: a uint16 `arr` holds
+    bf16 bit patterns (a raw checkpoint view, copied as it is for a bf16 Parameter); float32 values go to bf16
+    by their bit patterns (they are bf16 values: rounded or read from a BF16 tensor) and to fp16 by numpy."""
+    arr = np.asarray(arr)
+    if arr.dtype == np.uint16 and dtype != ms.bfloat16:  # bf16 bits for an fp32/fp16 Parameter: widen once
+        arr = widen_bf16(arr)
+    if dtype == ms.bfloat16:
+        _adopt(param, _device_tensor(arr if arr.dtype == np.uint16 else bf16_bits(arr), ms.bfloat16))
+    elif dtype == ms.float16:
+        _adopt(param, _device_tensor(np.asarray(arr, np.float16), ms.float16))
+    elif dtype is None:
+        _adopt(param, _device_tensor(arr, _MS_DTYPES[arr.dtype.str[1:]]))
+    else:
+        _adopt(param, _device_tensor(np.asarray(arr, np.float32), ms.float32))
 
 
 def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=None, source="", keep_bf16=()):
@@ -84,7 +130,7 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=
             buf, filled = stacked[local]
             if buf is None or index in filled:
                 raise CheckpointError(f"{source}: two checkpoint tensors map to {local}[{index}]")
-            buf[index] = round_weights(arr, round_to)
+            buf[index] = round_weights(widen_bf16(arr) if arr.dtype == np.uint16 else arr, round_to)
             filled.add(index)
             tags.add(tag)
             if tag != "BF16":
@@ -105,7 +151,13 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=
             raise CheckpointError(f"{source}: {hf_name} has shape {tuple(arr.shape)}, the model expects "
                                   f"{tuple(param.shape)} (checkpoint and config.json disagree)")
         tags.add(tag)
-        if np.issubdtype(arr.dtype, np.floating):
+        if tag == "BF16" and arr.dtype == np.uint16:  # raw bf16 bits (iter_checkpoint(raw_bf16=True))
+            if round_to in (None, "bf16") and (compute_dtype == ms.bfloat16 or _keeps_bf16(local, keep_bf16, True,
+                                                                                         round_to)):
+                _store(param, arr, ms.bfloat16)  # the mapped bits themselves: no copy
+            else:
+                _store(param, round_weights(widen_bf16(arr), round_to), compute_dtype)
+        elif np.issubdtype(arr.dtype, np.floating):
             bf16 = _keeps_bf16(local, keep_bf16, tag == "BF16", round_to)
             _store(param, round_weights(arr, round_to), ms.bfloat16 if bf16 else compute_dtype)
         else:

@@ -1,10 +1,11 @@
 """Read safetensors files (single or sharded, F32/F16/BF16/int) into NumPy without a framework.
 
 BF16 is widened to float32 exactly by shifting its 16 bits into the high half of a float32 word, so no
-numpy bfloat16 support is needed.
+numpy bfloat16 support is needed; a loader that keeps bf16 takes the bit patterns as they are (raw_bf16).
 """
 
 import json
+import mmap
 import os
 import struct
 
@@ -31,27 +32,61 @@ def read_header(path):
     return header, 8 + n
 
 
-def iter_file(path):
-    """Yield (name, array, dtype_tag) for each tensor of one file; BF16 arrives as float32.
+def widen_bf16(bits):
+    """bf16 bit patterns (uint16) -> the float32 values they hold, exactly."""
+    return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
 
-    Tensors are read one at a time (not memory-mapped): mapped pages stay resident while the file is open,
-    which added the whole checkpoint to the loader's peak memory.
+
+def iter_file(path, raw_bf16=False):
+    """Yield (name, array, dtype_tag) for each tensor of one file, in file order.
+
+    The file is memory-mapped (copy-on-write, so arrays are writable and writes never reach the file): an array
+    is a view of the map, not a copy, read from the page cache when first touched; the loader copies it once,
+    into the memory the kernels read (loader._device_tensor). A tensor's pages leave this process's RSS when the
+    next one is asked for (_drop_pages). BF16 arrives as float32 (an exact widening copy), or with `raw_bf16` as
+    the uint16 bit patterns (a view, no copy). Don't write to a yielded array.
     """
     header, offset = read_header(path)
     size = os.path.getsize(path)
+    entries = sorted(((k, v) for k, v in header.items() if k != "__metadata__"), key=lambda kv: kv[1]["data_offsets"])
+    for name, info in entries:
+        tag = info["dtype"]
+        if tag not in _DTYPES:
+            raise CheckpointError(f"{path}: tensor {name} has unsupported dtype {tag}")
+        start, end = info["data_offsets"]
+        if offset + end > size:
+            raise CheckpointError(f"{path} is truncated (tensor {name} runs past the end of the file)")
+    if size <= offset:
+        for name, info in entries:
+            yield name, np.zeros(info["shape"], _DTYPES[info["dtype"]]), info["dtype"]
+        return
     with open(path, "rb") as f:
-        for name, info in sorted((k, v) for k, v in header.items() if k != "__metadata__"):
-            tag = info["dtype"]
-            if tag not in _DTYPES:
-                raise CheckpointError(f"{path}: tensor {name} has unsupported dtype {tag}")
-            start, end = info["data_offsets"]
-            if offset + end > size:
-                raise CheckpointError(f"{path} is truncated (tensor {name} runs past the end of the file)")
-            f.seek(offset + start)
-            raw = np.frombuffer(f.read(end - start), dtype=_DTYPES[tag]).reshape(info["shape"])
-            if tag == "BF16":
-                raw = (raw.astype(np.uint32) << 16).view(np.float32)
-            yield name, raw, tag
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    whole = np.frombuffer(mapped, np.uint8)
+    previous = None
+    for name, info in entries:
+        tag = info["dtype"]
+        start, end = info["data_offsets"]
+        if previous is not None:
+            _drop_pages(mapped, *previous)
+        raw = whole[offset + start:offset + end].view(_DTYPES[tag]).reshape(info["shape"])
+        previous = (offset + start, offset + end)
+        if tag == "BF16" and not raw_bf16:
+            raw = widen_bf16(raw)
+        yield name, raw, tag
+
+
+def _drop_pages(mapped, start, end):
+    """Unmap the pages of a tensor the caller has consumed (MADV_DONTNEED): they stay in the page cache, out of
+    this process's RSS, so a load holds one tensor's mapped pages at a time, not the whole file. Touching them
+    again reads the file again (nothing is ever written to this private map), so a caller that keeps an array
+    still sees its values."""
+    if not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    lo = start - start % mmap.PAGESIZE
+    hi = min(-(-end // mmap.PAGESIZE) * mmap.PAGESIZE, len(mapped))
+    if hi > lo:
+        mapped.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
 
 def weight_files(model_dir):
@@ -77,9 +112,9 @@ def has_weights(model_dir):
         fn.endswith(".safetensors") for fn in os.listdir(model_dir))
 
 
-def iter_checkpoint(model_dir):
+def iter_checkpoint(model_dir, raw_bf16=False):
     for path in weight_files(model_dir):
-        yield from iter_file(path)
+        yield from iter_file(path, raw_bf16)
 
 
 def save_file(tensors, path, metadata=None):
@@ -131,7 +166,7 @@ def read_tensor(entry):
     with open(path, "rb") as f:
         f.seek(offset + start)
         raw = np.frombuffer(f.read(end - start), dtype=_DTYPES[info["dtype"]]).reshape(info["shape"])
-    return (raw.astype(np.uint32) << 16).view(np.float32) if info["dtype"] == "BF16" else raw
+    return widen_bf16(raw) if info["dtype"] == "BF16" else raw
 
 
 def same_values(a, b, chunk=64 << 20):

@@ -5,6 +5,7 @@ import time
 
 import mindspore as ms
 
+from ms_ocr.compiler import CompileCache, runtime_key
 from ms_ocr.config_utils import read_json
 from ms_ocr.convert.loader import load_weights
 from ms_ocr.convert.safetensors_io import checkpoint_dtypes, has_weights, iter_checkpoint, same_values, tensor_index
@@ -46,10 +47,14 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
     tags = checkpoint_dtypes(model_dir)
     compute_dtype, round_to = resolve_dtype(dtype, target, tags)
     keep = net.bf16_weight_names() if bf16_resident(dtype, target, tags) else set()
-    load_weights(net, iter_checkpoint(model_dir), table, compute_dtype, round_to, source=model_dir, keep_bf16=keep)
+    load_weights(net, iter_checkpoint(model_dir, raw_bf16=True), table, compute_dtype, round_to, source=model_dir,
+                 keep_bf16=keep)
     net.widen_embeddings = net.model.embed_tokens.weight.dtype == ms.bfloat16 and compute_dtype == ms.float32
+    buckets = buckets or Buckets()
+    if os.path.isfile(os.path.join(model_dir, "config.json")):
+        CompileCache.activate(runtime_key(name, model_dir, target, compute_dtype, round_to, net, buckets))
     runtime = VLMRuntime(net, cfg.text.max_position_embeddings, pad_id=0, compute_dtype=compute_dtype,
-                         buckets=buckets or Buckets())
+                         buckets=buckets)
     return VLMPipeline(name, model_dir, cfg, processor, runtime, vision_inputs, eos_ids(model_dir, cfg.text.eos_token_id),
                        num_pos_axes, cfg.image_token_id, load_seconds=time.perf_counter() - t0,
                        postprocess=postprocess)
