@@ -304,6 +304,72 @@ def report(results, bound_ms, rounds=(), cpu=None, bf16_bound_ms=None):
               + ", ".join(f"{k} {v:.1f}" for k, v in ms["compile_s"].items()))
 
 
+def cli_process(args, cache_dir, fresh):
+    """`python -m ms_ocr.infer --json` as a user runs it, in its own process: process wall and peak RSS from the
+    kernel (wait4), the rest from its --json timings. `fresh`: an empty compile cache (a first run on the machine);
+    else the cache the previous call filled (a second run)."""
+    import shutil
+    from scripts.bench_llamacpp import run_measured
+    if fresh:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+    cmd = [sys.executable, "-m", "ms_ocr.infer", "--model", args.model, "--model-path", args.ckpt, "--image",
+           args.image, "--prompt", args.prompt, "--max-new-tokens", str(args.new_tokens), "--dtype", args.dtype,
+           "--threads", str(args.threads), "--json"]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=REPO, MS_OCR_COMPILE_CACHE="1",
+               MS_OCR_COMPILE_CACHE_DIR=cache_dir, GLOG_v="3")
+    t0 = time.perf_counter()
+    out, code, usage = run_measured(cmd, env)
+    wall = time.perf_counter() - t0
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    if code or not lines:
+        raise SystemExit(f"ms_ocr CLI failed ({code}):\n{out[-3000:]}")
+    t = json.loads(lines[-1])["timings"]
+    return {"framework": "ms_ocr CLI " + ("first run" if fresh else "second run"), "wall_s": wall,
+            "load_s": t["load_ms"] / 1000, "compile_s": sum(t["compile_ms"].values()) / 1000,
+            "startup_s": t.get("startup_ms", 0) / 1000, "vision_ms": t["vision_ms"], "prefill_ms": t["prefill_ms"],
+            "decode_ms_per_token": 1000 / t["decode_tokens_per_s"] if t["decode_tokens_per_s"] else None,
+            "peak_rss_gb": usage.ru_maxrss / 2 ** 20, "rss_gb": t.get("rss_gb"), "prompt_tokens": t["prompt_tokens"],
+            "compile_cache": t.get("compile_cache")}
+
+
+def llamacpp_runs(args, fmt):
+    """llama.cpp on the same page and checkpoint (converted to GGUF once), in its own process."""
+    from scripts import bench_llamacpp as L
+    name = os.path.basename(os.path.normpath(args.ckpt))
+    if not L.converted(name):
+        print(f"converting {args.ckpt} to GGUF for llama.cpp ...", flush=True)
+        L.convert(args.model, args.ckpt, name)
+    r = L.run_page(args.model, name, args.image, fmt, args.new_tokens, args.threads)
+    r["framework"] = f"llama.cpp {fmt}"
+    return r
+
+
+PROCESS_ROWS = (("process wall s", "wall_s"), ("load s", "load_s"), ("compile s", "compile_s"),
+                ("vision ms", "vision_ms"), ("prefill ms", "prefill_ms"), ("decode ms/token", "decode_ms_per_token"),
+                ("peak RSS GB", "peak_rss_gb"))
+
+
+def process_report(columns):
+    """What a user waits for, one process per runtime: a table with each ms_ocr column's ratio to the first
+    llama.cpp column."""
+    import numpy as np
+    names = list(columns)
+    med = {n: {k: (float(np.median([r[k] for r in runs if r.get(k) is not None]))
+                   if any(r.get(k) is not None for r in runs) else None) for _, k in PROCESS_ROWS}
+           for n, runs in columns.items()}
+    peer = next((n for n in names if n.startswith("llama.cpp")), None)
+    head = f"{'figure':<17}" + "".join(f"{n:>22}" for n in names)
+    print(head + (f"{'ratios to ' + peer:>40}" if peer else ""))
+    for label, key in PROCESS_ROWS:
+        cells = "".join(f"{'-' if med[n][key] is None else format(med[n][key], '.2f'):>22}" for n in names)
+        ratios = ""
+        if peer and med[peer][key]:
+            ratios = "  " + ", ".join(f"{med[n][key] / med[peer][key]:.2f}" for n in names
+                                      if n != peer and med[n][key] is not None)
+        print(f"{label:<17}{cells}{ratios}")
+    return med
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="paddleocr-vl")
@@ -315,9 +381,14 @@ def main():
     p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default="auto",
                    help="ms_ocr's --dtype: auto keeps a bf16 checkpoint's text weights in bf16 on the CPU, fp32 "
                         "widens every weight at load (transformers always runs fp32)")
-    p.add_argument("--only", choices=["ms_ocr", "transformers"], default=None)
+    p.add_argument("--only", choices=["ms_ocr", "transformers", "peers"], default=None,
+                   help="one framework of the in-process table, or the process table alone (peers)")
     p.add_argument("--repeat", type=int, default=1, help="rounds (medians reported); the order alternates")
     p.add_argument("--out", default=os.path.join(REPO, "bench_out"))
+    p.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time what a user waits for, process by process: the ms_ocr CLI (first run on an empty "
+                        "compile cache, second run) and llama.cpp (BF16 GGUF; needs scripts/bench_llamacpp.py build)")
+    p.add_argument("--llamacpp-formats", default="BF16", help="GGUF text formats to time (BF16, Q8_0)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -336,6 +407,10 @@ def main():
         document_page().save(args.image)
     if args.repeat < 1:
         raise SystemExit("--repeat must be at least 1")
+    if args.peers or args.only == "peers":
+        peers(args)
+        if args.only == "peers":
+            return
     frameworks = [args.only] if args.only else ["ms_ocr", "transformers"]
     rounds = []
     for r in range(args.repeat):
@@ -358,6 +433,37 @@ def main():
                    "simd": {fw: r.get("simd") for fw, r in results.items()}, "kernel_routes": ms.get("routes"),
                    "decode_bound_ms": bound_ms, "decode_bound_ms_bf16": bf16_bound_ms, "dtype": args.dtype,
                    "results": results, "rounds": rounds}, f, indent=1)
+    print(f"wrote {path}")
+
+
+def peers(args):
+    """The process table: ms_ocr CLI first and second run, llama.cpp, `--repeat` rounds alternating."""
+    from ms_ocr.ops.native import cpu_model
+    from scripts import bench_llamacpp as L
+    cache_dir = os.path.join(args.out, "compile_cache")
+    columns = {}
+    formats = args.llamacpp_formats.split(",") if L.available() else []
+    if not formats:
+        print("llama.cpp is not built here (python scripts/bench_llamacpp.py build): its columns are left out")
+    for r in range(args.repeat):
+        order = ["cli"] + formats if r % 2 == 0 else formats + ["cli"]
+        for item in order:
+            print(f"round {r + 1}/{args.repeat}: {item} ...", flush=True)
+            if item == "cli":
+                for fresh in (True, False):
+                    res = cli_process(args, cache_dir, fresh)
+                    columns.setdefault(res["framework"], []).append(res)
+            else:
+                res = llamacpp_runs(args, item)
+                columns.setdefault(res["framework"], []).append(res)
+    print(f"CPU: {cpu_model()}; {args.threads} threads; {args.model}; {args.new_tokens} new tokens; "
+          f"medians of {args.repeat} round(s)")
+    med = process_report(columns)
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"benchmark_{args.model}_processes.json")
+    with open(path, "w") as f:
+        json.dump({"model": args.model, "cpu": cpu_model(), "threads": args.threads, "new_tokens": args.new_tokens,
+                   "medians": med, "runs": columns}, f, indent=1)
     print(f"wrote {path}")
 
 

@@ -32,3 +32,34 @@ def test_round_ratios():
 
 def test_tokens_agreement_counts_positions_that_match():
     assert tokens_agreement({"ms_ocr": {"tokens": [5, 6, 7, 8]}, "transformers": {"tokens": [5, 9, 7, 8]}}) == "3/4"
+
+
+LLAMA_LOG = """
+load time = 170.45 ms
+mtmd batch encoding done in 43210 ms
+decoding image batch 1/1, n_tokens_batch = 999
+image decoded (batch 1/1) in 2100 ms
+prompt eval time =   47000.00 ms /  1012 tokens (   46.44 ms per token,    21.53 tokens per second)
+       eval time =    1240.00 ms /    31 runs   (   40.00 ms per token,    25.00 tokens per second)
+"""
+
+
+def test_llamacpp_log_figures():
+    """llama.cpp's prompt eval spans the image encode: prefill is prompt eval minus the encode."""
+    from scripts.bench_llamacpp import parse_log
+    r = parse_log(LLAMA_LOG)
+    assert r["vision_ms"] == 43210 and r["prefill_ms"] == pytest.approx(47000 - 43210)
+    assert r["decode_ms_per_token"] == 40.0 and r["decode_tokens_per_s"] == 25.0
+    assert r["image_tokens"] == 999 and r["prompt_tokens"] == 1012 and r["load_s"] == pytest.approx(0.17045)
+
+
+def test_process_table_ratios_are_to_llamacpp(capsys):
+    from scripts.benchmark import process_report
+    cols = {"ms_ocr CLI second run": [{"wall_s": 30.0, "decode_ms_per_token": 45.0, "peak_rss_gb": 3.0},
+                                      {"wall_s": 40.0, "decode_ms_per_token": 47.0, "peak_rss_gb": 3.2},
+                                      {"wall_s": 35.0, "decode_ms_per_token": 46.0, "peak_rss_gb": 3.1}],
+            "llama.cpp BF16": [{"wall_s": 50.0, "decode_ms_per_token": 40.0, "peak_rss_gb": 2.0}]}
+    med = process_report(cols)
+    assert med["ms_ocr CLI second run"]["wall_s"] == 35.0 and med["llama.cpp BF16"]["load_s"] is None
+    out = capsys.readouterr().out
+    assert "process wall s" in out and "0.70" in out and "1.15" in out and "1.55" in out

@@ -1,0 +1,185 @@
+"""llama.cpp as the benchmark's CPU peer: convert a checkpoint folder to GGUF and time one page with
+llama-mtmd-cli, in its own process, as scripts/benchmark.py times ms_ocr and transformers.
+
+    python scripts/bench_llamacpp.py build                                  # once per machine (15-25 min, 2 cores)
+    python scripts/bench_llamacpp.py convert --model paddleocr-vl --ckpt DIR --name NAME
+    python scripts/bench_llamacpp.py time --model paddleocr-vl --name NAME --image page.png [--format BF16]
+
+A benchmark dependency, never a runtime one. The build is the workplace's peer recipe
+(shared/peers/llamacpp/peer.sh build: llama.cpp vendored in the llama-cpp-python 0.3.36 source package, CMake with
+GGML_NATIVE, OpenMP, and its converter in a venv with transformers 4.x); `build` runs it (MS_OCR_LLAMACPP_PEER
+names peer.sh where the shared folder is elsewhere). Conversion and timing are done here: the converter needs the
+checkpoint's transformers-5 files adjusted (in a folder of links, never in the checkpoint), and the figures are
+read from llama.cpp's own log plus the kernel's accounting of the process (wall, peak RSS via wait4).
+
+Figures (one JSON object on stdout): vision_ms (the image encode), prefill_ms (llama_perf's prompt eval minus the
+encode: it includes it), decode_ms_per_token, load_s (llama.cpp's model load), peak_rss_gb, wall_s, image_tokens,
+prompt_tokens.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PEER = os.environ.get("PEER", os.path.join(os.path.expanduser("~"), ".cache", "llamacpp-peer"))
+SRC = os.path.join(PEER, "llama_cpp_python-0.3.36", "vendor", "llama.cpp")
+BIN = os.path.join(SRC, "build", "bin")
+GGUF = os.path.join(PEER, "gguf")
+# PaddleOCR-VL's own chat template does not run in llama.cpp's template engine: the same prompt, written plainly
+PADDLE_TEMPLATE = ("{{- '<|begin_of_sentence|>' -}}{%- for message in messages -%}{%- if message['role'] == 'user' -%}"
+                   "{{- 'User: ' + message['content'] + '\\n' -}}{%- endif -%}{%- endfor -%}{{- 'Assistant: ' -}}")
+PROMPTS = {"paddleocr-vl": "OCR:", "hunyuan-ocr": "OCR"}
+
+
+def peer_script():
+    path = os.environ.get("MS_OCR_LLAMACPP_PEER") or os.path.join(os.path.dirname(REPO), "shared", "peers",
+                                                                  "llamacpp", "peer.sh")
+    if not os.path.isfile(path):
+        raise SystemExit(f"llama.cpp peer recipe not found at {path} (set MS_OCR_LLAMACPP_PEER)")
+    return path
+
+
+def available():
+    """Whether llama.cpp is built here (the benchmark skips its column otherwise, saying why)."""
+    return os.path.isfile(os.path.join(BIN, "llama-mtmd-cli"))
+
+
+def build():
+    subprocess.run(["bash", peer_script(), "build"], check=True)
+
+
+def _edit_json(path, edit):
+    """Rewrite a JSON file of the link folder (replacing a link into the checkpoint, never writing through it)."""
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        data = json.load(f)
+    edit(data)
+    os.remove(path)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+
+
+def _tokenizer_config(d):
+    """transformers 5 writes a tokenizer class and a list of extra special tokens that 4.x cannot read."""
+    if d.get("tokenizer_class") == "TokenizersBackend":
+        d["tokenizer_class"] = "PreTrainedTokenizerFast"
+    extra = d.pop("extra_special_tokens", None)
+    if isinstance(extra, list) and extra:
+        d.setdefault("additional_special_tokens", extra)
+    d.pop("model_specific_special_tokens", None)
+
+
+def convert(model, ckpt, name):
+    """GGUF text BF16 and Q8_0 and vision (mmproj) BF16 of a checkpoint folder, into PEER/gguf/NAME-*."""
+    folder = os.path.join(PEER, "models", name)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    os.makedirs(GGUF, exist_ok=True)
+    for entry in os.listdir(ckpt):
+        os.symlink(os.path.realpath(os.path.join(ckpt, entry)), os.path.join(folder, entry))
+    _edit_json(os.path.join(folder, "tokenizer_config.json"), _tokenizer_config)
+    if model == "paddleocr-vl":  # routes --mmproj to the PaddleOCR vision converter
+        _edit_json(os.path.join(folder, "config.json"),
+                   lambda d: d.setdefault("vision_config", {}).__setitem__("architectures", ["PaddleOCRVisionModel"]))
+    pre = os.path.join(folder, "preprocessor_config.json")
+    src = pre if os.path.exists(pre) else os.path.join(folder, "processor_config.json")
+    with open(src) as f:
+        proc = json.load(f)
+    proc = proc.get("image_processor", proc)
+    size = proc.get("size", {})
+    proc.setdefault("min_pixels", size.get("shortest_edge"))  # the names the 4.x converter reads
+    proc.setdefault("max_pixels", size.get("longest_edge"))
+    if os.path.lexists(pre):
+        os.remove(pre)
+    with open(pre, "w") as f:
+        json.dump(proc, f, indent=1)
+    py = os.path.join(PEER, "venv", "bin", "python")
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    log = open(os.path.join(PEER, f"convert-{name}.log"), "w")
+    text, mmproj = (os.path.join(GGUF, f"{name}-{part}") for part in ("text-BF16.gguf", "mmproj-BF16.gguf"))
+    for extra, out in (([], text), (["--mmproj"], mmproj)):
+        subprocess.run([py, os.path.join(SRC, "convert_hf_to_gguf.py"), folder, *extra, "--outtype", "bf16",
+                        "--outfile", out], check=True, stdout=log, stderr=log, env=env)
+    subprocess.run([os.path.join(BIN, "llama-quantize"), text, text.replace("BF16", "Q8_0"), "Q8_0"], check=True,
+                   stdout=log, stderr=log)
+
+
+def converted(name):
+    return all(os.path.isfile(os.path.join(GGUF, f"{name}-{p}")) for p in ("text-BF16.gguf", "mmproj-BF16.gguf"))
+
+
+def run_page(model, name, image, fmt="BF16", new_tokens=32, threads=2):
+    """One timed llama-mtmd-cli run (its own process): the figures described at the top of this file."""
+    cmd = [os.path.join(BIN, "llama-mtmd-cli"), "-m", os.path.join(GGUF, f"{name}-text-{fmt}.gguf"), "--mmproj",
+           os.path.join(GGUF, f"{name}-mmproj-BF16.gguf"), "--image", image, "-p", PROMPTS[model], "-n",
+           str(new_tokens), "--temp", "0", "--ignore-eos", "-t", str(threads), "-c", "4096", "-lv", "4"]
+    if model == "paddleocr-vl":
+        cmd += ["--jinja", "--chat-template", PADDLE_TEMPLATE]
+    t0 = time.perf_counter()
+    out, code, usage = run_measured(cmd)
+    wall = time.perf_counter() - t0
+    if code:
+        raise SystemExit(f"llama-mtmd-cli failed ({code}):\n{out[-3000:]}")
+    return parse_log(out) | {"wall_s": wall, "peak_rss_gb": usage.ru_maxrss / 2 ** 20, "format": fmt,
+                             "threads": threads}
+
+
+def run_measured(cmd, env=None):
+    """(output, exit code, rusage) of a command run to its end: the kernel's own accounting of that process
+    (wait4), e.g. its peak RSS."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                            env=env)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.stdout.close()
+    return out, proc.returncode, usage
+
+
+def parse_log(text):
+    """llama.cpp's figures from its log (-lv 4). Its 'prompt eval time' spans the image encode too."""
+    def num(rx):
+        m = re.search(rx, text)
+        return float(m.group(1)) if m else None
+    enc = [float(x) for x in re.findall(r"(?:image slice encoded in|mtmd batch encoding done in) (\d+) ms", text)]
+    ntok = [int(x) for x in re.findall(r"decoding image batch \d+/\d+, n_tokens_batch = (\d+)", text)]
+    prompt = re.search(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens", text)
+    decode = re.search(r"\beval time =\s*([\d.]+) ms /\s*(\d+) runs\s*\(\s*([\d.]+) ms per token", text)
+    vision_ms = sum(enc) if enc else None
+    prompt_ms = float(prompt.group(1)) if prompt else None
+    return {"framework": "llama.cpp", "vision_ms": vision_ms,
+            "prefill_ms": prompt_ms - vision_ms if prompt_ms is not None and vision_ms is not None else None,
+            "decode_ms_per_token": float(decode.group(3)) if decode else None,
+            "decode_tokens_per_s": 1000 / float(decode.group(3)) if decode else None,
+            "load_s": (num(r"load time =\s*([\d.]+) ms") or 0) / 1000 or None,
+            "image_tokens": sum(ntok) if ntok else None, "prompt_tokens": int(prompt.group(2)) if prompt else None}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("action", choices=["build", "convert", "time"])
+    p.add_argument("--model", choices=sorted(PROMPTS), default="paddleocr-vl")
+    p.add_argument("--ckpt")
+    p.add_argument("--name")
+    p.add_argument("--image")
+    p.add_argument("--format", default="BF16", choices=["BF16", "Q8_0"])
+    p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args()
+    if args.action == "build":
+        build()
+    elif args.action == "convert":
+        convert(args.model, args.ckpt, args.name)
+    else:
+        print(json.dumps(run_page(args.model, args.name, args.image, args.format, args.new_tokens, args.threads)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
