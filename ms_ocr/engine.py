@@ -77,6 +77,7 @@ class BatchEngine:
         if max_input_length < 1 or max_output_length < 1:
             raise ValueError("max input/output length must be at least 1")
         rt = pipe.runtime
+        pipe.ensure_text_weights()  # a pipeline loaded in stages (the CLI's) serves many requests here
         self.pipe, self.rt, self.sampling = pipe, rt, sampling
         self.batch = max_batch_size
         self.max_input = max_input_length

@@ -249,7 +249,12 @@ def run(argv):
         from ms_ocr.export import load_mindir
         pipe = load_mindir(args.mindir, args.model)
     else:
-        pipe = package.load(model_dir, target, args.dtype)
+        from ms_ocr.models.loading import staged_weights
+        one_request = args.one_prompt or len(images) == 1
+        # one request: the vision weights are released before the text weights load (lower peak memory)
+        with staged_weights() if one_request and os.environ.get("MS_OCR_STAGED", "1") != "0" else \
+                contextlib.nullcontext():
+            pipe = package.load(model_dir, target, args.dtype)
     if args.mode:
         pipe.processor.set_mode(args.mode)
     sampling = sampling_config(args, package, pipe)

@@ -3,6 +3,7 @@
 import time
 
 import numpy as np
+from mindspore import Tensor
 
 from ms_ocr.compiler import CompileCache
 from ms_ocr.generate import generate
@@ -33,6 +34,26 @@ class VLMPipeline:
         self.postprocess = postprocess
         self.load_rss_gb = rss_gb()
         self.runs = 0
+        self._load_text, self._vision_params = None, ()
+
+    def stage_text_weights(self, load_text, vision_params):
+        """The text weights are not loaded yet (models/loading.staged_weights): `load_text()` loads them; the
+        Parameters `vision_params` are released first (a one-request process needs them no more)."""
+        self._load_text, self._vision_params = load_text, list(vision_params)
+
+    def ensure_text_weights(self, release_vision=False):
+        """Load the staged text weights, if any (release_vision: free the vision weights first)."""
+        if self._load_text is None:
+            return
+        t0 = time.perf_counter()
+        if release_vision:
+            empty = Tensor(np.zeros(0, np.float32))
+            for p in self._vision_params:
+                p._update_tensor_data(empty)  # the weight's memory goes back to the pool the text weights fill
+        self._vision_params = ()
+        load, self._load_text = self._load_text, None
+        load()
+        self.load_seconds += time.perf_counter() - t0
 
     def prepare(self, images, prompt):
         out = self.processor(images, prompt)
@@ -58,6 +79,9 @@ class VLMPipeline:
         feats = self.encode_images(prep)  # stays a device Tensor for prefill
         t2 = time.perf_counter()
         rss = {"load": self.load_rss_gb, "vision": rss_gb()}
+        if self._load_text is not None:  # staged: the text weights now, in place of the vision weights
+            self.ensure_text_weights(release_vision=self.runtime.release_vision_graphs)
+            rss["text_load"] = rss_gb()
         result = generate(self.runtime, prep, feats, sampling, self.eos_ids, self.num_pos_axes, on_token,
                           on_logits)
         rss.update(prefill=result.timings.get("rss_after_prefill_gb"), decode=rss_gb(), peak=peak_rss_gb())

@@ -98,23 +98,31 @@ def _store(param, arr, dtype):
         _adopt(param, _device_tensor(np.asarray(arr, np.float32), ms.float32))
 
 
-def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=None, source="", keep_bf16=()):
+def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=None, source="", keep_bf16=(),
+                 only=None):
     """Set every weight Parameter of `net` from (hf_name, array, tag) triples.
 
     `convert_name(hf_name)` gives the local name or None for keys the reference ignores. Float tensors
     are stored in `compute_dtype` (fp32 on CPU); with `round_to` ("bf16"/"fp16") they are first rounded
     to that precision, which is how half-precision inference is emulated on CPU. Parameters named in
     `keep_bf16` are stored in bf16 instead when their values are bf16 (a BF16 tensor, or rounded to bf16):
-    exactly the same values at half the memory (device.bf16_resident). Returns the set of source dtype tags
-    seen.
+    exactly the same values at half the memory (device.bf16_resident). `only`: load just these Parameters
+    (strictly: each must be found) and pass over tensors of the others, for a load in stages. Returns the set of
+    source dtype tags seen.
     """
     params = {p.name: p for p in net.get_parameters() if not is_state(p.name)}
+    elsewhere = set()
+    if only is not None:
+        elsewhere = set(params) - set(only)
+        params = {n: p for n, p in params.items() if n in only}
     loaded, unexpected, tags = set(), [], set()
     stacked = {}  # local name -> (float32 buffer [E, ...], set of filled slices)
     stacked_not_bf16 = set()  # stacked Parameters with a slice that was not stored as bf16
     for hf_name, arr, tag in tensors:
         local = convert_name(hf_name)
         if local is None:
+            continue
+        if (local[0] if isinstance(local, tuple) else local) in elsewhere:  # another stage's
             continue
         if isinstance(local, tuple):  # one slice of a stacked Parameter
             local, index = local

@@ -1,5 +1,6 @@
 """Shared load path of the VLM packages: weights into the Cell, runtime, pipeline."""
 
+import contextlib
 import os
 import time
 
@@ -7,7 +8,7 @@ import mindspore as ms
 
 from ms_ocr.compiler import CompileCache, runtime_key
 from ms_ocr.config_utils import read_json
-from ms_ocr.convert.loader import load_weights
+from ms_ocr.convert.loader import is_state, load_weights
 from ms_ocr.convert.safetensors_io import checkpoint_dtypes, has_weights, iter_checkpoint, same_values, tensor_index
 from ms_ocr.device import bf16_resident, resolve_dtype
 from ms_ocr.vlm import VLMPipeline
@@ -41,20 +42,56 @@ def resolve_tied_head(cfg, model_dir, table, embed="model.embed_tokens.weight", 
     return cfg
 
 
+_STAGED = []  # set by staged_weights(): the next load_pipeline defers the text weights
+
+
+@contextlib.contextmanager
+def staged_weights():
+    """Pipelines loaded inside the block load the vision side's weights only; the text side's are loaded by
+    VLMPipeline.run once the images are encoded, after the vision weights are released. For a process that
+    reads one request (the CLI on one image): the two halves of the weights are never resident together."""
+    _STAGED.append(True)
+    try:
+        yield
+    finally:
+        _STAGED.pop()
+
+
+def text_parameter_names(net):
+    """The decoder's Parameters (embeddings, layers, norm, an untied head); the rest is the vision side."""
+    names = {p.name for p in net.model.get_parameters() if not is_state(p.name)}
+    if not net.tied:
+        names.add(net.lm_head.weight.name)
+    return names
+
+
 def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, num_pos_axes, t0, target="CPU",
                   dtype="auto", buckets=None, postprocess=None):
     """Load the checkpoint of `model_dir` into `net` (strict, via the rename `table`) and wrap it."""
     tags = checkpoint_dtypes(model_dir)
     compute_dtype, round_to = resolve_dtype(dtype, target, tags)
     keep = net.bf16_weight_names() if bf16_resident(dtype, target, tags) else set()
-    load_weights(net, iter_checkpoint(model_dir, raw_bf16=True), table, compute_dtype, round_to, source=model_dir,
-                 keep_bf16=keep)
-    net.widen_embeddings = net.model.embed_tokens.weight.dtype == ms.bfloat16 and compute_dtype == ms.float32
+
+    def load(only=None):
+        load_weights(net, iter_checkpoint(model_dir, raw_bf16=True), table, compute_dtype, round_to,
+                     source=model_dir, keep_bf16=keep, only=only)
+        net.widen_embeddings = net.model.embed_tokens.weight.dtype == ms.bfloat16 and compute_dtype == ms.float32
+
+    staged = bool(_STAGED)
+    text = text_parameter_names(net)
+    if staged:
+        load(only={p.name for p in net.get_parameters() if not is_state(p.name)} - text)
+    else:
+        load()
     buckets = buckets or Buckets()
     if os.path.isfile(os.path.join(model_dir, "config.json")):
         CompileCache.activate(runtime_key(name, model_dir, target, compute_dtype, round_to, net, buckets))
     runtime = VLMRuntime(net, cfg.text.max_position_embeddings, pad_id=0, compute_dtype=compute_dtype,
                          buckets=buckets)
-    return VLMPipeline(name, model_dir, cfg, processor, runtime, vision_inputs, eos_ids(model_dir, cfg.text.eos_token_id),
-                       num_pos_axes, cfg.image_token_id, load_seconds=time.perf_counter() - t0,
-                       postprocess=postprocess)
+    pipe = VLMPipeline(name, model_dir, cfg, processor, runtime, vision_inputs,
+                       eos_ids(model_dir, cfg.text.eos_token_id), num_pos_axes, cfg.image_token_id,
+                       load_seconds=time.perf_counter() - t0, postprocess=postprocess)
+    if staged:
+        vision = [p for p in net.get_parameters() if not is_state(p.name) and p.name not in text]
+        pipe.stage_text_weights(lambda: load(only=text), vision)
+    return pipe

@@ -1,0 +1,55 @@
+"""Loading in two stages (models/loading.staged_weights, what `infer` does for one request): the vision side's
+weights first, the text side's once the images are encoded, in place of the released vision weights. The
+answer is the one-stage load's, token for token and logit for logit."""
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw
+
+from ms_ocr.generate import SamplingConfig
+
+
+def _page():
+    img = Image.new("RGB", (96, 128), (248, 248, 240))
+    ImageDraw.Draw(img).text((4, 4), "staged", fill=(0, 0, 0))
+    return img
+
+
+@pytest.mark.parametrize("model", ["paddleocr-vl", "hunyuan-ocr"])
+def test_staged_load_answers_as_the_whole_load(model, tiny_checkpoint, hunyuan_checkpoint, graph_mode):
+    from ms_ocr.engine import BatchEngine
+    from ms_ocr.models import model_package
+    from ms_ocr.models.loading import staged_weights, text_parameter_names
+    from ms_ocr.runtime import Buckets
+    folder = tiny_checkpoint(dtype="bfloat16") if model == "paddleocr-vl" else hunyuan_checkpoint(dtype="bfloat16")
+    package = model_package(model)
+    prompt = next(iter(package.TASK_PROMPTS.values()))
+    cfg = SamplingConfig(max_new_tokens=6)
+    whole = package.load(folder, "CPU", "auto", Buckets(prefill=32, slots=64))
+    want_logits = []
+    want = whole.run([_page()], prompt, cfg, on_logits=want_logits.append)
+
+    with staged_weights():
+        staged = package.load(folder, "CPU", "auto", Buckets(prefill=32, slots=64))
+    net = staged.runtime.model
+    text = text_parameter_names(net)
+    import mindspore as ms
+    probe = net.model.embed_tokens.weight  # bf16 once loaded (the checkpoint's bf16 stays bf16 on the CPU)
+    assert probe.name in text and probe.dtype == ms.float32  # not loaded yet
+    vision = [p for p in net.get_parameters() if p.name not in text and not p.name.endswith("_cache")]
+    assert vision and any(p.dtype == ms.bfloat16 for p in vision)
+    staged.runtime.release_vision_graphs = True  # as infer sets it for its last image
+    got_logits = []
+    got = staged.run([_page()], prompt, cfg, on_logits=got_logits.append)
+    assert got["token_ids"] == want["token_ids"] and got["text"] == want["text"]
+    np.testing.assert_array_equal(np.stack(got_logits), np.stack(want_logits))
+    assert all(int(np.prod(p.shape)) == 0 for p in vision)  # released
+    assert probe.dtype == ms.bfloat16
+    assert "text_load" in got["timings"]["rss_gb"]
+
+    # a staged pipeline handed to the engine (batch, server) loads its text weights at once, vision kept
+    with staged_weights():
+        again = package.load(folder, "CPU", "auto", Buckets(prefill=32, slots=64))
+    BatchEngine(again, cfg, max_batch_size=1, max_input_length=256, max_output_length=8)
+    assert again.runtime.model.model.embed_tokens.weight.dtype == ms.bfloat16
+    assert all(int(np.prod(p.shape)) > 0 for p in again.runtime.model.get_parameters())
