@@ -67,14 +67,14 @@ class CompileTimer:
         if known is None or not executor.has_compiled(known[0]):  # first call of this shape (or a freed graph)
             cache = CompileCache.active
             if cache is not None:
-                cache.before_compile(graph_key(name, cell, args))
+                cache.safely(cache.before_compile, graph_key(name, cell, args))
             if key not in self._phases:
                 t0 = time.perf_counter()
                 cell.compile(*args)
                 self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
             out = cell(*args)  # runs the documented way (compiles a freed graph again)
             if cache is not None:
-                cache.after_compile()
+                cache.safely(cache.after_compile)
             self._phases[key] = _compiled_phase(cell, executor)
             return out
         phase, mutable_flags, sequence_modified = known
@@ -210,7 +210,7 @@ class CompileCache:
       each other's files): it is given the folder's key file instead;
     - one process at a time owns a folder (flock, released when the process ends, even by SIGKILL); a process
       that finds it taken runs without the cache.
-    Clear it with `rm -rf ~/.cache/ms_ocr/compile` (or $MS_OCR_COMPILE_CACHE_DIR); MS_OCR_COMPILE_CACHE=0 turns
+    The 8 most recently used folders are kept. Clear it with `rm -rf ~/.cache/ms_ocr/compile` (or $MS_OCR_COMPILE_CACHE_DIR); MS_OCR_COMPILE_CACHE=0 turns
     it off."""
 
     active = None  # the process's cache, once activated (MindSpore's cache folder is fixed per process)
@@ -257,6 +257,8 @@ class CompileCache:
             self._lock = None
             return False
         self.entries = self._read_manifest()
+        os.utime(self.dir)  # most recently used
+        _prune(os.path.dirname(self.dir), keep=KEEP_FOLDERS)
         key_file = os.path.join(self.dir, "key.json")
         with open(key_file + ".tmp", "w") as f:
             json.dump(self.key_parts, f, indent=1, sort_keys=True, default=str)
@@ -347,6 +349,15 @@ class CompileCache:
         self.written += 1
         self._write_manifest()
 
+    def safely(self, step, *args):
+        """Run a bookkeeping step; a file-system error (a full disk, a folder made read-only) turns the cache off
+        for the rest of the process with a warning, never failing the request."""
+        try:
+            step(*args)
+        except OSError as e:
+            _warn(f"compile cache {self.dir}: {e.strerror or e}; compiling without it from here on")
+            self.disable()
+
     def disable(self):
         """No more reading or writing for this process (MindSpore's cache off)."""
         if self.enabled:
@@ -358,6 +369,30 @@ class CompileCache:
         with open(path + ".tmp", "w") as f:
             json.dump({"key": self.key, "entries": self.entries}, f, indent=1)
         os.replace(path + ".tmp", path)
+
+
+KEEP_FOLDERS = 8  # cache folders kept (a new ms_ocr version or configuration starts a new one): the most recent
+
+
+def _prune(root, keep):
+    """Remove all but the `keep` most recently used cache folders under `root` (none in use by a process)."""
+    import shutil
+    try:
+        folders = [os.path.join(root, d) for d in os.listdir(root)]
+    except OSError:
+        return
+    folders = sorted((f for f in folders if os.path.isfile(os.path.join(f, ".lock"))), key=os.path.getmtime,
+                     reverse=True)
+    for folder in folders[keep:]:
+        try:
+            with open(os.path.join(folder, ".lock"), "a") as lock:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                for base, dirs, files in os.walk(folder):
+                    for name in files:
+                        os.chmod(os.path.join(base, name), 0o600)
+                shutil.rmtree(folder)
+        except OSError:  # in use, or not ours to remove
+            continue
 
 
 def _compiled_any():

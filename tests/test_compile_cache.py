@@ -137,3 +137,40 @@ def test_two_batch_processes_at_once_over_several_sizes(bf16_dir, pages, tmp_pat
         assert tokens(tmp_path / name) == want, name
     _, entries = _manifest(cache)
     assert entries  # stored by whichever of the first two owned the folder
+
+
+def test_a_folder_that_cannot_be_written_turns_the_cache_off(tmp_path, capsys):
+    """A full disk or a read-only folder while a graph is recorded: a warning and no cache from then on, never a
+    failed request (the bookkeeping itself, without compiling anything)."""
+    from ms_ocr.compiler import CompileCache
+    cache = CompileCache({"k": 1}, root=str(tmp_path))
+    os.makedirs(os.path.join(cache.dir, "rank_0", "graph_cache"))
+    cache.enabled = True  # as after activation, without touching this process's MindSpore context
+    cache.disable = lambda: setattr(cache, "enabled", False)
+    cache.before_compile("g0")
+    cache._on_compile()
+    with open(cache._file(0), "wb") as f:  # what MindSpore writes for the graph
+        f.write(b"graph")
+
+    def full_disk():
+        raise OSError(28, "No space left on device")
+
+    cache._write_manifest = full_disk
+    cache.safely(cache.after_compile)
+    assert cache.enabled is False and "No space left on device" in capsys.readouterr().err
+    cache.safely(cache.before_compile, "g1")  # nothing more is read or written
+    assert cache._pending is None
+
+
+def test_only_the_most_recent_folders_are_kept(tmp_path):
+    from ms_ocr.compiler import _prune
+    for i in range(5):
+        folder = tmp_path / f"k{i}"
+        (folder / "rank_0").mkdir(parents=True)
+        (folder / ".lock").write_text("")
+        (folder / "rank_0" / "compile_cache_0.mindir").write_bytes(b"x")
+        os.chmod(folder / "rank_0" / "compile_cache_0.mindir", 0o400)
+        os.utime(folder, (1000 + i, 1000 + i))
+    (tmp_path / "notes").mkdir()  # not a cache folder: left alone
+    _prune(str(tmp_path), keep=2)
+    assert sorted(os.listdir(tmp_path)) == ["k3", "k4", "notes"]
