@@ -210,8 +210,8 @@ class CompileCache:
       each other's files): it is given the folder's key file instead;
     - one process at a time owns a folder (flock, released when the process ends, even by SIGKILL); a process
       that finds it taken runs without the cache.
-    The 8 most recently used folders are kept. Clear it with `rm -rf ~/.cache/ms_ocr/compile` (or $MS_OCR_COMPILE_CACHE_DIR); MS_OCR_COMPILE_CACHE=0 turns
-    it off."""
+    The KEEP_FOLDERS most recently used folders are kept. Clear it with `rm -rf ~/.cache/ms_ocr/compile` (or
+    $MS_OCR_COMPILE_CACHE_DIR); MS_OCR_COMPILE_CACHE=0 turns it off."""
 
     active = None  # the process's cache, once activated (MindSpore's cache folder is fixed per process)
     MANIFEST = "manifest.json"
