@@ -28,6 +28,8 @@ LONGEST_FIRST = (
     "tests/serve/test_clients.py",  # ~100 s (2026-11-25)
     "tests/models/deepseek/test_ocr2_saved_checkpoint.py",  # ~90 s (2026-11-25)
     "tests/models/deepseek/test_ocr2_vision.py",  # ~70 s
+    "tests/test_compile_cache.py",  # ~70 s (2026-11-26: subprocesses of the CLI and batch runner)
+    "tests/serve/test_hostile.py",  # ~45 s (2026-11-26)
 )
 
 

@@ -157,7 +157,7 @@ async def _chat(state, http_request):
         stream = TextStream(state.pipe.processor.tokenizer, req.skip_special_tokens, state.pipe.eos_ids, req.stop)
         events = asyncio.Queue()
         job = Job(key, prep, sampling, stream, loop, events, state.metrics, arrival,
-                  ignore_eos=req.ignore_eos)
+                  ignore_eos=req.ignore_eos, postprocess=not req.skip_postprocess)
         state.worker.submit(job)
         submitted = True
     finally:
@@ -198,7 +198,7 @@ async def _collect(job, http_request):
                     raise Cancelled("client disconnected") from None
                 continue
             if kind == "done":
-                return job.stream.final_text()
+                return job.text
             if kind == "error":
                 raise _engine_error(value)
     except BaseException:

@@ -75,6 +75,7 @@ class ChatCompletionRequest(_Model):
     repetition_penalty: Optional[float] = Field(None, gt=0)
     stop: Optional[Union[str, list[str]]] = None
     skip_special_tokens: bool = True
+    skip_postprocess: bool = False  # ms_ocr's own: the raw decoded text instead of the model's post-processing
     ignore_eos: bool = False
     mm_processor_kwargs: Optional[MMProcessorKwargs] = None
     vllm_xargs: Optional[VllmXargs] = None

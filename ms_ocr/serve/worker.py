@@ -57,7 +57,8 @@ class Job:
     """One chat request in flight: its engine Request, text stream, timing and the asyncio queue of events
     ("delta", text) / ("done", finish_reason) / ("error", exception)."""
 
-    def __init__(self, key, prep, sampling, stream, loop, events, metrics, arrival, ignore_eos=False):
+    def __init__(self, key, prep, sampling, stream, loop, events, metrics, arrival, ignore_eos=False,
+                 postprocess=True):
         self.key, self.prep, self.stream, self.loop, self.events = key, prep, stream, loop, events
         self.metrics, self.arrival = metrics, arrival
         self.cancelled = threading.Event()
@@ -65,6 +66,7 @@ class Job:
                                cancelled=self.cancelled, ignore_eos=ignore_eos)
         self.n_tokens, self.t_last, self.finish_reason = 0, None, None
         self.taken = False  # the engine has taken it from the inbox
+        self.postprocess, self.text = postprocess, None
 
     def _post(self, *event):
         try:
@@ -92,6 +94,11 @@ class Job:
             return
         self.metrics.finished(time.perf_counter() - self.arrival)
         self.finish_reason = result["finish_reason"]
+        # the whole answer as `infer` prints it: the model's post-processing (e.g. HunyuanOCR's repeat clean-up),
+        # computed once by the engine; raw with skip_postprocess or skip_special_tokens false, and the raw text cut
+        # at a stop string
+        cooked = self.postprocess and self.stream.skip and not self.stream.stopped
+        self.text = result["text"] if cooked else self.stream.final_text()
         delta = self.stream.pending(final=True)
         if delta:
             self._post("delta", delta)

@@ -47,6 +47,8 @@ def test_staged_load_answers_as_the_whole_load(model, tiny_checkpoint, hunyuan_c
     assert probe.dtype == ms.bfloat16
     assert "text_load" in got["timings"]["rss_gb"]
 
+    if model != "paddleocr-vl":
+        return
     # a staged pipeline handed to the engine (batch, server) loads its text weights at once, vision kept
     with staged_weights():
         again = package.load(folder, "CPU", "auto", Buckets(prefill=32, slots=64))

@@ -242,3 +242,18 @@ def test_deepseek_ocr2_concurrent_requests_equal_transformers(tmp_path_factory, 
         assert r.choices[0].message.content == tok.decode(kept, skip_special_tokens=False)
     assert metric(text, "ms_ocr:decode_steps_total", running=2) > 0
     assert metric(text, "ms_ocr:decode_step_rows_total", rows=1) > 0
+
+
+def test_answers_carry_the_models_post_processing_as_infer_prints_it(hunyuan, monkeypatch):
+    """The engine ran the model's post-processing (HunyuanOCR's repeat clean-up) and the server threw it away,
+    answering the raw decode; now a whole answer is infer's text, and skip_postprocess asks for the raw one."""
+    server, pipe, want = hunyuan["server"], hunyuan["pipe"], hunyuan["want"]
+    real = pipe.postprocess
+    monkeypatch.setattr(pipe, "postprocess", lambda text, task, images: ("<cleaned>" + real(text, task, images)[0], {}))
+    ask = dict(model="tencent/HunyuanOCR", temperature=0, max_tokens=N,
+               messages=hunyuan_messages(hunyuan["url"], hunyuan["prompt"]))
+    r = server.client().chat.completions.create(**ask)
+    assert r.choices[0].message.content == "<cleaned>" + want["text"]
+    raw = server.client().chat.completions.create(**ask, extra_body={"skip_postprocess": True})
+    assert raw.choices[0].message.content == pipe.processor.tokenizer.decode(
+        [t for t in want["token_ids"] if t not in pipe.eos_ids], True)
