@@ -7,6 +7,7 @@ where this MindSpore lacks them they step aside and everything is compiled the d
 """
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -157,6 +158,11 @@ def graph_key(name, cell, args):
     return f"{name}|{type(cell).__module__}.{type(cell).__qualname__}|{params}|{shapes}"
 
 
+def _key(key_parts):
+    return hashlib.sha256(json.dumps(key_parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+@functools.lru_cache(maxsize=None)
 def _source_hash():
     """A hash of ms_ocr's own code (the .py files and the native kernel source): any change starts a new cache."""
     root = os.path.dirname(os.path.abspath(__file__))
@@ -218,7 +224,7 @@ class CompileCache:
 
     def __init__(self, key_parts, root=None):
         self.key_parts = dict(key_parts)
-        self.key = hashlib.sha256(json.dumps(self.key_parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+        self.key = _key(self.key_parts)
         self.dir = os.path.join(root or cache_root(), self.key)
         self.entries = []      # manifest: [{"graph": graph_key, "sha256": file hash}] in compile order
         self.index = 0         # graphs this process has compiled (MindSpore's compile_cache_N counter)
@@ -234,7 +240,7 @@ class CompileCache:
     def activate(cls, key_parts, root=None):
         """Turn the cache on for this process (once; later calls return the first cache). None when disabled."""
         if cls.active is not None:
-            if cls.active.key != cls(key_parts, root).key:  # a second model in this process: the folder is fixed
+            if cls.active.key != _key(key_parts):  # a second model in this process: the folder is fixed
                 cls.active.disable()
                 return None
             return cls.active
@@ -387,9 +393,6 @@ def _prune(root, keep):
         try:
             with open(os.path.join(folder, ".lock"), "a") as lock:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                for base, dirs, files in os.walk(folder):
-                    for name in files:
-                        os.chmod(os.path.join(base, name), 0o600)
                 shutil.rmtree(folder)
         except OSError:  # in use, or not ours to remove
             continue
@@ -427,8 +430,7 @@ def _hook_executors():
 
 def _remove(path):
     if os.path.exists(path):
-        os.chmod(path, 0o600)  # MindSpore writes its cache files read-only
-        os.remove(path)
+        os.remove(path)  # MindSpore writes its cache files read-only: unlinking needs only the folder writable
 
 
 def _sha256(path):

@@ -70,7 +70,7 @@ def _device_tensor(arr, dtype):
     return Tensor(arr).astype(dtype)
 
 
-def _adopt(param, tensor):
+def adopt(param, tensor):
     """Make `tensor` the Parameter's data as it is. Parameter.set_data would cast to the Parameter's declared
     dtype (a copy through a MindSpore op) and set_dtype materialises the lazy zeros first (~4 s of PaddleOCR-VL's
     load); assign_value (what set_data ends in) takes the tensor as it is. Older MindSpore: set_data."""
@@ -89,13 +89,13 @@ def _store(param, arr, dtype):
     if arr.dtype == np.uint16 and dtype != ms.bfloat16:  # bf16 bits for an fp32/fp16 Parameter: widen once
         arr = widen_bf16(arr)
     if dtype == ms.bfloat16:
-        _adopt(param, _device_tensor(arr if arr.dtype == np.uint16 else bf16_bits(arr), ms.bfloat16))
+        adopt(param, _device_tensor(arr if arr.dtype == np.uint16 else bf16_bits(arr), ms.bfloat16))
     elif dtype == ms.float16:
-        _adopt(param, _device_tensor(np.asarray(arr, np.float16), ms.float16))
+        adopt(param, _device_tensor(np.asarray(arr, np.float16), ms.float16))
     elif dtype is None:
-        _adopt(param, _device_tensor(arr, _MS_DTYPES[arr.dtype.str[1:]]))
+        adopt(param, _device_tensor(arr, _MS_DTYPES[arr.dtype.str[1:]]))
     else:
-        _adopt(param, _device_tensor(np.asarray(arr, np.float32), ms.float32))
+        adopt(param, _device_tensor(np.asarray(arr, np.float32), ms.float32))
 
 
 def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=None, source="", keep_bf16=(),
@@ -162,7 +162,7 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=
         if tag == "BF16" and arr.dtype == np.uint16:  # raw bf16 bits (iter_checkpoint(raw_bf16=True))
             if round_to in (None, "bf16") and (compute_dtype == ms.bfloat16 or _keeps_bf16(local, keep_bf16, True,
                                                                                          round_to)):
-                _store(param, arr, ms.bfloat16)  # the mapped bits themselves: no copy
+                _store(param, arr, ms.bfloat16)  # the checkpoint's bits as they are: no widening
             else:
                 _store(param, round_weights(widen_bf16(arr), round_to), compute_dtype)
         elif np.issubdtype(arr.dtype, np.floating):

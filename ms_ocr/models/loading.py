@@ -79,10 +79,8 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
 
     staged = bool(_STAGED)
     text = text_parameter_names(net)
-    if staged:
-        load(only={p.name for p in net.get_parameters() if not is_state(p.name)} - text)
-    else:
-        load()
+    vision = [p for p in net.get_parameters() if not is_state(p.name) and p.name not in text]
+    load(only={p.name for p in vision} if staged else None)
     buckets = buckets or Buckets()
     if os.path.isfile(os.path.join(model_dir, "config.json")):
         CompileCache.activate(runtime_key(name, model_dir, target, compute_dtype, round_to, net, buckets))
@@ -92,6 +90,5 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
                        eos_ids(model_dir, cfg.text.eos_token_id), num_pos_axes, cfg.image_token_id,
                        load_seconds=time.perf_counter() - t0, postprocess=postprocess)
     if staged:
-        vision = [p for p in net.get_parameters() if not is_state(p.name) and p.name not in text]
         pipe.stage_text_weights(lambda: load(only=text), vision)
     return pipe
