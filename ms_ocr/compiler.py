@@ -113,6 +113,13 @@ class CompileTimer:
             return 0
         return sum(self._free(executor, key, cell) for key, (_, cell, _) in list(self._used.items()) if key[0] == name)
 
+    def free_cell(self, cell):
+        """Free every compiled shape of one step (of an evictable group) now. Returns how many graphs were freed."""
+        executor = getattr(_cell_module, "_cell_graph_executor", None)
+        if executor is None or not hasattr(executor, "del_net_res"):
+            return 0
+        return sum(self._free(executor, key, c) for key, (_, c, _) in list(self._used.items()) if c is cell)
+
     def _free(self, executor, key, cell):
         del self._used[key]
         known = self._phases.get(key)

@@ -12,6 +12,7 @@ import mindspore as ms
 from mindspore import Tensor, ops
 
 from ms_ocr.compiler import CompileTimer
+from ms_ocr.convert.loader import device_copy, device_tensor
 from ms_ocr.nn.blocks import graph_input
 from ms_ocr.nn.functional import rows
 from ms_ocr.ops import backend
@@ -41,6 +42,14 @@ def host_tensor(array, float_dtype=ms.float32):
     if np.issubdtype(array.dtype, np.floating):
         return Tensor(array.astype(np.float32), float_dtype)
     return Tensor(array.astype(np.int32))
+
+
+def padded_rows(t, pad, axis):
+    """`t` with `pad` zero rows appended along `axis` (0 or -2), as a pool Tensor."""
+    a = t.asnumpy()
+    width = [(0, 0)] * a.ndim
+    width[axis] = (0, pad)
+    return device_tensor(np.pad(a, width), t.dtype)
 
 
 class RequestTooLong(ValueError):
@@ -170,29 +179,51 @@ class VLMRuntime:
                 for item, (s, n) in zip(items, spans)]
 
     def packed_tower(self, items):
-        """Images' patch embeddings, concatenated, through every ViT layer: ([sum N, C] before the model's vision
-        head, each image's (start, n) rows)."""
-        xs, blocks, offset, step = [], [], 0, self.vision_attention_chunk
+        """Images' patch embeddings, concatenated, through every ViT layer: ([rows, C] before the model's vision
+        head, each image's (start, n) rows).
+
+        An image of n patches runs in ceil(n / vision_attention_chunk) blocks of equal size, its rows padded by
+        fewer rows than there are blocks (zeros: finite through every layer; their keys and values are left
+        out of the attention and their outputs are never read). One shape per image for each step, instead of
+        full blocks plus a shorter last one: two graphs (and their activation memory) fewer per image size."""
+        xs, images, offset = [], [], 0
         for item in items:
             out = self.compiler.call("vision", self.vision_embed_step, *[self.tensor(a) for a in item.embed])
             x, rope = (out[0], tuple(out[1:])) if isinstance(out, tuple) else (out, ())
             n = x.shape[0]
+            count = -(-n // self.vision_attention_chunk)
+            size = -(-n // count)
+            pad = count * size - n
+            if pad:  # on the host (a MindSpore concat here broke the graphs read from the compile cache)
+                x = padded_rows(x, pad, 0)
+                rope = tuple(padded_rows(r, pad, -2) for r in rope)
             # blocks of query rows, each with its rows of the rope tables ([.., N, D])
-            spans = [(s, min(s + step, n)) for s in range(0, n, step)]
-            blocks.append([(offset + s, offset + e, tuple(rows(r, s, e, -2) for r in rope)) for s, e in spans])
+            spans = [(s, s + size) for s in range(0, count * size, size)]
+            images.append((offset, n, [(offset + s, offset + e, tuple(rows(r, s, e, -2) for r in rope))
+                                       for s, e in spans]))
             xs.append(x)
-            offset += n
+            offset += count * size
+        if self.release_vision_graphs:
+            # The embedding graph runs once per image, and its activation memory (0.55 GB for PaddleOCR-VL at
+            # 3,996 patches: the [N, 4, C] position taps) would stay resident through every ViT layer: its
+            # outputs are copied out and the graph freed now.
+            xs = [device_copy(x) for x in xs]
+            images = [(start, n, [(s, e, tuple(device_copy(r) for r in rope)) for s, e, rope in blocks])
+                      for start, n, blocks in images]
+            self.compiler.free_cell(self.vision_embed_step)
         x = xs[0] if len(xs) == 1 else ops.concat(xs, 0)
         for layer in self.model.vision_layers():
-            x = self.vision_layer(layer, x, blocks)
-        return x, [(image[0][0], image[-1][1] - image[0][0]) for image in blocks]
+            x = self.vision_layer(layer, x, images)
+        return x, [(start, n) for start, n, _ in images]
 
     def vision_tower(self, item):
         """One image's patch embeddings through every ViT layer: [N, C] (before the model's vision head)."""
-        return self.packed_tower([item])[0]
+        x, [(start, n)] = self.packed_tower([item])
+        return rows(x, start, start + n, 0)
 
-    def vision_layer(self, layer, x, blocks):
-        """One ViT layer over packed rows; blocks: per image, its blocks of rows (start, end, rope rows).
+    def vision_layer(self, layer, x, images):
+        """One ViT layer over packed rows; images: per image (first row, patches, its blocks of rows (start, end,
+        rope rows)).
 
         Every step runs per block of rows, one graph call each: norm + q/k/v + rope, then (once the image's
         keys and values are gathered) the block's attention over them, out projection and MLP. A block's
@@ -206,13 +237,16 @@ class VLMRuntime:
             in_weights = self.compiler.call("vision", self.widen_step, *in_weights)
             out_weights = self.compiler.call("vision", self.widen_step, *out_weights)
         parts = []
-        for image in blocks:
+        for _, n, blocks in images:
             qkv = [self.compiler.call("vision", self.vit_in_step, rows(x, s, e, 0), *rope, *in_weights)
-                   for s, e, rope in image]
-            k = qkv[0][1] if len(qkv) == 1 else ops.concat([t[1] for t in qkv], 2)
-            v = qkv[0][2] if len(qkv) == 1 else ops.concat([t[2] for t in qkv], 2)
+                   for s, e, rope in blocks]
+            # the keys and values of the image's rows (not of its padding rows), contiguous: a sliced view as a
+            # graph input made every block's attention ~4x slower
+            last = n - blocks[-1][0] + blocks[0][0]  # real rows of the last block
+            k, v = ([t[i] for t in qkv[:-1]] + [rows(qkv[-1][i], 0, last, -2)] for i in (1, 2))
+            k, v = (k[0] if len(k) == 1 else ops.concat(k, 2)), (v[0] if len(v) == 1 else ops.concat(v, 2))
             parts += [self.compiler.call("vision", self.vit_block_step, q, k, v, rows(x, s, e, 0), *out_weights)
-                      for (s, e, _), (q, _, _) in zip(image, qkv)]
+                      for (s, e, _), (q, _, _) in zip(blocks, qkv)]
         return parts[0] if len(parts) == 1 else ops.concat(parts, 0)
 
     # ---- cache --------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from mindspore import Tensor
 from ms_ocr.compiler import CompileCache
 from ms_ocr.convert.loader import adopt
 from ms_ocr.generate import generate
+from ms_ocr.nn.blocks import forget_graph_input
 from ms_ocr.proc import peak_rss_gb, process_age_ms, rss_gb
 from ms_ocr.runtime import Prepared
 
@@ -50,6 +51,7 @@ class VLMPipeline:
         if release_vision:
             empty = Tensor(np.zeros(0, np.float32))
             for p in self._vision_params:
+                forget_graph_input(p)
                 adopt(p, empty)  # the weight's memory goes back to the pool the text weights fill
         self._vision_params = ()
         load, self._load_text = self._load_text, None

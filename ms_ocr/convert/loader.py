@@ -52,7 +52,7 @@ def bf16_bits(arr):
     return (np.ascontiguousarray(arr, np.float32).view(np.uint32) >> 16).astype(np.uint16)
 
 
-def _device_tensor(arr, dtype):
+def device_tensor(arr, dtype):
     """A Tensor in MindSpore's memory pool holding `arr`'s bytes as `dtype`, made with one copy (from the
     checkpoint's memory map, or the one buffer a widening made). The weight must live in the pool: a Tensor
     that only wraps host memory (Tensor(ndarray), Tensor.from_numpy) is copied into the pool by every graph that
@@ -68,6 +68,12 @@ def _device_tensor(arr, dtype):
     if dtype == ms.bfloat16:
         return Tensor(widen_bf16(arr) if arr.dtype == np.uint16 else arr).astype(ms.bfloat16)
     return Tensor(arr).astype(dtype)
+
+
+def device_copy(tensor):
+    """A copy of `tensor` in MindSpore's memory pool that owns its memory: a graph's output outlives the graph
+    freed after it (CompileTimer.free_cell), and later graphs read it as pool memory (see device_tensor)."""
+    return device_tensor(tensor.asnumpy(), tensor.dtype)
 
 
 def adopt(param, tensor):
@@ -89,13 +95,13 @@ def _store(param, arr, dtype):
     if arr.dtype == np.uint16 and dtype != ms.bfloat16:  # bf16 bits for an fp32/fp16 Parameter: widen once
         arr = widen_bf16(arr)
     if dtype == ms.bfloat16:
-        adopt(param, _device_tensor(arr if arr.dtype == np.uint16 else bf16_bits(arr), ms.bfloat16))
+        adopt(param, device_tensor(arr if arr.dtype == np.uint16 else bf16_bits(arr), ms.bfloat16))
     elif dtype == ms.float16:
-        adopt(param, _device_tensor(np.asarray(arr, np.float16), ms.float16))
+        adopt(param, device_tensor(np.asarray(arr, np.float16), ms.float16))
     elif dtype is None:
-        adopt(param, _device_tensor(arr, _MS_DTYPES[arr.dtype.str[1:]]))
+        adopt(param, device_tensor(arr, _MS_DTYPES[arr.dtype.str[1:]]))
     else:
-        adopt(param, _device_tensor(np.asarray(arr, np.float32), ms.float32))
+        adopt(param, device_tensor(np.asarray(arr, np.float32), ms.float32))
 
 
 def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=None, source="", keep_bf16=(),

@@ -42,7 +42,7 @@ def iter_file(path, raw_bf16=False):
 
     The file is memory-mapped (copy-on-write, so arrays are writable and writes never reach the file): an array
     is a view of the map, not a copy, read from the page cache when first touched; the loader copies it once,
-    into the memory the kernels read (loader._device_tensor). A tensor's pages leave this process's RSS when the
+    into the memory the kernels read (loader.device_tensor). A tensor's pages leave this process's RSS when the
     next one is asked for (_drop_pages). BF16 arrives as float32 (an exact widening copy), or with `raw_bf16` as
     the uint16 bit patterns (a view, no copy). Don't write to a yielded array.
     """

@@ -39,6 +39,12 @@ def graph_input(param):
     return view
 
 
+def forget_graph_input(param):
+    """Drop the view graph_input keeps on `param`: before its data is replaced by a release (a kept view holds the
+    old buffer, and its memory, alive)."""
+    param.__dict__.pop("_ms_ocr_view", None)
+
+
 class WeightOrder:
     """Mixin: `weights(names)` -> this layer's weight Tensors in the order of `names` (F.*_WEIGHTS), as
     `graph_input`s."""
