@@ -194,7 +194,7 @@ class VLMRuntime:
             count = -(-n // self.vision_attention_chunk)
             size = -(-n // count)
             pad = count * size - n
-            if pad:  # on the host (a MindSpore concat here broke the graphs read from the compile cache)
+            if pad:  # on the host: padded with MindSpore ops here, answers were garbage with the compile cache on
                 x = padded_rows(x, pad, 0)
                 rope = tuple(padded_rows(r, pad, -2) for r in rope)
             # blocks of query rows, each with its rows of the rope tables ([.., N, D])
@@ -241,7 +241,7 @@ class VLMRuntime:
             qkv = [self.compiler.call("vision", self.vit_in_step, rows(x, s, e, 0), *rope, *in_weights)
                    for s, e, rope in blocks]
             # the keys and values of the image's rows (not of its padding rows), contiguous: a sliced view as a
-            # graph input made every block's attention ~4x slower
+            # graph input made the blocks' attention 1.6x slower
             last = n - blocks[-1][0] + blocks[0][0]  # real rows of the last block
             k, v = ([t[i] for t in qkv[:-1]] + [rows(qkv[-1][i], 0, last, -2)] for i in (1, 2))
             k, v = (k[0] if len(k) == 1 else ops.concat(k, 2)), (v[0] if len(v) == 1 else ops.concat(v, 2))
