@@ -194,7 +194,7 @@ class VLMRuntime:
             count = -(-n // self.vision_attention_chunk)
             size = -(-n // count)
             pad = count * size - n
-            if pad:  # on the host: padded with MindSpore ops here, answers were garbage with the compile cache on
+            if pad:
                 x = padded_rows(x, pad, 0)
                 rope = tuple(padded_rows(r, pad, -2) for r in rope)
             # blocks of query rows, each with its rows of the rope tables ([.., N, D])

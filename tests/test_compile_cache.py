@@ -178,9 +178,7 @@ def test_only_the_most_recent_folders_are_kept(tmp_path):
 
 def test_a_page_in_padded_vision_blocks_answers_the_same_with_the_cache(bf16_dir, tmp_path):
     """A page of 34 x 34 = 1,156 patches runs in 3 equal vision blocks of 386 rows (2 padding rows; runtime
-    packed_tower): with the cache (writing, then reading) it answers as without it. (At real size, padding with
-    MindSpore ops between the graphs gave garbage answers with the cache on, token 0 throughout; the padding is
-    made on the host since. That failure did not show at this size.)"""
+    packed_tower): with the cache (writing, then reading) it answers as without it."""
     big = tmp_path / "big"
     shutil.copytree(bf16_dir, big)
     with open(big / "preprocessor_config.json") as f:
