@@ -114,3 +114,37 @@ def test_converter_rejects_wrong_checkpoint(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "hunyuan_vl"}))
     p = run_module("ms_ocr.convert", "--model", "paddleocr-vl", "--src", str(tmp_path), "--dst", str(tmp_path / "o"))
     assert p.returncode != 0 and "hunyuan_vl" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def _stack_net():
+    from mindspore import nn
+    from ms_ocr.nn.layers import zeros_param
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.w = zeros_param((3, 4, 8))
+
+    return Net()
+
+
+@pytest.mark.parametrize("case", ["raw bf16", "one slice fp32", "kept fp32"])
+def test_stacked_slices_load_exactly(case):
+    """Per-expert slices of a stacked Parameter: raw bf16 bits of a Parameter kept in bf16 go straight into its
+    pool tensor (no widening and rounding back); a slice that is not bf16 among them, or a Parameter not kept in
+    bf16, goes through float32. Values are exact either way."""
+    import mindspore as ms
+    from ms_ocr.convert.loader import bf16_bits, load_weights
+    from ms_ocr.convert.safetensors_io import widen_bf16
+    rng = np.random.default_rng(0)
+    values = [widen_bf16(bf16_bits(rng.standard_normal((4, 8)).astype(np.float32))) for _ in range(3)]
+    tensors = [(f"e.{i}", bf16_bits(v), "BF16") for i, v in enumerate(values)]
+    if case == "one slice fp32":
+        values[2] = rng.standard_normal((4, 8)).astype(np.float32)  # not a bf16 value
+        tensors[2] = ("e.2", values[2], "F32")
+    net = _stack_net()
+    keep = set() if case == "kept fp32" else {"w"}
+    load_weights(net, iter(tensors), lambda name: ("w", int(name.split(".")[1])), keep_bf16=keep)
+    want_dtype = ms.bfloat16 if case == "raw bf16" else ms.float32
+    assert net.w.dtype == want_dtype
+    np.testing.assert_array_equal(net.w.astype(ms.float32).asnumpy(), np.stack(values))
