@@ -12,7 +12,7 @@ import mindspore as ms
 from mindspore import Tensor, ops
 
 from ms_ocr.compiler import CompileTimer
-from ms_ocr.convert.loader import device_copy, device_tensor
+from ms_ocr.convert.loader import device_tensor
 from ms_ocr.nn.blocks import graph_input
 from ms_ocr.nn.functional import rows
 from ms_ocr.ops import backend
@@ -45,11 +45,13 @@ def host_tensor(array, float_dtype=ms.float32):
 
 
 def padded_rows(t, pad, axis):
-    """`t` with `pad` zero rows appended along `axis` (0 or -2), as a pool Tensor."""
+    """A pool Tensor of its own holding `t` with `pad` zero rows appended along `axis` (0 or -2)."""
     a = t.asnumpy()
-    width = [(0, 0)] * a.ndim
-    width[axis] = (0, pad)
-    return device_tensor(np.pad(a, width), t.dtype)
+    if pad:
+        width = [(0, 0)] * a.ndim
+        width[axis] = (0, pad)
+        a = np.pad(a, width)
+    return device_tensor(a, t.dtype)
 
 
 class RequestTooLong(ValueError):
@@ -194,7 +196,7 @@ class VLMRuntime:
             count = -(-n // self.vision_attention_chunk)
             size = -(-n // count)
             pad = count * size - n
-            if pad:
+            if pad or self.release_vision_graphs:  # own memory: padded, or to outlive the graph freed below
                 x = padded_rows(x, pad, 0)
                 rope = tuple(padded_rows(r, pad, -2) for r in rope)
             # blocks of query rows, each with its rows of the rope tables ([.., N, D])
@@ -206,10 +208,7 @@ class VLMRuntime:
         if self.release_vision_graphs:
             # The embedding graph runs once per image, and its activation memory (0.55 GB for PaddleOCR-VL at
             # 3,996 patches: the [N, 4, C] position taps) would stay resident through every ViT layer: its
-            # outputs are copied out and the graph freed now.
-            xs = [device_copy(x) for x in xs]
-            images = [(start, n, [(s, e, tuple(device_copy(r) for r in rope)) for s, e, rope in blocks])
-                      for start, n, blocks in images]
+            # outputs were copied out above, and the graph is freed now.
             self.compiler.free_cell(self.vision_embed_step)
         x = xs[0] if len(xs) == 1 else ops.concat(xs, 0)
         for layer in self.model.vision_layers():

@@ -92,12 +92,6 @@ def device_tensor(arr, dtype):
     return Tensor(arr).astype(dtype)
 
 
-def device_copy(tensor):
-    """A copy of `tensor` in MindSpore's memory pool that owns its memory: a graph's output outlives the graph
-    freed after it (CompileTimer.free_cell), and later graphs read it as pool memory (see device_tensor)."""
-    return device_tensor(tensor.asnumpy(), tensor.dtype)
-
-
 def adopt(param, tensor):
     """Make `tensor` the Parameter's data as it is. Parameter.set_data would cast to the Parameter's declared
     dtype (a copy through a MindSpore op) and set_dtype materialises the lazy zeros first (~4 s of PaddleOCR-VL's
