@@ -134,7 +134,10 @@ def decoder_out_mlp(x, attn, weights, eps, act):
 
 def causal_block_attention(q, k, v, block, scale):
     """Causal attention of a prompt over itself in query blocks: block i attends keys [0, end_i) only, so
-    the masked upper triangle is (mostly) never computed. q [B, H, S, D]; k, v [B, Hkv, S, D]."""
+    the masked upper triangle is (mostly) never computed. q [B, H, S, D]; k, v [B, Hkv, S, D]. On the CPU
+    with the native kernels, one kernel does it without writing any scores (ops.causal_attention)."""
+    if K.native_causal_ok(q, k, v):
+        return K.causal_attention(q, k, v, scale)
     s = q.shape[2]
     outs = []
     for start in range(0, s, block):

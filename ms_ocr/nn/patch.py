@@ -1,7 +1,8 @@
 """Patch embedding: a stride == kernel conv computed as one matmul over flattened patches."""
 
-from mindspore import nn, ops
+from mindspore import nn
 
+from ms_ocr import ops as K
 from ms_ocr.nn import functional as F
 from ms_ocr.nn.layers import Embedding, zeros_param
 
@@ -38,5 +39,4 @@ class PatchEmbeddings(nn.Cell):
         self.position_embedding = Embedding(num_positions, dim)
 
     def construct(self, patches, interp_idx, interp_w):
-        pos = (ops.gather(self.position_embedding.weight, interp_idx, 0) * interp_w[..., None]).sum(1)
-        return self.patch_embedding(patches) + pos
+        return self.patch_embedding(patches) + K.interp_rows(self.position_embedding.weight, interp_idx, interp_w)

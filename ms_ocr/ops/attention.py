@@ -52,6 +52,24 @@ def _native_ok(q, k, v):
     return ok and q.dtype == ms.float32 and k.dtype == ms.float32 and v.dtype == ms.float32
 
 
+def native_causal_ok(q, k, v):
+    """Whether `causal_attention` serves q [B, Hq, S, D], k, v [B, Hkv, T, D] (CPU, native kernels routed, fp32,
+    Hq a multiple of Hkv, T >= S, head_dim a multiple of 8 up to 256). Decided from shapes at compile time."""
+    ok = backend.NATIVE_CAUSAL_ATTENTION is not None and q.ndim == 4 and k.ndim == 4
+    ok = ok and q.shape[1] % k.shape[1] == 0 and k.shape[2] >= q.shape[2]
+    ok = ok and q.shape[-1] % 8 == 0 and q.shape[-1] <= 256
+    return ok and q.dtype == ms.float32 and k.dtype == ms.float32 and v.dtype == ms.float32
+
+
+def causal_attention(q, k, v, scale):
+    """Causal softmax(q k^T * scale) v of the last S positions over T keys (query row i sees keys j <= T - S + i),
+    grouped-query heads, by the native kernel (CausalAttention in ms_ocr/ops/native/kernels.cc): no [S, T] scores
+    are written, so a prefill graph keeps no score-sized buffers (a compiled CPU graph holds one buffer per
+    intermediate: PaddleOCR-VL's 1,024-token prompt kept ~0.24 GB of block scores and probabilities per layer
+    graph). Only where `native_causal_ok`; elsewhere nn.functional.causal_block_attention composes it."""
+    return backend.NATIVE_CAUSAL_ATTENTION(q, k, v, Tensor(np.array([scale], np.float32)))
+
+
 def _attention_fused(q, k, v, mask, scale):
     head_num = q.shape[1]
     out = ops.flash_attention_score(q, k, v, head_num, attn_mask=mask, scalar_value=scale,

@@ -17,6 +17,7 @@ PORTABLE = False
 NATIVE_MATMUL_T = None      # the matrix-vector product (ops/linear.py)
 NATIVE_DECODE_LAYER = None  # a decode step's decoder layer, (without, with) q/k norms (ops/decode_layer.py)
 NATIVE_ATTENTION = None     # unmasked attention (vision encoders; ops/attention.py)
+NATIVE_CAUSAL_ATTENTION = None  # causal attention of a prompt (prefill; ops/attention.py), routed with "attention"
 NATIVE_GELU = None          # (tanh form, erf form) (ops/activation.py)
 # Weights kept in bf16 (device.bf16_resident): the embedding lookup of a bf16 table (ops/linear.py embedding_rows;
 # MindSpore's CPU Gather has no bfloat16 kernel) and bf16 -> fp32 widening (ops/linear.py widen; MindSpore's CPU
@@ -24,6 +25,9 @@ NATIVE_GELU = None          # (tanh form, erf form) (ops/activation.py)
 # exact copy); set wherever the library is loaded on the CPU.
 NATIVE_GATHER_ROWS = None
 NATIVE_WIDEN = None
+# Rows of a position table resampled by K weighted taps each (ops/linear.py interp_rows): one output buffer where
+# the composed gather-multiply-sum keeps three (a graph's [N, K, C] intermediates); set with the two above.
+NATIVE_INTERP_ROWS = None
 _native_ops = {}  # library path -> its Custom ops, made once per process
 _configured = None
 
@@ -68,22 +72,23 @@ class portable:
         self._native.__exit__(*exc)
 
 
+# every native op above: what `without_native` clears
+_NATIVE_NAMES = ("NATIVE_MATMUL_T", "NATIVE_DECODE_LAYER", "NATIVE_ATTENTION", "NATIVE_CAUSAL_ATTENTION", "NATIVE_GELU",
+                 "NATIVE_GATHER_ROWS", "NATIVE_WIDEN", "NATIVE_INTERP_ROWS")
+
+
 class without_native:
     """Context for building graphs to export (MindIR, ONNX): MindSpore's kernels only, no Custom ops that name a
     library of this machine."""
 
     def __enter__(self):
-        global NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS, NATIVE_WIDEN
-        self._saved = (NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS,
-                       NATIVE_WIDEN)
-        NATIVE_MATMUL_T = NATIVE_DECODE_LAYER = NATIVE_ATTENTION = NATIVE_GELU = None
-        NATIVE_GATHER_ROWS = NATIVE_WIDEN = None
+        names = globals()
+        self._saved = {name: names[name] for name in _NATIVE_NAMES}
+        names.update(dict.fromkeys(_NATIVE_NAMES))
         return self
 
     def __exit__(self, *exc):
-        global NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS, NATIVE_WIDEN
-        (NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS,
-         NATIVE_WIDEN) = self._saved
+        globals().update(self._saved)
 
 
 def native_routes(isa_level):
@@ -110,16 +115,17 @@ def configure(device_target=None):
     Called once by the model loader after the MindSpore context is set. Returns the target used.
     """
     global FUSED, NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS, NATIVE_WIDEN
-    global _configured
+    global NATIVE_CAUSAL_ATTENTION, NATIVE_INTERP_ROWS, _configured
     target = device_target or ms.get_context("device_target")
     FUSED = target == "Ascend"
     kernels = native.load() if target == "CPU" else None
-    NATIVE_GATHER_ROWS, NATIVE_WIDEN = bf16_ops(kernels) if kernels is not None else (None, None)
+    NATIVE_GATHER_ROWS, NATIVE_WIDEN, NATIVE_INTERP_ROWS = bf16_ops(kernels) if kernels is not None else (None,) * 3
     chosen = (None,) * 4
     if kernels is not None:
         routes = native_routes(kernels.isa_level)
         chosen = tuple(op if name in routes else None for name, op in zip(KERNELS, native_ops(kernels)))
     NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU = chosen
+    NATIVE_CAUSAL_ATTENTION = causal_attention_op(kernels) if NATIVE_ATTENTION is not None else None
     _configured = target
     return target
 
@@ -161,20 +167,32 @@ def native_ops(kernels):
     return _native_ops[kernels.path]
 
 
+def causal_attention_op(kernels):
+    """The CausalAttention Custom op of a kernel library (the prompt's causal attention; same outputs as
+    VisionAttention), made once."""
+    key = (kernels.path, "causal")
+    if key not in _native_ops:
+        _native_ops[key] = ops.Custom(kernels.func("CausalAttention"), out_shape=_first, out_dtype=_first,
+                                      func_type="aot")
+    return _native_ops[key]
+
+
 def _gather_rows_shape(table, ids):
     return list(ids) + list(table[1:])
 
 
 def bf16_ops(kernels):
-    """(GatherRows, WidenBf16) of a kernel library, made once: rows of a bf16 or fp32 table widened to fp32, and
-    a bf16 tensor widened to fp32."""
+    """(GatherRows, WidenBf16, InterpRows) of a kernel library, made once: rows of a bf16 or fp32 table widened to
+    fp32, a bf16 tensor widened to fp32, and rows of a table resampled by weighted taps."""
     key = (kernels.path, "bf16")
     if key not in _native_ops:
         _native_ops[key] = (
             ops.Custom(kernels.func("GatherRows"), out_shape=_gather_rows_shape,
                        out_dtype=lambda table, ids: ms.float32, func_type="aot"),
             ops.Custom(kernels.func("WidenBf16"), out_shape=_first, out_dtype=lambda x: ms.float32,
-                       func_type="aot"))
+                       func_type="aot"),
+            ops.Custom(kernels.func("InterpRows"), out_shape=lambda table, idx, w: [idx[0], table[1]],
+                       out_dtype=lambda *dtypes: ms.float32, func_type="aot"))
     return _native_ops[key]
 
 

@@ -44,6 +44,16 @@ def embedding_rows(table, ids):
     return ops.gather(table, ids, 0)
 
 
+def interp_rows(table, idx, w):
+    """sum_k w[:, k] * table[idx[:, k]]: table [P, C] rows resampled by K weighted taps per output row (idx, w
+    [N, K]) -> [N, C] (a position table bilinearly resampled to a patch grid). On the CPU (fp32 taps) the native
+    InterpRows writes only the output; elsewhere a gather, multiply and sum over [N, K, C]."""
+    native = backend.NATIVE_INTERP_ROWS is not None and table.dtype in (ms.float32, ms.bfloat16)
+    if native and idx.dtype == ms.int32 and w.dtype == ms.float32:
+        return backend.NATIVE_INTERP_ROWS(table, idx, w)
+    return (ops.gather(table, idx, 0) * w[..., None]).sum(1)
+
+
 def expert_rows(stack, ids, dtype):
     """stack [E, ...] at ids [n] -> [n, ...] in `dtype`: a bf16 stack kept in bf16 on the CPU (fp32 compute) through
     the native GatherRows, widened exactly as it is read (MindSpore's CPU Gather has no bfloat16 kernel); any other

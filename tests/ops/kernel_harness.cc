@@ -20,10 +20,12 @@ const char* ms_ocr_isa_level();
 int MatMulT(int, void**, int*, int64_t**, const char**, void*, void*);
 int DecodeLayer(int, void**, int*, int64_t**, const char**, void*, void*);
 int VisionAttention(int, void**, int*, int64_t**, const char**, void*, void*);
+int CausalAttention(int, void**, int*, int64_t**, const char**, void*, void*);
 int GeluTanh(int, void**, int*, int64_t**, const char**, void*, void*);
 int GeluErf(int, void**, int*, int64_t**, const char**, void*, void*);
 int GatherRows(int, void**, int*, int64_t**, const char**, void*, void*);
 int WidenBf16(int, void**, int*, int64_t**, const char**, void*, void*);
+int InterpRows(int, void**, int*, int64_t**, const char**, void*, void*);
 }
 
 using Kernel = int (*)(int, void**, int*, int64_t**, const char**, void*, void*);
@@ -35,9 +37,10 @@ int main(int argc, char** argv) {
   }
   const std::string name = argv[1], dir = argv[2];
   Kernel kernel = name == "MatMulT" ? MatMulT : name == "DecodeLayer" ? DecodeLayer
-                : name == "VisionAttention" ? VisionAttention : name == "GeluTanh" ? GeluTanh
+                : name == "VisionAttention" ? VisionAttention : name == "CausalAttention" ? CausalAttention
+                : name == "GeluTanh" ? GeluTanh
                 : name == "GeluErf" ? GeluErf : name == "GatherRows" ? GatherRows
-                : name == "WidenBf16" ? WidenBf16 : nullptr;
+                : name == "WidenBf16" ? WidenBf16 : name == "InterpRows" ? InterpRows : nullptr;
   if (!kernel) {
     std::fprintf(stderr, "unknown kernel %s\n", argv[1]);
     return 2;

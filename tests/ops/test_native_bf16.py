@@ -101,7 +101,7 @@ def test_matmul_t_routes_bf16_weights(graph_cpu, all_routes):
 @needs_compiler
 def test_gather_rows_and_widen_at_every_isa_level(graph_cpu, isa_kernels):
     """GatherRows (the embedding lookup of a bf16 table) and WidenBf16 give the bf16 values exactly, in fp32."""
-    gather, widen = backend.bf16_ops(isa_kernels)
+    gather, widen, _ = backend.bf16_ops(isa_kernels)
     rng = np.random.default_rng(9)
     table = round_to_bf16(rng.standard_normal((50, 37)))
     ids = np.array([[3, 0, 49], [7, 7, 60]], np.int32)  # 60: out of range, a zero row

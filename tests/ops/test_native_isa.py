@@ -9,7 +9,7 @@ import pytest
 from ms_ocr.convert.loader import round_to_bf16
 from tests.helpers.native import (AARCH64_CXX, AARCH64_SYSROOT, CXX, QEMU, bf16_bits, build_harness,
                                   needs_aarch64_tools, needs_compiler, needs_x86, run_harness)
-from tests.ops import test_decode_layer, test_native_gelu, test_vision_attention
+from tests.ops import test_causal_attention, test_decode_layer, test_native_gelu, test_vision_attention
 
 
 def _cases():
@@ -30,6 +30,12 @@ def _cases():
         scale = case[3] ** -0.5
         ref = test_vision_attention.reference(q, k, v, scale)
         cases.append(("attention_" + "x".join(map(str, case)), "VisionAttention",
+                      [q, k, v, np.array([scale], np.float32)], [q.shape], [ref], 2e-6))
+    for case in test_causal_attention.CASES:
+        q, k, v = test_causal_attention.make_case(np.random.default_rng(sum(case)), *case)
+        scale = case[4] ** -0.5
+        ref = test_causal_attention.reference(q, k, v, scale)
+        cases.append(("causal_attention_" + "x".join(map(str, case)), "CausalAttention",
                       [q, k, v, np.array([scale], np.float32)], [q.shape], [ref], 2e-6))
     x = test_native_gelu._inputs()
     for erf_form, kernel in ((False, "GeluTanh"), (True, "GeluErf")):
@@ -65,6 +71,13 @@ def _bf16_pairs():
     want = np.where((picked < 6)[:, None, None], stack[np.minimum(picked, 5)], 0.0)
     pairs.append(("gather_rows_bf16_stack", "GatherRows", [stack, picked], [bf16_bits(stack), picked], [want.shape],
                   [want], 0.0))
+    table = round_to_bf16(rng.standard_normal((30, 37)))  # a position table; 4 taps per row, one out of range
+    idx = rng.integers(0, 30, (70, 4)).astype(np.int32)
+    idx[5, 2] = 31
+    w = rng.random((70, 4)).astype(np.float32)
+    want = (np.where((idx < 30)[..., None], table[np.minimum(idx, 29)], 0.0) * w[..., None].astype(np.float64)).sum(1)
+    pairs.append(("interp_rows_bf16", "InterpRows", [table, idx, w], [bf16_bits(table), idx, w], [want.shape], [want],
+                  1e-6))
     x = round_to_bf16(rng.standard_normal((3, 70001)))  # several chunks of the parallel loop and a tail
     pairs.append(("widen_bf16", "WidenBf16", None, [bf16_bits(x)], [x.shape], [x], 0.0))
     return pairs

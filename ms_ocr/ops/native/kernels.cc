@@ -93,6 +93,7 @@ inline float to_float(bf16 b) {
   std::memcpy(&f, &bits, sizeof f);
   return f;
 }
+inline float to_float(float f) { return f; }
 inline void vstore(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
 // makes the compiler hold v in a vector register from here on (an empty asm that "changes" it), so that it
 // cannot fold the load that produced v into each instruction using it
@@ -472,12 +473,16 @@ inline void attn_values_tile(const float* v, const float* st, float* acc, int64_
 }
 
 // out[i][e] for the task's rows: softmax(q k^T * scale) v; qt = q^T * scale [d][kAttnRows] (rows past `rows`
-// zero); st [t][kAttnRows] and acc [d][kAttnRows] scratch
+// zero); st [t][kAttnRows] and acc [d][kAttnRows] scratch. diag >= 0: causal, row i sees keys j <= diag + i only
+// (the caller passes t = diag + rows, so the scores above the diagonal are all in the last kAttnRows keys).
 void attn_task(const float* qt, const float* k, const float* v, float* out, int64_t rows, int64_t t, int64_t d,
-               float* st, float* acc) {
+               float* st, float* acc, int64_t diag = -1) {
   int64_t j = 0;
   for (; j + kJR <= t; j += kJR) attn_scores_tile<kJR>(k + j * d, qt, st + j * kAttnRows, d);
   for (; j < t; ++j) attn_scores_tile<1>(k + j * d, qt, st + j * kAttnRows, d);
+  if (diag >= 0)
+    for (j = diag + 1; j < t; ++j)
+      for (int64_t i = 0; i < j - diag && i < kAttnRows; ++i) st[j * kAttnRows + i] = -INFINITY;
   vf mx[kMR], sum[kMR];
   for (int r = 0; r < kMR; ++r) {
     mx[r] = vset(-INFINITY);
@@ -558,6 +563,22 @@ int gelu_entry(int nparam, void** params, int* ndims, int64_t** shapes, bool erf
 }
 
 }  // namespace
+
+// ---- position-table resampling (InterpRows) ------------------------------------------------------------------
+
+// o = sum_k w[k] * table[idx[k]] over one output row of c values (indices outside [0, p) skipped)
+template <typename T>
+void interp_row(const T* table, int64_t p, int64_t c, const int32_t* idx, const float* w, int64_t taps, float* o) {
+  for (int64_t j = 0; j < c; ++j) o[j] = 0.f;
+  for (int64_t k = 0; k < taps; ++k) {
+    if (idx[k] < 0 || idx[k] >= p) continue;
+    const T* row = table + idx[k] * c;
+    const vf a = vset(w[k]);
+    int64_t j = 0;
+    for (; j + kVL <= c; j += kVL) vstore(o + j, vfma(a, vload(row + j), vload(o + j)));
+    for (; j < c; ++j) o[j] = w[k] * to_float(row[j]) + o[j];
+  }
+}
 
 extern "C" {
 
@@ -755,6 +776,30 @@ int GatherRows(int nparam, void** params, int* ndims, int64_t** shapes, const ch
   return 0;
 }
 
+// InterpRows: out[r] = sum_k w[r][k] * table[idx[r][k]], the taps in order (an index outside [0, P) adds nothing):
+// a learned position table resampled to an image's patch grid (bilinear: 4 taps per patch) without the [N, K, C]
+// gathered rows and products a composed gather-multiply-sum keeps in a CPU graph (0.34 GB for PaddleOCR-VL's
+// 3,996 patches). Inputs: table [P, C] fp32 or bfloat16, idx [N, K] int32, w [N, K] fp32. Output [N, C] fp32.
+int InterpRows(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+               void* extra) {
+  (void)stream; (void)extra;
+  if (nparam != 4 || ndims[0] != 2 || ndims[1] != 2 || ndims[2] != 2) return 1;
+  const int64_t p = shapes[0][0], c = shapes[0][1], n = shapes[1][0], taps = shapes[1][1];
+  if (shapes[2][0] != n || shapes[2][1] != taps) return 1;
+  const bool bf = is_bf16(dtypes[0]);
+  const int32_t* idx = static_cast<const int32_t*>(params[1]);
+  const float* w = static_cast<const float*>(params[2]);
+  float* out = static_cast<float*>(params[3]);
+#pragma omp parallel for num_threads(n >= 64 ? g_threads : 1) schedule(static)
+  for (int64_t r = 0; r < n; ++r) {
+    if (bf)
+      interp_row(static_cast<const bf16*>(params[0]), p, c, idx + r * taps, w + r * taps, taps, out + r * c);
+    else
+      interp_row(static_cast<const float*>(params[0]), p, c, idx + r * taps, w + r * taps, taps, out + r * c);
+  }
+  return 0;
+}
+
 // WidenBf16: x (any shape, bfloat16) -> the same values in fp32, for graphs that compute in fp32 over weights
 // kept in bf16 (prefill layers, vision layers): vector widening on every thread, where MindSpore's CPU Cast from
 // bfloat16 converts one element at a time (measured 11.8 ms for 3M elements vs ~1 ms here).
@@ -778,19 +823,22 @@ int WidenBf16(int nparam, void** params, int* ndims, int64_t** shapes, const cha
   return 0;
 }
 
-// VisionAttention: softmax(q k^T * scale) v over all keys (no mask), heads paired one to one.
-// Inputs: q [B, H, S, D], k, v [B, H, T, D] (D a multiple of 8, at most 256), scale [1]. Output: [B, H, S, D].
-int VisionAttention(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
-                    void* extra) {
-  (void)stream; (void)extra; (void)dtypes;
+// VisionAttention / CausalAttention: softmax(q k^T * scale [+ causal mask]) v. Inputs: q [B, H, S, D], k, v
+// [B, Hkv, T, D] (H a multiple of Hkv: head h reads kv head h / (H / Hkv); D a multiple of 8, at most 256), scale
+// [1]. Output [B, H, S, D]. VisionAttention: every key visible. CausalAttention (T >= S, the queries are the last S
+// positions): query row i sees keys j <= T - S + i; each 32-row tile reads only the keys its last row sees and
+// masks the triangle above the diagonal, so no [S, T] scores or probabilities are ever written.
+int attention_entry(int nparam, void** params, int* ndims, int64_t** shapes, bool causal) {
   if (nparam != 5 || ndims[0] != 4 || ndims[1] != 4 || ndims[2] != 4) return 1;
-  const int64_t b = shapes[0][0], h = shapes[0][1], s = shapes[0][2], d = shapes[0][3], t = shapes[1][2];
-  if (d % 8 != 0 || d > 256 || t < 1 || shapes[1][0] != b || shapes[1][1] != h || shapes[1][3] != d) return 1;
+  const int64_t b = shapes[0][0], h = shapes[0][1], s = shapes[0][2], d = shapes[0][3];
+  const int64_t hkv = shapes[1][1], t = shapes[1][2];
+  if (d % 8 != 0 || d > 256 || t < 1 || shapes[1][0] != b || hkv < 1 || h % hkv != 0 || shapes[1][3] != d) return 1;
+  if (causal && t < s) return 1;
   const float *q = static_cast<const float*>(params[0]), *k = static_cast<const float*>(params[1]),
               *v = static_cast<const float*>(params[2]);
   const float scale = static_cast<const float*>(params[3])[0];
   float* out = static_cast<float*>(params[4]);
-  const int64_t blocks = (s + kAttnRows - 1) / kAttnRows, tasks = b * h * blocks;
+  const int64_t blocks = (s + kAttnRows - 1) / kAttnRows, tasks = b * h * blocks, rep = h / hkv, offset = t - s;
   g_vision_attention_calls.fetch_add(1);
 #pragma omp parallel num_threads(tasks > 1 ? g_threads : 1)
   {
@@ -799,15 +847,28 @@ int VisionAttention(int nparam, void** params, int* ndims, int64_t** shapes, con
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t bh = task / blocks, r0 = (task % blocks) * kAttnRows;
+      const int64_t kvh = (bh / h) * hkv + (bh % h) / rep;
       const int64_t rows = s - r0 < kAttnRows ? s - r0 : kAttnRows;
       const float* qb = q + (bh * s + r0) * d;
       for (int64_t e = 0; e < d; ++e)
         for (int64_t i = 0; i < kAttnRows; ++i) qt[e * kAttnRows + i] = i < rows ? qb[i * d + e] * scale : 0.f;
-      attn_task(qt.data(), k + bh * t * d, v + bh * t * d, out + (bh * s + r0) * d, rows, t, d, st.data(),
-                acc.data());
+      const int64_t diag = causal ? offset + r0 : -1;
+      attn_task(qt.data(), k + kvh * t * d, v + kvh * t * d, out + (bh * s + r0) * d, rows,
+                causal ? diag + rows : t, d, st.data(), acc.data(), diag);
     }
   }
   return 0;
+}
+
+int VisionAttention(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+                    void* extra) {
+  (void)stream; (void)extra; (void)dtypes;
+  return attention_entry(nparam, params, ndims, shapes, false);
+}
+int CausalAttention(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+                    void* extra) {
+  (void)stream; (void)extra; (void)dtypes;
+  return attention_entry(nparam, params, ndims, shapes, true);
 }
 int64_t ms_ocr_vision_attention_calls() { return g_vision_attention_calls.load(); }
 
