@@ -12,8 +12,8 @@ import mindspore as ms
 from mindspore import Tensor, ops
 
 from ms_ocr.compiler import CompileTimer
-from ms_ocr.convert.loader import device_tensor
-from ms_ocr.nn.blocks import graph_input
+from ms_ocr.convert.loader import adopt, device_tensor
+from ms_ocr.nn.blocks import forget_graph_input, graph_input
 from ms_ocr.nn.functional import rows
 from ms_ocr.ops import backend
 from ms_ocr.processing.grid import bucket
@@ -52,6 +52,15 @@ def padded_rows(t, pad, axis):
         width[axis] = (0, pad)
         a = np.pad(a, width)
     return device_tensor(a, t.dtype)
+
+
+def release_weights(params):
+    """Free Parameters' memory for good: each one's data becomes an empty Tensor, after the view graph_input keeps
+    of it is dropped (a kept view holds the old buffer alive); the memory goes back to MindSpore's pool."""
+    empty = Tensor(np.zeros(0, np.float32))
+    for p in params:
+        forget_graph_input(p)
+        adopt(p, empty)
 
 
 class RequestTooLong(ValueError):
@@ -141,6 +150,10 @@ class VLMRuntime:
         # size will not come back (infer sets it for its last image of each size). PaddleOCR-VL, bf16, one
         # 768 x 1,024 page (1,019 prompt tokens) on the CPU: peak RSS 3.84 -> 3.32 GB.
         self.release_vision_graphs = False
+        # A one-request process (VLMPipeline with staged text weights) frees each ViT layer's weights as soon as the
+        # layer has run: PaddleOCR-VL's 0.8 GB of bf16 ViT weights are gone before the vision head's activations
+        # and the text weights are allocated.
+        self.release_vision_layers = False
 
     # ---- vision -------------------------------------------------------------------------------
     def tensor(self, array):
@@ -213,6 +226,8 @@ class VLMRuntime:
         x = xs[0] if len(xs) == 1 else ops.concat(xs, 0)
         for layer in self.model.vision_layers():
             x = self.vision_layer(layer, x, images)
+            if self.release_vision_layers:
+                release_weights(layer.get_parameters())
         return x, [(start, n) for start, n, _ in images]
 
     def vision_tower(self, item):

@@ -3,14 +3,11 @@
 import time
 
 import numpy as np
-from mindspore import Tensor
 
 from ms_ocr.compiler import CompileCache
-from ms_ocr.convert.loader import adopt
 from ms_ocr.generate import generate
-from ms_ocr.nn.blocks import forget_graph_input
 from ms_ocr.proc import peak_rss_gb, process_age_ms, rss_gb
-from ms_ocr.runtime import Prepared
+from ms_ocr.runtime import Prepared, release_weights
 
 
 class VLMPipeline:
@@ -49,10 +46,7 @@ class VLMPipeline:
             return
         t0 = time.perf_counter()
         if release_vision:
-            empty = Tensor(np.zeros(0, np.float32))
-            for p in self._vision_params:
-                forget_graph_input(p)
-                adopt(p, empty)  # the weight's memory goes back to the pool the text weights fill
+            release_weights(self._vision_params)  # their memory goes back to the pool the text weights fill
         self._vision_params = ()
         load, self._load_text = self._load_text, None
         load()
@@ -79,7 +73,12 @@ class VLMPipeline:
         startup = process_age_ms() if self.runs == 0 else None  # launch to the first vision op
         self.runs += 1
         t1 = time.perf_counter()
-        feats = self.encode_images(prep)  # stays a device Tensor for prefill
+        # staged (one request) and no image size comes back: each ViT layer's weights are freed once it has run
+        self.runtime.release_vision_layers = self._load_text is not None and self.runtime.release_vision_graphs
+        try:
+            feats = self.encode_images(prep)  # stays a device Tensor for prefill
+        finally:
+            self.runtime.release_vision_layers = False
         t2 = time.perf_counter()
         rss = {"load": self.load_rss_gb, "vision": rss_gb()}
         if self._load_text is not None:  # staged: the text weights now, in place of the vision weights

@@ -39,11 +39,24 @@ def test_staged_load_answers_as_the_whole_load(model, tiny_checkpoint, hunyuan_c
     vision = [p for p in net.get_parameters() if p.name not in text and not p.name.endswith("_cache")]
     assert vision and any(p.dtype == ms.bfloat16 for p in vision)
     staged.runtime.release_vision_graphs = True  # as infer sets it for its last image
+    # each ViT layer's weights are freed as soon as the layer has run, before the vision head and the text load
+    layers = [p for layer in net.vision_layers() for p in layer.get_parameters()]
+    assert layers and all(int(np.prod(p.shape)) > 0 for p in layers)
+    at_text_load = {}
+    load_text = staged.ensure_text_weights
+
+    def ensure_text_weights(**kwargs):
+        at_text_load["layers"] = [int(np.prod(p.shape)) for p in layers]
+        return load_text(**kwargs)
+
+    staged.ensure_text_weights = ensure_text_weights
     got_logits = []
     got = staged.run([_page()], prompt, cfg, on_logits=got_logits.append)
     assert got["token_ids"] == want["token_ids"] and got["text"] == want["text"]
     np.testing.assert_array_equal(np.stack(got_logits), np.stack(want_logits))
     assert all(int(np.prod(p.shape)) == 0 for p in vision)  # released
+    assert at_text_load["layers"] == [0] * len(layers)
+    assert not staged.runtime.release_vision_layers  # only during that one request's vision
     # and their memory with them: no graph-input view (nn.blocks.graph_input) keeps an old buffer alive (one did:
     # the text weights then took new memory beside the unreleased vision weights, +0.25 GB at real size)
     assert not [p.name for p in vision if getattr(p, "_ms_ocr_view", None) is not None]
