@@ -2,6 +2,7 @@
 llama-mtmd-cli, in its own process, as scripts/benchmark.py times ms_ocr and transformers.
 
     python scripts/bench_llamacpp.py build                                  # once per machine (15-25 min, 2 cores)
+    python scripts/bench_llamacpp.py build --isa avx2                       # a second build, AVX2/FMA only
     python scripts/bench_llamacpp.py convert --model paddleocr-vl --ckpt DIR --name NAME
     python scripts/bench_llamacpp.py time --model paddleocr-vl --name NAME --image page.png [--format BF16]
 
@@ -30,6 +31,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEER = os.environ.get("PEER", os.path.join(os.path.expanduser("~"), ".cache", "llamacpp-peer"))
 SRC = os.path.join(PEER, "llama_cpp_python-0.3.36", "vendor", "llama.cpp")
 BIN = os.path.join(SRC, "build", "bin")
+# ISA levels besides the native build (--isa): ggml's CMake switches for a build limited to that level, in its own
+# folder (the ms_ocr side of the same comparison: MS_OCR_NATIVE_ARCH, see ms_ocr/ops/native)
+ISA_BUILDS = {"avx2": ["-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+                       "-DGGML_BMI2=ON", "-DGGML_AVX512=OFF", "-DGGML_AVX512_VBMI=OFF", "-DGGML_AVX512_VNNI=OFF",
+                       "-DGGML_AVX512_BF16=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF",
+                       "-DGGML_AMX_BF16=OFF"]}
+
+
+def bin_dir(isa="native"):
+    return BIN if isa == "native" else os.path.join(SRC, f"build-{isa}", "bin")
 GGUF = os.path.join(PEER, "gguf")
 # PaddleOCR-VL's own chat template does not run in llama.cpp's template engine: the same prompt, written plainly
 PADDLE_TEMPLATE = ("{{- '<|begin_of_sentence|>' -}}{%- for message in messages -%}{%- if message['role'] == 'user' -%}"
@@ -45,13 +56,23 @@ def peer_script():
     return path
 
 
-def available():
+def available(isa="native"):
     """Whether llama.cpp is built here (the benchmark skips its column otherwise, saying why)."""
-    return os.path.isfile(os.path.join(BIN, "llama-mtmd-cli"))
+    return os.path.isfile(os.path.join(bin_dir(isa), "llama-mtmd-cli"))
 
 
-def build():
-    subprocess.run(["bash", peer_script(), "build"], check=True)
+def build(isa="native"):
+    """The peer recipe's build (native), or, for another ISA level, the same source configured for that level in
+    build-<isa> (the recipe's build first: it fetches and patches the source and makes the converter's venv)."""
+    if isa == "native" or not os.path.isdir(SRC):
+        subprocess.run(["bash", peer_script(), "build"], check=True)
+    if isa != "native":
+        out = os.path.join(SRC, f"build-{isa}")
+        subprocess.run(["cmake", "-S", SRC, "-B", out, "-DCMAKE_BUILD_TYPE=Release", "-DGGML_OPENMP=ON",
+                        "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+                        "-DLLAMA_BUILD_EXAMPLES=OFF", *ISA_BUILDS[isa]], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["cmake", "--build", out, f"-j{os.cpu_count()}", "--target", "llama-mtmd-cli"], check=True,
+                       stdout=subprocess.DEVNULL)
 
 
 def _edit_json(path, edit):
@@ -115,9 +136,9 @@ def converted(name):
     return all(os.path.isfile(os.path.join(GGUF, f"{name}-{p}")) for p in ("text-BF16.gguf", "mmproj-BF16.gguf"))
 
 
-def run_page(model, name, image, fmt="BF16", new_tokens=32, threads=2):
+def run_page(model, name, image, fmt="BF16", new_tokens=32, threads=2, isa="native"):
     """One timed llama-mtmd-cli run (its own process): the figures described at the top of this file."""
-    cmd = [os.path.join(BIN, "llama-mtmd-cli"), "-m", os.path.join(GGUF, f"{name}-text-{fmt}.gguf"), "--mmproj",
+    cmd = [os.path.join(bin_dir(isa), "llama-mtmd-cli"), "-m", os.path.join(GGUF, f"{name}-text-{fmt}.gguf"), "--mmproj",
            os.path.join(GGUF, f"{name}-mmproj-BF16.gguf"), "--image", image, "-p", PROMPTS[model], "-n",
            str(new_tokens), "--temp", "0", "--ignore-eos", "-t", str(threads), "-c", "4096", "-lv", "4"]
     if model == "paddleocr-vl":
@@ -128,7 +149,7 @@ def run_page(model, name, image, fmt="BF16", new_tokens=32, threads=2):
     if code:
         raise SystemExit(f"llama-mtmd-cli failed ({code}):\n{out[-3000:]}")
     return parse_log(out) | {"wall_s": wall, "peak_rss_gb": usage.ru_maxrss / 2 ** 20, "format": fmt,
-                             "threads": threads}
+                             "threads": threads, "isa": isa}
 
 
 def run_measured(cmd, env=None):
@@ -172,13 +193,16 @@ def main():
     p.add_argument("--format", default="BF16", choices=["BF16", "Q8_0"])
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--isa", choices=["native", *ISA_BUILDS], default="native",
+                   help="the build: native (GGML_NATIVE) or limited to an ISA level (build-<isa>)")
     args = p.parse_args()
     if args.action == "build":
-        build()
+        build(args.isa)
     elif args.action == "convert":
         convert(args.model, args.ckpt, args.name)
     else:
-        print(json.dumps(run_page(args.model, args.name, args.image, args.format, args.new_tokens, args.threads)))
+        print(json.dumps(run_page(args.model, args.name, args.image, args.format, args.new_tokens, args.threads,
+                                  args.isa)))
 
 
 if __name__ == "__main__":

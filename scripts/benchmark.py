@@ -31,6 +31,8 @@ os.environ.setdefault("GLOG_v", "3")
 # The decode roofline: the decoder's weights read once per token at the measured two-thread read bandwidth, at
 # 4 bytes a weight (fp32) and at 2 (a bf16 checkpoint kept in bf16: --dtype auto/bf16, docs/native-kernels.md).
 READ_BANDWIDTH_GBS = 30.0
+# --isa levels of the process table and the -march ms_ocr's native kernels are built for at each
+ISA_ARCH = {"avx2": "x86-64-v3"}
 
 
 def peak_rss_gb():
@@ -317,6 +319,8 @@ def cli_process(args, cache_dir, fresh):
            "--threads", str(args.threads), "--json"]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=REPO, MS_OCR_COMPILE_CACHE="1",
                MS_OCR_COMPILE_CACHE_DIR=cache_dir, GLOG_v="3")
+    if args.isa != "native":  # ms_ocr's native kernels built for that level (MindSpore's own kernels stay as they are)
+        env["MS_OCR_NATIVE_ARCH"] = ISA_ARCH[args.isa]
     t0 = time.perf_counter()
     out, code, usage = run_measured(cmd, env)
     wall = time.perf_counter() - t0
@@ -339,7 +343,7 @@ def llamacpp_runs(args, fmt):
     if not L.converted(name):
         print(f"converting {args.ckpt} to GGUF for llama.cpp ...", flush=True)
         L.convert(args.model, args.ckpt, name)
-    r = L.run_page(args.model, name, args.image, fmt, args.new_tokens, args.threads)
+    r = L.run_page(args.model, name, args.image, fmt, args.new_tokens, args.threads, args.isa)
     r["framework"] = f"llama.cpp {fmt}"
     return r
 
@@ -389,6 +393,10 @@ def main():
                    help="also time what a user waits for, process by process: the ms_ocr CLI (first run on an empty "
                         "compile cache, second run) and llama.cpp (BF16 GGUF; needs scripts/bench_llamacpp.py build)")
     p.add_argument("--llamacpp-formats", default="BF16", help="GGUF text formats to time (BF16, Q8_0)")
+    p.add_argument("--isa", choices=["native", *ISA_ARCH], default="native",
+                   help="process table: both runtimes' own kernels built for this level (llama.cpp: "
+                        "bench_llamacpp.py build --isa LEVEL; ms_ocr: MS_OCR_NATIVE_ARCH); MindSpore's kernels keep "
+                        "the machine's")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -442,9 +450,10 @@ def peers(args):
     from scripts import bench_llamacpp as L
     cache_dir = os.path.join(args.out, "compile_cache")
     columns = {}
-    formats = args.llamacpp_formats.split(",") if L.available() else []
+    formats = args.llamacpp_formats.split(",") if L.available(args.isa) else []
     if not formats:
-        print("llama.cpp is not built here (python scripts/bench_llamacpp.py build): its columns are left out")
+        build = "build" + ("" if args.isa == "native" else f" --isa {args.isa}")
+        print(f"llama.cpp is not built here (python scripts/bench_llamacpp.py {build}): its columns are left out")
     for r in range(args.repeat):
         order = ["cli"] + formats if r % 2 == 0 else formats + ["cli"]
         for item in order:
@@ -456,13 +465,15 @@ def peers(args):
             else:
                 res = llamacpp_runs(args, item)
                 columns.setdefault(res["framework"], []).append(res)
-    print(f"CPU: {cpu_model()}; {args.threads} threads; {args.model}; {args.new_tokens} new tokens; "
-          f"medians of {args.repeat} round(s)")
+    print(f"CPU: {cpu_model()}; kernels built for: {args.isa}; {args.threads} threads; {args.model}; "
+          f"{args.new_tokens} new tokens; medians of {args.repeat} round(s)")
     med = process_report(columns)
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"benchmark_{args.model}_processes.json")
+    suffix = "" if args.isa == "native" else f"_{args.isa}"
+    path = os.path.join(args.out, f"benchmark_{args.model}_processes{suffix}.json")
     with open(path, "w") as f:
-        json.dump({"model": args.model, "cpu": cpu_model(), "threads": args.threads, "new_tokens": args.new_tokens,
+        json.dump({"model": args.model, "cpu": cpu_model(), "isa": args.isa, "threads": args.threads,
+                   "new_tokens": args.new_tokens,
                    "medians": med, "runs": columns}, f, indent=1)
     print(f"wrote {path}")
 
