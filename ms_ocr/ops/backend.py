@@ -17,7 +17,7 @@ PORTABLE = False
 NATIVE_MATMUL_T = None      # the matrix-vector product (ops/linear.py)
 NATIVE_DECODE_LAYER = None  # a decode step's decoder layer, (without, with) q/k norms (ops/decode_layer.py)
 NATIVE_ATTENTION = None     # unmasked attention (vision encoders; ops/attention.py)
-NATIVE_CAUSAL_ATTENTION = None  # causal attention of a prompt (prefill; ops/attention.py), routed with "attention"
+NATIVE_CAUSAL_ATTENTION = None  # causal attention of a prompt (prefill; ops/attention.py)
 NATIVE_GELU = None          # (tanh form, erf form) (ops/activation.py)
 # Weights kept in bf16 (device.bf16_resident): the embedding lookup of a bf16 table (ops/linear.py embedding_rows;
 # MindSpore's CPU Gather has no bfloat16 kernel) and bf16 -> fp32 widening (ops/linear.py widen; MindSpore's CPU
@@ -36,12 +36,15 @@ _configured = None
 # shapes (scripts/bench_kernels.py; figures of 2026-11-24 on an AMD EPYC Zen 5, 2 threads, in
 # docs/native-kernels.md). VisionAttention is not routed below AVX-512: at AVX2 it measured 0.67-0.99x the
 # composed attention (whose MindSpore kernels ran AVX-512 on that machine), at SSE2 0.29x. A level without
-# measurements (neon: only run for correctness under qemu-user so far; scalar) routes none.
+# measurements (neon: only run for correctness under qemu-user so far; scalar) routes none. CausalAttention (the
+# prefill's attention, which keeps no score buffers in the layer graph) measured on an Intel Xeon (family 6 model
+# 167), 2026-11-26, PaddleOCR-VL page through `infer`: AVX2 build prefill 3.57 s against 3.82 composed, the whole
+# run's peak RSS 1.90 against 2.40 GB; AVX-512 build the same route; SSE2 not measured.
 # MS_OCR_NATIVE_ROUTES ("all", "none" or a comma list of KERNELS) overrides the table, e.g. to measure a level.
-KERNELS = ("matmul_t", "decode_layer", "attention", "gelu")
+KERNELS = ("matmul_t", "decode_layer", "attention", "gelu", "causal_attention")
 NATIVE_ROUTES = {
-    "avx512": ("matmul_t", "decode_layer", "attention", "gelu"),
-    "avx2": ("matmul_t", "decode_layer", "gelu"),
+    "avx512": ("matmul_t", "decode_layer", "attention", "gelu", "causal_attention"),
+    "avx2": ("matmul_t", "decode_layer", "gelu", "causal_attention"),
     "sse2": ("matmul_t", "decode_layer", "gelu"),
     "neon": (),
     "scalar": (),
@@ -120,19 +123,19 @@ def configure(device_target=None):
     FUSED = target == "Ascend"
     kernels = native.load() if target == "CPU" else None
     NATIVE_GATHER_ROWS, NATIVE_WIDEN, NATIVE_INTERP_ROWS = bf16_ops(kernels) if kernels is not None else (None,) * 3
-    chosen = (None,) * 4
+    chosen = (None,) * len(KERNELS)
     if kernels is not None:
         routes = native_routes(kernels.isa_level)
-        chosen = tuple(op if name in routes else None for name, op in zip(KERNELS, native_ops(kernels)))
-    NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU = chosen
-    NATIVE_CAUSAL_ATTENTION = causal_attention_op(kernels) if NATIVE_ATTENTION is not None else None
+        ops_ = native_ops(kernels) + (causal_attention_op(kernels),)
+        chosen = tuple(op if name in routes else None for name, op in zip(KERNELS, ops_))
+    NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_CAUSAL_ATTENTION = chosen
     _configured = target
     return target
 
 
 def routed():
     """The native kernels the configured ops use (names from KERNELS), for reports."""
-    ops_ = (NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU)
+    ops_ = (NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_CAUSAL_ATTENTION)
     return tuple(name for name, op in zip(KERNELS, ops_) if op is not None)
 
 
