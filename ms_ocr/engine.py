@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ms_ocr.generate import next_token
+from ms_ocr.proc import rss_gb
 
 ROW_BUCKETS = (1, 2, 4, 8)  # decode-step sizes (sequence rows) below max_batch_size; one graph each
 
@@ -64,20 +65,24 @@ class _Sequence:
 
 class BatchEngine:
     def __init__(self, pipe, sampling, max_batch_size=4, max_input_length=4096, max_output_length=1024,
-                 ignore_eos=False, max_model_len=None, pack_vision=True):
+                 ignore_eos=False, max_model_len=None, pack_vision=True, text_after_vision=False):
         """`sampling` is the default SamplingConfig (a request may carry its own); the cache is sized for
         prompts up to max_input_length tokens plus max_output_length new tokens, or, with max_model_len (the
         server), for max_model_len tokens of prompt and output together (a sequence stops at that length).
         ignore_eos (benchmarks) runs every sequence to its token budget. pack_vision=False encodes each
         request's images on their own instead of packing a group's images into one row block: the vision
         graphs are then compiled per image size, not per group's total (what a server with pages of many sizes
-        arriving in ever-different groups needs)."""
+        arriving in ever-different groups needs). text_after_vision (one request, VLMPipeline.run): a pipeline
+        loaded in stages loads its text weights only once the first group's images are encoded, in place of the
+        vision weights when the runtime releases its vision graphs (the peak memory of `infer`)."""
         if max_batch_size < 1:
             raise ValueError("max batch size must be at least 1")
         if max_input_length < 1 or max_output_length < 1:
             raise ValueError("max input/output length must be at least 1")
         rt = pipe.runtime
-        pipe.ensure_text_weights()  # a pipeline loaded in stages (the CLI's) serves many requests here
+        self.text_after_vision = text_after_vision
+        if not text_after_vision:
+            pipe.ensure_text_weights()  # a pipeline loaded in stages (the CLI's) serves many requests here
         self.pipe, self.rt, self.sampling = pipe, rt, sampling
         self.batch = max_batch_size
         self.max_input = max_input_length
@@ -100,6 +105,8 @@ class BatchEngine:
         self.decode_stats = {"steps": 0, "seconds": 0.0, "tokens": 0}
         # decode steps by the number of sequences they advanced, and by the cache rows they computed
         self.step_sizes, self.step_rows = {}, {}
+        # resident memory (GB) after the last admitted group's vision, text-weight load (staged) and prefill
+        self.rss = {}
 
     def warm_decode(self):
         """Compile the decode step of every row bucket (a server's --warmup) with one step over a zeroed cache,
@@ -130,7 +137,7 @@ class BatchEngine:
         take(n, wait) returns up to n new Requests, [] when none is ready, or None once the source is closed;
         `wait` is True when the engine is idle (the source may block for a while). Requests whose `cancelled`
         event is set are dropped with a Cancelled error, running ones at the next decode step."""
-        self.rt.reset_cache(self.batch, self.slots)
+        self._cache_ready = False  # sized and zeroed at the first admission, after its vision (not resident then)
         active, closed = {}, False
         while True:
             self._drop_cancelled(active, on_result)
@@ -182,9 +189,19 @@ class BatchEngine:
             else:
                 feats = [self.rt.encode_batch([v])[0] for v in inputs]
             t1 = time.perf_counter()
+            self.rss["vision"] = rss_gb()
+            if self.text_after_vision:  # staged: the text weights now (their time counts as load, not vision)
+                self.text_after_vision = False
+                self.pipe.ensure_text_weights(release_vision=getattr(self.rt, "release_vision_graphs", False))
+                self.rss["text_load"] = rss_gb()
+            if not self._cache_ready:
+                self.rt.reset_cache(self.batch, self.slots)
+                self._cache_ready = True
+            t_text = time.perf_counter()
             c1 = dict(self.rt.compiler.seconds)
             slots = free[:len(group)]
             logits = self.rt.prefill_batch([prep for _, prep in group], feats, slots, self.slots).asnumpy()
+            self.rss["prefill"] = rss_gb()
         except Exception as e:  # noqa: BLE001 - e.g. out of memory on a huge page: report the group, go on
             for req, _ in group:
                 on_result(req, None, e)
@@ -192,7 +209,7 @@ class BatchEngine:
         t2 = time.perf_counter()
         c2 = self.rt.compiler.seconds
         vision_ms = 1000 * (t1 - t0 - (c1.get("vision", 0) - c0.get("vision", 0)))
-        prefill_ms = 1000 * (t2 - t1 - (c2.get("prefill", 0) - c1.get("prefill", 0)))
+        prefill_ms = 1000 * (t2 - t_text - (c2.get("prefill", 0) - c1.get("prefill", 0)))
         for (req, prep), slot, row in zip(group, slots, logits):
             try:
                 cfg = req.sampling or self.sampling

@@ -202,8 +202,11 @@ class _NoCompile:
 
 
 class MindIRRuntime:
-    """The VLMRuntime calls generate() and the pipeline make (encode_images, prefill, decode), served by the
-    exported graphs through nn.GraphCell."""
+    """The runtime calls of a batch-of-one BatchEngine (VLMPipeline.run) served by the exported graphs through
+    nn.GraphCell: one sequence, its KV cache inside the text graph (exported for `slots` positions)."""
+
+    host_cache = False  # the cache lives in the graph: the engine steps its one row
+    release_vision_graphs = False
 
     def __init__(self, folder, meta):
         self.meta = meta
@@ -248,11 +251,31 @@ class MindIRRuntime:
         index = item.head[0] if item.head else np.arange(feats.shape[0] + self.vision_meta["extra_rows"])
         return self.assemble(feats, self.tensor(index))
 
+    def encode_batch(self, requests):
+        return [self.encode_images(v) if v else None for v in requests]
+
+    def plan_slots(self, prompt_len, max_new_tokens):
+        if prompt_len + max_new_tokens > self.slots:
+            raise RequestTooLong(f"prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
+                                 f"exported cache of {self.slots} positions (export again with a larger --slots)")
+        return self.slots
+
+    def reset_cache(self, batch, slots, host_writes=None):
+        if batch != 1:
+            raise ValueError("a MindIR export serves one sequence at a time")
+
+    def prefill_batch(self, preps, feats, cache_rows, slots):
+        if len(preps) != 1:
+            raise ValueError("a MindIR export serves one sequence at a time")
+        return self.prefill(preps[0], feats[0], 0)
+
+    def decode_batch(self, tokens, cache_pos, rope_delta, num_axes):
+        return self.decode(int(tokens[0]), int(cache_pos[0]), int(rope_delta[0]), num_axes)
+
     def prefill(self, prep, image_feats, max_new_tokens):
+        """The prompt into the graph's cache (room left for max_new_tokens): logits of its last token [1, V]."""
         s = prep.input_ids.shape[0]
-        if s + max_new_tokens > self.slots:
-            raise RequestTooLong(f"prompt ({s} tokens) + max_new_tokens ({max_new_tokens}) exceeds the exported "
-                                 f"cache of {self.slots} positions (export again with a larger --slots)")
+        self.plan_slots(s, max_new_tokens)
         image_index = np.full((1, s), -1, np.int32)
         mask = prep.image_token_mask.astype(bool)
         image_index[0][mask] = np.arange(int(mask.sum()), dtype=np.int32)

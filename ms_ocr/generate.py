@@ -1,11 +1,9 @@
-"""Generation: prefill, then the compiled decode step once per token; sampling and stopping on the host."""
+"""Sampling on the host: the settings of a request and how the next token is chosen from its logits (the loop that
+prefills and decodes is ms_ocr/engine.py's)."""
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
-
-from ms_ocr.proc import rss_gb
 
 
 @dataclass
@@ -37,13 +35,6 @@ class SamplingConfig:
             raise ValueError("no_repeat_ngram_size and no_repeat_window must be >= 0")
         if self.seed is not None and not 0 <= self.seed < 2 ** 64:
             raise ValueError(f"seed must be in 0..2**64-1, not {self.seed}")
-
-
-@dataclass
-class GenerationResult:
-    token_ids: list
-    finish_reason: str
-    timings: dict = field(default_factory=dict)
 
 
 def apply_repetition_penalty(logits, previous_ids, penalty):
@@ -99,40 +90,3 @@ def next_token(logits, history, generated, cfg, rng):
     if banned:
         logits[banned] = -np.inf
     return sample_token(logits, cfg, rng)
-
-
-def generate(runtime, prep, image_feats, cfg, eos_ids, num_pos_axes, on_token=None, on_logits=None):
-    """Greedy/sampled generation for one prepared request. `on_token(id)` is called as tokens arrive,
-    `on_logits(logits)` with each step's raw logits [V] (float32, before penalties and sampling).
-
-    Timings include any compile that happened inside; the pipeline subtracts it."""
-    cfg.validate()
-    rng = np.random.default_rng(cfg.seed)
-    eos = set(int(e) for e in eos_ids)
-    prompt = [int(t) for t in prep.input_ids]
-    t0 = time.perf_counter()
-    logits = runtime.prefill(prep, image_feats, cfg.max_new_tokens).asnumpy()[0]
-    t_prefill = time.perf_counter() - t0
-    rss_prefill = rss_gb()
-    generated, finish = [], "length"
-    pos = len(prompt)
-    t1 = time.perf_counter()
-    for step in range(cfg.max_new_tokens):
-        if on_logits is not None:
-            on_logits(logits)
-        tok = next_token(logits, prompt + generated, generated, cfg, rng)
-        generated.append(tok)
-        if on_token is not None:
-            on_token(tok)
-        if tok in eos:
-            finish = "stop"
-            break
-        if step + 1 == cfg.max_new_tokens:
-            break
-        logits = runtime.decode(tok, pos, prep.rope_delta, num_pos_axes).asnumpy()[0]
-        pos += 1
-    t_decode = time.perf_counter() - t1
-    n_dec = max(len(generated) - 1, 0)
-    timings = {"prefill_ms": 1000 * t_prefill, "decode_s": t_decode, "decode_tokens": n_dec,
-               "rss_after_prefill_gb": rss_prefill}
-    return GenerationResult(generated, finish, timings)

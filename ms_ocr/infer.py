@@ -115,32 +115,21 @@ def sampling_config(args, package, pipe):
 
 
 class StreamPrinter:
-    """Prints decoded text as tokens arrive, only where it can no longer change.
-
-    Byte-fallback tokens (<0xNN>) are decoded as a group, so text is held while the newest token is one
-    of them, and while the tail is an incomplete UTF-8 sequence (U+FFFD).
-    """
+    """Prints the answer as tokens arrive: what no later token can change (ms_ocr.textstream.TextStream, the
+    server's streams' detokeniser, in its exact mode; bytes of a character split over tokens wait for its last),
+    then the rest of the final, post-processed text."""
 
     def __init__(self, tokenizer, eos_ids, out=sys.stdout):
-        self.tokenizer, self.eos, self.out = tokenizer, set(eos_ids), out
-        self.ids, self.printed = [], ""
-
-    def _is_byte_token(self, token):
-        piece = self.tokenizer.id_to_token(token) or ""
-        return len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">")
+        from ms_ocr.textstream import TextStream
+        self.stream, self.out, self.printed = TextStream(tokenizer, True, eos_ids, exact=True), out, ""
 
     def __call__(self, token):
-        if token in self.eos:
-            return
-        self.ids.append(token)
-        if self._is_byte_token(token):
-            return
-        text = self.tokenizer.decode(self.ids)
-        if text.endswith("\ufffd") or not text.startswith(self.printed):
-            return
-        self.out.write(text[len(self.printed):])
-        self.out.flush()
-        self.printed = text
+        self.stream.add(token)
+        text = self.stream.pending()
+        if text:
+            self.out.write(text)
+            self.out.flush()
+            self.printed += text
 
     def finish(self, text):
         self.out.write(text[len(self.printed):] if text.startswith(self.printed) else "\n" + text)

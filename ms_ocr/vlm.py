@@ -1,11 +1,10 @@
-"""A loaded VLM ready to answer: processor + runtime + generation, model-agnostic."""
+"""A loaded VLM ready to answer: processor + runtime, model-agnostic; requests run through ms_ocr.engine."""
 
 import time
 
 import numpy as np
 
 from ms_ocr.compiler import CompileCache
-from ms_ocr.generate import generate
 from ms_ocr.proc import peak_rss_gb, process_age_ms, rss_gb
 from ms_ocr.runtime import Prepared, release_weights
 
@@ -65,52 +64,61 @@ class VLMPipeline:
         return self.runtime.encode_images(prep.vision_inputs) if prep.vision_inputs else None
 
     def run(self, images, prompt, sampling, on_token=None, task=None, on_logits=None):
-        """OCR one request. Returns dict(text, token_ids, finish_reason, timings in ms / tokens per s) plus the
-        model's extras for the task (e.g. "boxes"). `on_token` / `on_logits`: see generate()."""
+        """OCR one request: a batch of one through BatchEngine, the loop batch jobs and the server run. Returns
+        dict(text, token_ids, finish_reason, timings in ms / tokens per s) plus the model's extras for the task
+        (e.g. "boxes"). `on_token(id)` sees each token as it is chosen; `on_logits(logits)` each step's raw logits
+        [V] (float32, before penalties and sampling), in order, once the request has finished."""
+        from ms_ocr.engine import BatchEngine, Request
+        sampling.validate()
         compile_before = dict(self.runtime.compiler.seconds)
         t0 = time.perf_counter()
         prep, _ = self.prepare(images, prompt)
         startup = process_age_ms() if self.runs == 0 else None  # launch to the first vision op
         self.runs += 1
         t1 = time.perf_counter()
+        staged = self._load_text is not None
         # staged (one request) and no image size comes back: each ViT layer's weights are freed once it has run
-        self.runtime.release_vision_layers = self._load_text is not None and self.runtime.release_vision_graphs
+        self.runtime.release_vision_layers = staged and getattr(self.runtime, "release_vision_graphs", False)
+        engine = BatchEngine(self, sampling, max_batch_size=1, max_input_length=int(prep.input_ids.shape[0]),
+                             max_output_length=sampling.max_new_tokens, text_after_vision=staged)
+        done = {}
+
+        def token(tok):
+            on_token(tok)
+            return False  # never ends the sequence: eos and the token budget do
+
+        request = Request("request", images, prompt, task=task, sampling=sampling, dump=on_logits is not None,
+                          prep=prep, on_token=token if on_token is not None else None)
         try:
-            feats = self.encode_images(prep)  # stays a device Tensor for prefill
+            engine.run([request], lambda req, result, error: done.update(result=result, error=error))
         finally:
             self.runtime.release_vision_layers = False
-        t2 = time.perf_counter()
-        rss = {"load": self.load_rss_gb, "vision": rss_gb()}
-        if self._load_text is not None:  # staged: the text weights now, in place of the vision weights
-            self.ensure_text_weights(release_vision=self.runtime.release_vision_graphs)
-            rss["text_load"] = rss_gb()
-        result = generate(self.runtime, prep, feats, sampling, self.eos_ids, self.num_pos_axes, on_token,
-                          on_logits)
-        rss.update(prefill=result.timings.get("rss_after_prefill_gb"), decode=rss_gb(), peak=peak_rss_gb())
+        if done["error"] is not None:
+            raise done["error"]
+        out = done["result"]
+        t = out.pop("timings")
+        dump = out.pop("dump", None)
+        if on_logits is not None:
+            for row in dump["logits"]:
+                on_logits(row)
         compiled = {k: v - compile_before.get(k, 0.0) for k, v in self.runtime.compiler.seconds.items()}
-        vision_compile = compiled.get("vision", 0.0)
-        prefill_compile = compiled.get("prefill", 0.0)
-        decode_compile = compiled.get("decode", 0.0)
-        n_dec = result.timings["decode_tokens"]
-        decode_s = result.timings["decode_s"] - decode_compile
         timings = {
             "load_ms": 1000 * self.load_seconds,
             "preprocess_ms": 1000 * (t1 - t0),
-            "vision_ms": 1000 * (t2 - t1 - vision_compile),
-            "prefill_ms": result.timings["prefill_ms"] - 1000 * prefill_compile,
-            "decode_tokens_per_s": n_dec / decode_s if n_dec and decode_s > 0 else 0.0,
-            "decode_tokens": n_dec,
-            "compile_ms": {"vision": 1000 * vision_compile, "prefill": 1000 * prefill_compile,
-                           "decode": 1000 * decode_compile},
-            "prompt_tokens": int(prep.input_ids.shape[0]),
-            "rss_gb": rss,  # resident memory after load and after each phase of this request, and the peak so far
+            "vision_ms": t["vision_ms"],
+            "prefill_ms": t["prefill_ms"],
+            "decode_tokens_per_s": t["decode_tokens_per_s"],
+            "decode_tokens": t["decode_tokens"],
+            "compile_ms": {family: 1000 * compiled.get(family, 0.0) for family in ("vision", "prefill", "decode")},
+            "prompt_tokens": t["prompt_tokens"],
+            # resident memory after load and after each phase of this request, and the peak so far
+            "rss_gb": {"load": self.load_rss_gb, **engine.rss, "decode": rss_gb(), "peak": peak_rss_gb()},
         }
         if startup is not None:
             timings["startup_ms"] = startup
         cache = CompileCache.active
         if cache is not None:  # graphs of this process so far: read from the compile cache / compiled and stored
             timings["compile_cache"] = {"on": cache.enabled, "loaded": cache.loaded, "written": cache.written}
-        out = self.finish(result.token_ids, result.finish_reason, task, images)
         out["timings"] = timings
         return out
 

@@ -19,7 +19,8 @@ from ms_ocr.serve import media
 from ms_ocr.serve.metrics import Metrics
 from ms_ocr.serve.prompt import prepare
 from ms_ocr.serve.protocol import ApiError, decode_body, parse_chat_request, read_messages
-from ms_ocr.serve.worker import Job, TextStream
+from ms_ocr.serve.worker import Job
+from ms_ocr.textstream import TextStream
 
 
 @dataclass

@@ -11,48 +11,6 @@ from ms_ocr.engine import Cancelled, Request
 from ms_ocr.errors import user_error_message
 
 
-class TextStream:
-    """Incremental detokenisation (vLLM's prefix/read offsets: the new text is what decoding from a few tokens
-    back adds, so leading-space rules and multi-token characters come out right) plus stop strings."""
-
-    def __init__(self, tokenizer, skip_special_tokens, eos_ids, stops=()):
-        self.tok, self.skip, self.eos, self.stops = tokenizer, skip_special_tokens, set(eos_ids), list(stops)
-        self.ids, self.prefix, self.read = [], 0, 0
-        self.text, self.sent, self.stopped = "", 0, False
-        self.hold = max((len(s) for s in self.stops), default=1) - 1
-
-    def add(self, token):
-        """Feed a token; True once a stop string appeared (the text is cut before it)."""
-        if token in self.eos:
-            return False
-        self.ids.append(token)
-        before = self.tok.decode(self.ids[self.prefix:self.read], self.skip)
-        after = self.tok.decode(self.ids[self.prefix:], self.skip)
-        if len(after) <= len(before) or after.endswith("\ufffd"):
-            return False
-        start = max(0, len(self.text) - self.hold)
-        self.text += after[len(before):]
-        self.prefix, self.read = self.read, len(self.ids)
-        for s in self.stops:
-            at = self.text.find(s, start)
-            if at >= 0:
-                self.text, self.stopped = self.text[:at], True
-        return self.stopped
-
-    def final_text(self):
-        """The whole answer: the tokens decoded at once (as `infer` does), or the text cut at a stop string."""
-        return self.text if self.stopped else self.tok.decode(self.ids, self.skip)
-
-    def pending(self, final=False):
-        """Text not yet sent; while running, the last characters that could start a stop string stay back."""
-        text = self.final_text() if final else self.text
-        end = len(text) if final or not self.stops else max(self.sent, len(text) - self.hold)
-        if final and not text.startswith(self.text[:self.sent]):
-            end = self.sent  # the whole-answer decode differs from what was streamed: nothing to add
-        out, self.sent = text[self.sent:end], max(self.sent, end)
-        return out
-
-
 class Job:
     """One chat request in flight: its engine Request, text stream, timing and the asyncio queue of events
     ("delta", text) / ("done", finish_reason) / ("error", exception)."""

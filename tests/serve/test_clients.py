@@ -9,7 +9,7 @@ import pytest
 
 from ms_ocr.generate import SamplingConfig
 from ms_ocr.runtime import Buckets
-from ms_ocr.serve.worker import TextStream
+from ms_ocr.textstream import TextStream
 from tests.serve.live import LiveServer, jpeg_url, metric, page, png_url
 
 N = 24

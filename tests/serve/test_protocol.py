@@ -6,7 +6,7 @@ import pytest
 from ms_ocr.processing.tokenizer import Tokenizer
 from ms_ocr.serve.app import sampling_for
 from ms_ocr.serve.protocol import ApiError, parse_chat_request, read_messages
-from ms_ocr.serve.worker import TextStream
+from ms_ocr.textstream import TextStream
 
 TEXT = "Invoice 2026-11-24: total 1,234.50 EUR — paid. Ünïcödé 数字 ✓ and emoji 🙂 end."
 
