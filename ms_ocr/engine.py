@@ -1,4 +1,5 @@
-"""Continuous batching over a loaded VLMPipeline (the offline batch runner's engine).
+"""The generation loop: continuous batching over a loaded VLMPipeline (`infer` as a batch of one, the offline batch
+runner, the document pipeline, the server).
 
 The KV cache holds `max_batch_size` sequence slots of one fixed length. Waiting requests fill free slots as
 a group: their images go through the vision encoder together (packed rows), their prompts through prefill
@@ -6,8 +7,7 @@ together (right-padded, each written into its own slot's cache rows); then one c
 every running sequence per token. A sequence that stops frees its slot at once and the next request is admitted,
 so short outputs never wait for long ones. With host-written caches (off Ascend) the running sequences are kept
 in the lowest slots and a step computes only the rows that cover them (1, 2, 4 or 8), so a lone request decodes
-as fast as through `infer`. Sampling, stopping and output handling are the same as single-request
-generation (ms_ocr/generate.py, VLMPipeline.finish).
+as fast as one alone. Sampling is ms_ocr/generate.py's, output handling VLMPipeline.finish.
 """
 
 import itertools
