@@ -22,6 +22,10 @@ class TextStream:
         if token in self.eos:
             return False
         self.ids.append(token)
+        if self._byte_token(token):
+            # a run of byte-fallback tokens decodes as a whole: a valid byte (say "f") becomes U+FFFD when the
+            # next byte makes the run invalid UTF-8, so nothing of it is taken until a token that is not a byte
+            return False
         start = max(0, len(self.text) - self.hold)
         if self.exact:
             whole = self.tok.decode(self.ids, self.skip)
@@ -40,6 +44,10 @@ class TextStream:
             if at >= 0:
                 self.text, self.stopped = self.text[:at], True
         return self.stopped
+
+    def _byte_token(self, token):
+        piece = self.tok.id_to_token(token) if hasattr(self.tok, "id_to_token") else None
+        return isinstance(piece, str) and len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">")
 
     def final_text(self):
         """The whole answer: the tokens decoded at once (as `infer` does), or the text cut at a stop string."""
