@@ -20,5 +20,8 @@ setup(
     python_requires=">=3.9",
     install_requires=reqs("requirements.txt"),
     extras_require={"test": reqs("requirements-test.txt"), "download": ["huggingface_hub"]},
-    entry_points={"console_scripts": ["ms-ocr=ms_ocr.infer:main", "ms-ocr-batch=ms_ocr.batch.cli:main"]},
+    entry_points={"console_scripts": ["ms-ocr=ms_ocr.infer:main", "ms-ocr-batch=ms_ocr.batch.cli:main",
+                                      "ms-ocr-pipeline=ms_ocr.pipeline.cli:main", "ms-ocr-serve=ms_ocr.serve.cli:main",
+                                      "ms-ocr-export=ms_ocr.export.__main__:main",
+                                      "ms-ocr-convert=ms_ocr.convert.__main__:main"]},
 )

@@ -51,7 +51,7 @@ def build_parser():
     p = _Parser(prog="python -m ms_ocr.infer", description="OCR images with a MindSpore VLM.")
     p.add_argument("--model", help="model name: paddleocr-vl, hunyuan-ocr, deepseek-ocr, deepseek-ocr2 (optional with "
                                    "--mindir)")
-    p.add_argument("--mindir", metavar="DIR", help="serve a MindIR export (scripts/export_mindir.py) instead of a "
+    p.add_argument("--mindir", metavar="DIR", help="serve a MindIR export (python -m ms_ocr.export) instead of a "
                                                    "checkpoint")
     p.add_argument("--model-path", help="checkpoint folder (hub download or ms_ocr.convert output)")
     p.add_argument("--image", nargs="+", required=True, help="image file(s): png, jpg, webp, bmp, tiff")
@@ -156,7 +156,7 @@ def _export_model(folder):
             return json.load(f)["model"]
     except (OSError, ValueError, KeyError):
         raise CliError(f"{folder} is not a MindIR export (no readable meta.json); create one with "
-                       "python scripts/export_mindir.py") from None
+                       "python -m ms_ocr.export") from None
 
 
 def visualize_paths(out, count):

@@ -27,7 +27,7 @@ def _page(w, h):
 
 
 def _export(model, folder, out, *extra):
-    return subprocess.run([sys.executable, "scripts/export_mindir.py", "--model", model, "--model-path", folder,
+    return subprocess.run([sys.executable, "-m", "ms_ocr.export", "--model", model, "--model-path", folder,
                            "--out", str(out), "--slots", "192", *extra], cwd=ROOT, capture_output=True, text=True)
 
 

@@ -196,7 +196,7 @@ def check_file(path):
 
 
 def all_known_flags():
-    programs = ["ms_ocr.infer", "ms_ocr.batch", "ms_ocr.pipeline", "ms_ocr.serve", "ms_ocr.convert"]
+    programs = ["ms_ocr.infer", "ms_ocr.batch", "ms_ocr.pipeline", "ms_ocr.serve", "ms_ocr.convert", "ms_ocr.export"]
     for path in sorted(glob.glob(os.path.join(REPO, "scripts", "*.py"))):
         source = open(path, encoding="utf-8").read()
         if "ArgumentParser" in source or "import main" in source:  # the scripts that are programs
@@ -215,7 +215,7 @@ def test_documented_commands_use_existing_options(path):
 def test_readme_shows_every_program():
     found = {program for _, program, _ in commands(open(os.path.join(REPO, "README.md"), encoding="utf-8").read())}
     for program in ("ms_ocr.infer", "ms_ocr.batch", "ms_ocr.pipeline", "ms_ocr.serve", "ms_ocr.convert",
-                    "scripts/export_mindir.py", "scripts/benchmark.py"):
+                    "ms_ocr.export", "scripts/benchmark.py"):
         assert program in found, f"README.md shows no {program} command"
 
 
@@ -229,12 +229,12 @@ def test_every_flag_in_the_readme_exists_somewhere():
 def test_the_check_catches_a_wrong_option_and_a_wrong_choice():
     text = ("Run:\n\n    python -m ms_ocr.infer --model paddleocr-vl --image a.png --no-such-flag\n"
             "    ./ocr.sh pipeline --image page.png --layout-mode sideways --out out/\n"
-            "    python scripts/export_mindir.py --model x --out e/ \\\n        --slot 7\n"
+            "    python -m ms_ocr.export --model x --out e/ \\\n        --slot 7\n"
             "and `python -m ms_ocr.batch --input d/ --out o/ --dtype auto|fp64` inline.\n")
     problems = [p for _, program, tokens in commands(text) for p in check_command(program, tokens)]
     assert problems == ["ms_ocr.infer has no option --no-such-flag",
                         "ms_ocr.pipeline --layout-mode: 'sideways' is not one of ['auto', 'eager', 'graph']",
-                        "scripts/export_mindir.py has no option --slot",
+                        "ms_ocr.export has no option --slot",
                         "ms_ocr.batch --dtype: 'fp64' is not one of ['auto', 'bf16', 'fp16', 'fp32']"]
 
 

@@ -50,7 +50,7 @@ def test_mindir_export_reads_an_example(tmp_path):
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "scripts/export_mindir.py", "--model", "paddleocr-vl", "--model-path",
+    proc = subprocess.run([sys.executable, "-m", "ms_ocr.export", "--model", "paddleocr-vl", "--model-path",
                            demo_checkpoint(), "--out", str(tmp_path / "exp"), "--slots", "160"], cwd=ROOT,
                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT, GLOG_v="3"))
     assert proc.returncode == 0, proc.stderr

@@ -106,7 +106,7 @@ class AssembleStep(ViewStep):
 
 
 class ViewExport:
-    """The MindIR export's vision graphs of a DeepEncoder model (ms_ocr/export.py)."""
+    """The MindIR export's vision graphs of a DeepEncoder model (ms_ocr/export/mindir.py)."""
 
     def view_step(self):
         return ViewStep(self.vision)

@@ -299,7 +299,7 @@ def load_mindir(folder, model=None):
     path = os.path.join(folder, "meta.json")
     if not os.path.isfile(path):
         raise CheckpointError(f"{folder} is not a MindIR export (no meta.json); create one with "
-                              "python scripts/export_mindir.py")
+                              "python -m ms_ocr.export")
     with open(path) as f:
         meta = json.load(f)
     if model is not None and canonical(model) != canonical(meta["model"]):

@@ -1,9 +1,8 @@
-"""Export a model's vision encoder and its text graph (prefill + decode over an in-place KV cache) to MindIR.
+"""python -m ms_ocr.export --model paddleocr-vl --model-path DIR --out EXPORT_DIR [--slots 4096]  (or ms-ocr-export)
 
-    python scripts/export_mindir.py --model paddleocr-vl --model-path DIR --out EXPORT_DIR [--slots 4096]
-    python -m ms_ocr.infer --mindir EXPORT_DIR --image page.png
-
-See ms_ocr/export.py for the graphs' inputs and why prefill and decode are one graph.
+Exports a model's vision encoder and its text graph (prefill + decode over an in-place KV cache) to MindIR; serve
+the folder with `python -m ms_ocr.infer --mindir EXPORT_DIR --image page.png`. See ms_ocr/export/mindir.py for
+the graphs' inputs and why prefill and decode are one graph.
 """
 
 import argparse
@@ -11,12 +10,12 @@ import os
 import sys
 import time
 
-os.environ.setdefault("GLOG_v", "3")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("GLOG_v", "3")  # before MindSpore is imported, as the other command lines
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m ms_ocr.export",
+                                description="Export a model to MindIR (vision and text graphs).")
     p.add_argument("--model", required=True, help="paddleocr-vl, hunyuan-ocr, deepseek-ocr or deepseek-ocr2")
     p.add_argument("--model-path", help="checkpoint folder (default: the model's default place)")
     p.add_argument("--out", required=True, help="export folder")
