@@ -46,19 +46,21 @@ def attention(q, k, v, mask, scale):
 # (BatchMatMul, Softmax, BatchMatMul): a PaddleOCR-VL 512-row block (16 heads x 3,996 keys, head_dim 72)
 # measured 48-51 ms against 66-82 ms composed and ~60 ms for torch's SDPA. That is its AVX-512 build: at AVX2 and
 # SSE2 it measured slower than the composed path, and backend.NATIVE_ROUTES leaves it out there.
-def _native_ok(q, k, v):
-    ok = backend.NATIVE_ATTENTION is not None and q.ndim == 4 and q.shape[1] == k.shape[1]
-    ok = ok and q.shape[-1] % 8 == 0 and q.shape[-1] <= 256
+def _kernel_takes(q, k, v):
+    """What both native attention kernels read: 4-D fp32 q, k, v, head_dim a multiple of 8 up to 256."""
+    ok = q.ndim == 4 and k.ndim == 4 and q.shape[-1] % 8 == 0 and q.shape[-1] <= 256
     return ok and q.dtype == ms.float32 and k.dtype == ms.float32 and v.dtype == ms.float32
+
+
+def _native_ok(q, k, v):
+    return backend.NATIVE_ATTENTION is not None and _kernel_takes(q, k, v) and q.shape[1] == k.shape[1]
 
 
 def native_causal_ok(q, k, v):
     """Whether `causal_attention` serves q [B, Hq, S, D], k, v [B, Hkv, T, D] (CPU, native kernels routed, fp32,
     Hq a multiple of Hkv, T >= S, head_dim a multiple of 8 up to 256). Decided from shapes at compile time."""
-    ok = backend.NATIVE_CAUSAL_ATTENTION is not None and q.ndim == 4 and k.ndim == 4
-    ok = ok and q.shape[1] % k.shape[1] == 0 and k.shape[2] >= q.shape[2]
-    ok = ok and q.shape[-1] % 8 == 0 and q.shape[-1] <= 256
-    return ok and q.dtype == ms.float32 and k.dtype == ms.float32 and v.dtype == ms.float32
+    ok = backend.NATIVE_CAUSAL_ATTENTION is not None and _kernel_takes(q, k, v)
+    return ok and q.shape[1] % k.shape[1] == 0 and k.shape[2] >= q.shape[2]
 
 
 def causal_attention(q, k, v, scale):

@@ -126,8 +126,7 @@ def configure(device_target=None):
     chosen = (None,) * len(KERNELS)
     if kernels is not None:
         routes = native_routes(kernels.isa_level)
-        ops_ = native_ops(kernels) + (causal_attention_op(kernels),)
-        chosen = tuple(op if name in routes else None for name, op in zip(KERNELS, ops_))
+        chosen = tuple(op if name in routes else None for name, op in zip(KERNELS, native_ops(kernels)))
     NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_CAUSAL_ATTENTION = chosen
     _configured = target
     return target
@@ -155,8 +154,9 @@ def _first(*args):
 
 
 def native_ops(kernels):
-    """The Custom ops over a loaded kernel library, made once per library: (MatMulT, (DecodeLayer without, with
-    q/k norms), VisionAttention, (GeluTanh, GeluErf)) — what `configure` routes to (tests pass other builds)."""
+    """The Custom ops over a loaded kernel library, made once per library, in KERNELS order: (MatMulT, (DecodeLayer
+    without, with q/k norms), VisionAttention, (GeluTanh, GeluErf), CausalAttention) — what `configure` routes to
+    (tests pass other builds)."""
     if kernels.path not in _native_ops:
         def custom(name, out_shape, out_dtype=_first):
             return ops.Custom(kernels.func(name), out_shape=out_shape, out_dtype=out_dtype, func_type="aot")
@@ -166,18 +166,9 @@ def native_ops(kernels):
             tuple(custom("DecodeLayer", _decode_layer_out_shape, lambda *dtypes: (dtypes[0],) * 3)
                   for _ in range(2)),
             custom("VisionAttention", _first),
-            tuple(custom(name, _first) for name in ("GeluTanh", "GeluErf")))
+            tuple(custom(name, _first) for name in ("GeluTanh", "GeluErf")),
+            custom("CausalAttention", _first))
     return _native_ops[kernels.path]
-
-
-def causal_attention_op(kernels):
-    """The CausalAttention Custom op of a kernel library (the prompt's causal attention; same outputs as
-    VisionAttention), made once."""
-    key = (kernels.path, "causal")
-    if key not in _native_ops:
-        _native_ops[key] = ops.Custom(kernels.func("CausalAttention"), out_shape=_first, out_dtype=_first,
-                                      func_type="aot")
-    return _native_ops[key]
 
 
 def _gather_rows_shape(table, ids):
