@@ -192,7 +192,7 @@ class BatchEngine:
             self.rss["vision"] = rss_gb()
             if self.text_after_vision:  # staged: the text weights now (their time counts as load, not vision)
                 self.text_after_vision = False
-                self.pipe.ensure_text_weights(release_vision=getattr(self.rt, "release_vision_graphs", False))
+                self.pipe.ensure_text_weights(release_vision=self.rt.releases_vision)
                 self.rss["text_load"] = rss_gb()
             if not self._cache_ready:
                 self.rt.reset_cache(self.batch, self.slots)

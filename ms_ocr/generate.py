@@ -37,6 +37,22 @@ class SamplingConfig:
             raise ValueError(f"seed must be in 0..2**64-1, not {self.seed}")
 
 
+def model_sampling(spec, tokenizer, max_new_tokens=1024, temperature=0.0, top_p=1.0, top_k=0,
+                   repetition_penalty=1.0, no_repeat_ngram=None, seed=None):
+    """A validated SamplingConfig (ValueError if not) for a model (its ModelSpec): no_repeat_ngram None takes the
+    model's default n-gram blocking (spec.no_repeat, its exempt tokens looked up in `tokenizer`), 0 turns it off."""
+    ngram, window, exempt = no_repeat_ngram or 0, 0, ()
+    default = spec.no_repeat
+    if no_repeat_ngram is None and default:
+        ngram, window = default["size"], default["window"]
+        exempt = tuple(i for i in (tokenizer.token_to_id(t) for t in default["exempt_tokens"]) if i is not None)
+    sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                              repetition_penalty=repetition_penalty, no_repeat_ngram_size=ngram,
+                              no_repeat_window=window, no_repeat_exempt=exempt, seed=seed)
+    sampling.validate()
+    return sampling
+
+
 def apply_repetition_penalty(logits, previous_ids, penalty):
     """HF RepetitionPenaltyLogitsProcessor: scores of seen tokens divided (positive) or multiplied."""
     if penalty == 1.0 or len(previous_ids) == 0:

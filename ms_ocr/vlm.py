@@ -63,11 +63,13 @@ class VLMPipeline:
     def encode_images(self, prep):
         return self.runtime.encode_images(prep.vision_inputs) if prep.vision_inputs else None
 
-    def run(self, images, prompt, sampling, on_token=None, task=None, on_logits=None):
+    def run(self, images, prompt, sampling, on_token=None, task=None, on_logits=None, release_vision=False):
         """OCR one request: a batch of one through BatchEngine, the loop batch jobs and the server run. Returns
         dict(text, token_ids, finish_reason, timings in ms / tokens per s) plus the model's extras for the task
         (e.g. "boxes"). `on_token(id)` sees each token as it is chosen; `on_logits(logits)` each step's raw logits
-        [V] (float32, before penalties and sampling), in order, once the request has finished."""
+        [V] (float32, before penalties and sampling), in order, once the request has finished. `release_vision`:
+        no image size of this request comes back in this process: the vision graphs are freed once its images
+        are encoded (and, loaded in stages, each ViT layer's weights once the layer has run)."""
         from ms_ocr.engine import BatchEngine, Request
         sampling.validate()
         compile_before = dict(self.runtime.compiler.seconds)
@@ -78,7 +80,7 @@ class VLMPipeline:
         t1 = time.perf_counter()
         staged = self._load_text is not None
         # staged (one request) and no image size comes back: each ViT layer's weights are freed once it has run
-        self.runtime.release_vision_layers = staged and getattr(self.runtime, "release_vision_graphs", False)
+        self.runtime.release_after_vision(graphs=release_vision, layers=staged and release_vision)
         engine = BatchEngine(self, sampling, max_batch_size=1, max_input_length=int(prep.input_ids.shape[0]),
                              max_output_length=sampling.max_new_tokens, text_after_vision=staged)
         done = {}
@@ -92,7 +94,7 @@ class VLMPipeline:
         try:
             engine.run([request], lambda req, result, error: done.update(result=result, error=error))
         finally:
-            self.runtime.release_vision_layers = False
+            self.runtime.release_after_vision()
         if done["error"] is not None:
             raise done["error"]
         out = done["result"]

@@ -3,7 +3,7 @@
 import os
 
 from ms_ocr.config_utils import CheckpointError
-from ms_ocr.models import HUB_IDS, HUB_SUBFOLDERS, canonical
+from ms_ocr import models
 
 
 class WeightsNotFound(CheckpointError):
@@ -33,8 +33,8 @@ def _try_download(hub_id, dest, subfolder=None):
 
 def locate(name, model_path=None):
     """The folder holding `name`'s checkpoint, or WeightsNotFound with one line on how to get it."""
-    key = canonical(name)
-    return locate_folder(name, HUB_IDS[key], model_path, HUB_SUBFOLDERS.get(key))
+    spec = models.get(name)
+    return locate_folder(name, spec.hub_id, model_path, spec.hub_subfolder)
 
 
 LAYOUT_HUB_ID = "PaddlePaddle/PP-DocLayoutV2_safetensors"

@@ -65,7 +65,7 @@ def run_json_worker(script, argv, threads, name):
 def build_checkpoint(model, out_dir):
     """Random weights at the real config, saved as the hub ships them (bf16), with a small tokenizer; built in
     a subprocess so this process does not keep the builder's memory while the workers run."""
-    code = f"from scripts.bench_checkpoint import BUILDERS; BUILDERS[{model!r}]({out_dir!r})"
+    code = f"from tests.helpers.real_size import BUILDERS; BUILDERS[{model!r}]({out_dir!r})"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
 
 
@@ -88,7 +88,7 @@ def worker_ms_ocr(args):
     from PIL import Image
     import numpy as np
     from ms_ocr.device import setup
-    from ms_ocr.models import model_package
+    from ms_ocr.models import get as model_spec
     from ms_ocr.ops import backend, native
     from ms_ocr.runtime import Buckets
     setup("cpu", args.threads)
@@ -96,14 +96,14 @@ def worker_ms_ocr(args):
     simd = {"isa_level": kernels.isa_level if kernels else None,
             "march": native.build_arch() if kernels else None, "routed": list(backend.routed())}
     t0 = time.perf_counter()
-    pipe = model_package(args.model).load(args.ckpt, "CPU", args.dtype, Buckets())
+    pipe = model_spec(args.model).load(args.ckpt, "CPU", args.dtype, Buckets())
     load_s = time.perf_counter() - t0
     import mindspore as ms
     bf16_weights = any(p.dtype == ms.bfloat16 for p in pipe.runtime.model.get_parameters())
     img = Image.open(args.image).convert("RGB")
     prep, _ = pipe.prepare([img], args.prompt)
     rt = pipe.runtime
-    rt.release_vision_graphs = True  # as infer runs a single image: vision graphs freed before prefill
+    rt.release_after_vision(graphs=True)  # as infer runs a single image: vision graphs freed before prefill
     t0 = time.perf_counter()
     feats = pipe.encode_images(prep)
     feats.asnumpy()  # synchronise
@@ -135,9 +135,9 @@ def reference_model_and_inputs(model_name, ckpt, img, prompt):
     import torch
     if model_name == "paddleocr-vl":
         from transformers import PaddleOCRVLForConditionalGeneration as Model
-        from ms_ocr.models.paddleocr_vl import config_from_dir
+        from ms_ocr.models.paddleocr_vl import SPEC
         from tests.helpers.reference import reference_inputs, reference_processor
-        inputs = reference_inputs(reference_processor(ckpt, config_from_dir(ckpt)), [img], prompt)
+        inputs = reference_inputs(reference_processor(ckpt, SPEC.config_from_dir(ckpt)), [img], prompt)
     elif model_name == "hunyuan-ocr":
         from transformers import HunYuanVLForConditionalGeneration as Model
         from tests.helpers.tiny_hunyuan import reference_inputs, reference_processor
@@ -404,12 +404,12 @@ def main():
         print(json.dumps(fn(args)))
         return
     if args.prompt is None:
-        from ms_ocr.models import model_package
-        args.prompt = next(iter(model_package(args.model).TASK_PROMPTS.values()))
+        from ms_ocr.models import get as model_spec
+        args.prompt = next(iter(model_spec(args.model).tasks.values()))
     if args.ckpt is None:
         args.ckpt = ensure_checkpoint(args.model)
     if args.image is None:
-        from scripts.bench_image import document_page
+        from tests.helpers.pages import document_page
         os.makedirs(args.out, exist_ok=True)
         args.image = os.path.join(args.out, "page_768x1024.png")
         document_page().save(args.image)

@@ -35,12 +35,12 @@ def worker(args):
     from ms_ocr.device import setup
     from ms_ocr.engine import BatchEngine, Request
     from ms_ocr.generate import SamplingConfig
-    from ms_ocr.models import model_package
+    from ms_ocr.models import get as model_spec
     from benchmark import peak_rss_gb
     setup("cpu", args.threads)
-    package = model_package(args.model)
+    package = model_spec(args.model)
     pipe = package.load(args.ckpt, "CPU", args.dtype)
-    prompt = next(iter(package.TASK_PROMPTS.values()))
+    prompt = next(iter(package.tasks.values()))
     pages = [region(args.width, args.height, i) for i in range(args.pages)]
     engine = BatchEngine(pipe, SamplingConfig(max_new_tokens=args.new_tokens), args.batch,
                          max_input_length=1024, max_output_length=args.new_tokens, ignore_eos=True)

@@ -59,7 +59,7 @@ def worker_ms_ocr(args):
     from benchmark import peak_rss_gb
     from ms_ocr.device import setup
     from ms_ocr.generate import SamplingConfig
-    from ms_ocr.models import paddleocr_vl
+    from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     from ms_ocr.models.pp_doclayout_v2 import LayoutDetector
     from ms_ocr.pipeline import DocumentPipeline
     setup("cpu", args.threads)
@@ -126,9 +126,9 @@ def worker_transformers(args):
 
 
 def _inputs(ckpt, region, prompt):
-    from ms_ocr.models.paddleocr_vl import config_from_dir
+    from ms_ocr.models.paddleocr_vl import SPEC
     from tests.helpers.reference import reference_inputs, reference_processor
-    return reference_inputs(reference_processor(ckpt, config_from_dir(ckpt)), [region], prompt)
+    return reference_inputs(reference_processor(ckpt, SPEC.config_from_dir(ckpt)), [region], prompt)
 
 
 def run_worker(framework, args):

@@ -52,12 +52,12 @@ def infer_worker(args):
     from benchmark import peak_rss_gb
     from ms_ocr.device import setup
     from ms_ocr.generate import SamplingConfig
-    from ms_ocr.models import model_package
+    from ms_ocr.models import get as model_spec
     setup("cpu", args.threads)
-    package = model_package(args.model)
+    package = model_spec(args.model)
     pipe = package.load(args.ckpt, "CPU", args.dtype)
     pipe.eos_ids = []  # every request runs to its budget, as the server's requests do (ignore_eos)
-    prompt = next(iter(package.TASK_PROMPTS.values()))
+    prompt = next(iter(package.tasks.values()))
     pages = crops(args.requests, args.width, args.height)
     pipe.run([pages[0]], prompt, SamplingConfig(max_new_tokens=2))  # compile
     lat, ttft, tokens = [], [], 0

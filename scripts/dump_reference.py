@@ -28,10 +28,10 @@ def main(argv=None):
     args = p.parse_args(argv)
     import torch
 
-    from ms_ocr.models import model_package
+    from ms_ocr.models import get as model_spec
     from ms_ocr.processing.image import load_image
     from scripts.benchmark import reference_model_and_inputs
-    prompt = args.prompt or model_package(args.model).TASK_PROMPTS[args.task]
+    prompt = args.prompt or model_spec(args.model).tasks[args.task]
     model, inputs = reference_model_and_inputs(args.model, args.model_path, load_image(args.image), prompt)
     with torch.inference_mode():
         out = model.generate(**inputs, max_new_tokens=args.max_new_tokens, do_sample=False, output_logits=True,

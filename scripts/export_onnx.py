@@ -29,12 +29,12 @@ def main(argv=None):
     from ms_ocr.config_utils import CheckpointError
     from ms_ocr.device import setup
     from ms_ocr.export import ExportError, export_vision_onnx
-    from ms_ocr.models import model_package
+    from ms_ocr.models import get as model_spec
     from ms_ocr.processing.image import load_image
     from ms_ocr.weights import locate
     try:
         image = load_image(args.image)
-        pipe = model_package(args.model).load(locate(args.model, args.model_path), setup("cpu"), "fp32")
+        pipe = model_spec(args.model).load(locate(args.model, args.model_path), setup("cpu"), "fp32")
         inputs, want = export_vision_onnx(pipe, image, args.out)
     except (ExportError, CheckpointError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -81,7 +81,7 @@ PAGES = [(96, 128), (200, 56), (48, 160), (112, 112), (30, 20)]
 
 @pytest.fixture(scope="module")
 def paddle(tiny_dir, graph_mode):
-    from ms_ocr.models import paddleocr_vl
+    from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     return paddleocr_vl.load(tiny_dir, "CPU", "auto", Buckets(prefill=32, slots=64))
 
 
@@ -107,7 +107,7 @@ def test_paddleocr_vl_batched_equals_single(paddle, tiny_dir):
 
 
 def test_hunyuan_batched_equals_single(hunyuan_checkpoint, graph_mode):
-    from ms_ocr.models import hunyuan_vl
+    from ms_ocr.models.hunyuan_vl import SPEC as hunyuan_vl
     from tests.helpers.tiny_hunyuan import reference_greedy
     folder = hunyuan_checkpoint()
     pipe = hunyuan_vl.load(folder, "CPU", "auto", Buckets(prefill=32, slots=64))
@@ -120,7 +120,7 @@ def test_hunyuan_batched_equals_single(hunyuan_checkpoint, graph_mode):
 @pytest.mark.slow  # the default run batches DeepSeek-OCR-2's MoE decode against transformers through the server
 # (tests/serve/test_clients.py::test_deepseek_ocr2_concurrent_requests_equal_transformers)
 def test_deepseek_ocr2_moe_batched_equals_single(tmp_path_factory, graph_mode):
-    from ms_ocr.models import deepseek_ocr2
+    from ms_ocr.models.deepseek_ocr2 import SPEC as deepseek_ocr2
     from tests.helpers.tiny_deepseek import make_tiny_checkpoint, reference_greedy
     folder = make_tiny_checkpoint(str(tmp_path_factory.mktemp("ds2_engine")))
     pipe = deepseek_ocr2.load(folder, "CPU", "auto", Buckets(prefill=32, slots=64))

@@ -56,13 +56,13 @@ def assert_served_equals_live(served, live, img, prompt):
 @pytest.mark.parametrize("model", ["paddleocr-vl", "hunyuan-ocr"])
 def test_mindir_round_trip(model, tiny_dir, hunyuan_checkpoint, graph_mode, tmp_path):
     from ms_ocr.export import load_mindir
-    from ms_ocr.models import model_package
+    from ms_ocr.models import get as model_spec
     folder = tiny_dir if model == "paddleocr-vl" else hunyuan_checkpoint()
     proc = _export(model, folder, tmp_path / "exp")
     assert proc.returncode == 0, proc.stderr
-    live = model_package(model).load(folder, "CPU", "fp32")
+    live = model_spec(model).load(folder, "CPU", "fp32")
     served = load_mindir(str(tmp_path / "exp"), model)
-    prompt = model_package(model).TASK_PROMPTS["ocr"]
+    prompt = model_spec(model).tasks["ocr"]
     for size in ((96, 128), (200, 56)):  # one vision file for every patch count
         assert_served_equals_live(served, live, _page(*size), prompt)
 
@@ -93,8 +93,8 @@ def test_deepseek_mindir_round_trip(model, graph_mode, tmp_path):
     """One graph per view side (tiles and global view), the assembly graph, the MoE text graph; the ONNX
     export of a view graph."""
     from ms_ocr.export import export_pipeline, load_mindir
-    from ms_ocr.models import model_package
-    package = model_package(model)
+    from ms_ocr.models import get as model_spec
+    package = model_spec(model)
     if model == "deepseek-ocr2":
         from tests.helpers.tiny_deepseek import make_tiny_checkpoint
         folder = make_tiny_checkpoint(str(tmp_path / "ckpt"))
@@ -109,7 +109,7 @@ def test_deepseek_mindir_round_trip(model, graph_mode, tmp_path):
     assert meta["vision"]["kind"] == "views" and meta["vision"]["sizes"] == live.processor.view_sizes()
     assert len(meta["vision"]["sizes"]) == 2
     served = load_mindir(str(tmp_path / "exp"), model)
-    prompt = package.TASK_PROMPTS["ocr"]
+    prompt = package.tasks["ocr"]
     for size in pages:
         assert_served_equals_live(served, live, _page(*size), prompt)
     # ONNX: the global view's graph in onnxruntime equals MindSpore's, which equals the live image tokens
@@ -139,9 +139,9 @@ def test_deepseek_mindir_round_trip(model, graph_mode, tmp_path):
 def test_onnx_vision_matches_mindspore(model, tiny_dir, hunyuan_checkpoint, graph_mode, tmp_path):
     import onnxruntime as ort
     from ms_ocr.export import export_vision_onnx
-    from ms_ocr.models import model_package
+    from ms_ocr.models import get as model_spec
     folder = tiny_dir if model == "paddleocr-vl" else hunyuan_checkpoint()
-    pipe = model_package(model).load(folder, "CPU", "fp32")
+    pipe = model_spec(model).load(folder, "CPU", "fp32")
     path = str(tmp_path / "vision.onnx")
     inputs, want = export_vision_onnx(pipe, _page(150, 100), path)
     # the exported graph is the live vision tower (portable kernels included)

@@ -12,12 +12,14 @@ import time
 
 os.environ.setdefault("GLOG_v", "3")
 
-from ms_ocr.infer import CliError, _Parser, add_sampling_args, cli_main, resolve_prompt, sampling_config  # noqa: E402
+from ms_ocr import models  # noqa: E402
+from ms_ocr.cli import (CliError, Parser, add_mode_arg, add_sampling_args, cli_main, resolve_prompt,  # noqa: E402
+                          sampling_config)
 
 
 def build_parser():
-    p = _Parser(prog="python -m ms_ocr.batch", description="Offline batch OCR over folders, PDFs and manifests.")
-    p.add_argument("--model", required=True, help="paddleocr-vl, hunyuan-ocr, deepseek-ocr, deepseek-ocr2")
+    p = Parser(prog="python -m ms_ocr.batch", description="Offline batch OCR over folders, PDFs and manifests.")
+    p.add_argument("--model", required=True, help=", ".join(models.names()))
     p.add_argument("--model-path", help="checkpoint folder (hub download or ms_ocr.convert output)")
     p.add_argument("--input", nargs="+", required=True,
                    help="image files, folders (recursive), PDF files, or .jsonl manifests "
@@ -26,7 +28,7 @@ def build_parser():
     g = p.add_mutually_exclusive_group()
     g.add_argument("--task", help="task of every input without its own (see python -m ms_ocr.infer --help)")
     g.add_argument("--prompt", help="free-form prompt instead of a task")
-    p.add_argument("--mode", choices=["tiny", "small", "base", "large", "gundam"], help="deepseek-ocr resolution mode")
+    add_mode_arg(p)
     p.add_argument("--max-batch-size", type=int, default=4, help="sequences decoded together (cache slots)")
     p.add_argument("--max-input-length", type=int, default=None,
                    help="longest prompt in tokens, image tokens included (default 4096, less if the model's "
@@ -122,16 +124,14 @@ def run(argv, state=None):
     for flag in ("max_batch_size", "max_input_length", "max_output_length"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise CliError(f"--{flag.replace('_', '-')} must be at least 1")
-    from ms_ocr.models import canonical, model_package
     try:
-        model = canonical(args.model)
+        spec = models.get(args.model)
+        models.check_mode(spec, args.mode)
     except ValueError as e:
         raise CliError(str(e)) from None
-    package = model_package(args.model)
+    model = spec.package
     args.max_new_tokens = args.max_output_length  # the sampling default for inputs
-    job_prompt, job_task = resolve_prompt(args, package.TASK_PROMPTS, args.model)
-    if args.mode and not getattr(package, "MODES", None):
-        raise CliError(f"--mode applies to deepseek-ocr, not {args.model}")
+    job_prompt, job_task = resolve_prompt(args, spec.tasks, args.model)
     from ms_ocr.batch import inputs as I
     from ms_ocr.batch import job as J
     from ms_ocr.batch import results as R
@@ -141,9 +141,9 @@ def run(argv, state=None):
     rank, world = shard
     items = I.shard(I.collect(args.input), rank, world)
     for item in items:
-        if item.task is not None and item.task not in package.TASK_PROMPTS:
+        if item.task is not None and item.task not in spec.tasks:
             raise CliError(f"{item.key}: unknown task {item.task!r} for {args.model}; choose one of: "
-                           f"{', '.join(package.TASK_PROMPTS)}")
+                           f"{', '.join(spec.tasks)}")
     from ms_ocr.weights import locate
     model_dir = locate(args.model, args.model_path)
     identity = job_identity(args, model, model_dir, job_prompt, job_task)
@@ -160,10 +160,10 @@ def run(argv, state=None):
         store = R.ResultStore(os.path.join(args.out, R.shard_name(rank, world)), J.job_id(identity),
                               adopt=status == "adopted")
         state.store = store
-        return _run_job(args, package, model_dir, items, job_prompt, job_task, world, rank, store, state)
+        return _run_job(args, spec, model_dir, items, job_prompt, job_task, world, rank, store, state)
 
 
-def _run_job(args, package, model_dir, items, job_prompt, job_task, world, rank, store, state):
+def _run_job(args, spec, model_dir, items, job_prompt, job_task, world, rank, store, state):
     from ms_ocr.batch import inputs as I
     from ms_ocr.batch import results as R
     if os.path.exists(store.path + ".done"):  # this rank runs again: no merge until it has finished
@@ -173,10 +173,10 @@ def _run_job(args, package, model_dir, items, job_prompt, job_task, world, rank,
 
     from ms_ocr.device import setup
     target = setup(args.device, args.threads)
-    pipe = package.load(model_dir, target, args.dtype)
+    pipe = spec.load(model_dir, target, args.dtype)
     if args.mode:
         pipe.processor.set_mode(args.mode)
-    sampling = sampling_config(args, package, pipe)
+    sampling = sampling_config(args, spec, pipe)
     from ms_ocr.engine import BatchEngine, Request
     max_input = args.max_input_length or max(1, min(4096, pipe.runtime.max_positions - args.max_output_length))
     try:
@@ -201,7 +201,7 @@ def _run_job(args, package, model_dir, items, job_prompt, job_task, world, rank,
             if item.prompt is not None:
                 prompt, task = item.prompt, None
             elif item.task is not None:
-                prompt, task = package.TASK_PROMPTS[item.task], item.task
+                prompt, task = spec.tasks[item.task], item.task
             else:
                 prompt, task = job_prompt, job_task
             dump = dump_all or any(fnmatch.fnmatchcase(item.key, g) for g in (args.dump or ()))

@@ -25,18 +25,18 @@ WEIGHTS = "model.safetensors"
 MARKER = "ms_ocr_convert.json"
 
 
-def expected_shapes(package, cfg):
-    net = package.build(cfg)
+def expected_shapes(spec, cfg):
+    net = spec.build(cfg)
     from ms_ocr.convert.loader import is_state
     return {p.name: tuple(p.shape) for p in net.get_parameters() if not is_state(p.name)}
 
 
 def convert(model, src, dst):
-    from ms_ocr.models import canonical, model_package
-    package = model_package(model)
-    cfg = package.config_from_dir(src)
-    table = package.name_table(cfg)
-    expected = expected_shapes(package, cfg)
+    from ms_ocr import models
+    spec = models.get(model)
+    cfg = spec.config_from_dir(src)
+    table = spec.name_table(cfg)
+    expected = expected_shapes(spec, cfg)
     out, unexpected, stacked = {}, [], {}
     for name, arr, tag in iter_checkpoint(src):
         local = table(name)
@@ -74,7 +74,7 @@ def convert(model, src, dst):
             if os.path.isfile(os.path.join(src, fn)):
                 shutil.copyfile(os.path.join(src, fn), os.path.join(dst, fn))
     with open(os.path.join(dst, MARKER), "w", encoding="utf-8") as f:
-        json.dump({"model": canonical(model), "format": "ms_ocr-safetensors", "tensors": len(out)}, f, indent=1)
+        json.dump({"model": spec.package, "format": "ms_ocr-safetensors", "tensors": len(out)}, f, indent=1)
     return len(out)
 
 

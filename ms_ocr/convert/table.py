@@ -3,6 +3,11 @@
 import re
 
 
+# DeepSeek MoE checkpoints store each expert's projections apart: stacked into one [E, ...] Parameter per layer
+EXPERT_STACKS = [(r"^(model\.layers\.\d+\.mlp\.experts)\.(?P<index>\d+)\.(gate_proj|up_proj|down_proj)\.weight$",
+                  r"\1.\3")]
+
+
 class RenameTable:
     """chain=False: the first matching rename applies; chain=True: every matching rename, in order.
 

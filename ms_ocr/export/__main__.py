@@ -12,29 +12,32 @@ import time
 
 os.environ.setdefault("GLOG_v", "3")  # before MindSpore is imported, as the other command lines
 
+from ms_ocr import models  # noqa: E402 - the registry: plain data, no framework import
 
-def main(argv=None):
+
+def build_parser():
     p = argparse.ArgumentParser(prog="python -m ms_ocr.export",
                                 description="Export a model to MindIR (vision and text graphs).")
-    p.add_argument("--model", required=True, help="paddleocr-vl, hunyuan-ocr, deepseek-ocr or deepseek-ocr2")
+    p.add_argument("--model", required=True, help=", ".join(models.names()))
     p.add_argument("--model-path", help="checkpoint folder (default: the model's default place)")
     p.add_argument("--out", required=True, help="export folder")
     p.add_argument("--slots", type=int, default=4096, help="KV cache positions per sequence (prompt + new tokens)")
     p.add_argument("--batch", type=int, default=1, help="sequences in the exported cache")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "ascend"])
-    p.add_argument("--mode", choices=["tiny", "small", "base", "large", "gundam"],
-                   help="deepseek-ocr resolution mode whose view sizes are exported (default gundam)")
-    args = p.parse_args(argv)
+    p.add_argument("--mode", choices=models.modes(), help=models.modes_help() + ": the view sizes exported")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     from ms_ocr.config_utils import CheckpointError
     from ms_ocr.device import setup
     from ms_ocr.export import ExportError, export_pipeline
-    from ms_ocr.models import model_package
     from ms_ocr.weights import locate
     try:
-        package = model_package(args.model)
-        if args.mode and not getattr(package, "MODES", None):
-            raise ValueError(f"--mode applies to deepseek-ocr, not {args.model}")
-        pipe = package.load(locate(args.model, args.model_path), setup(args.device), "fp32")
+        spec = models.get(args.model)
+        models.check_mode(spec, args.mode)
+        pipe = spec.load(locate(args.model, args.model_path), setup(args.device), "fp32")
         if args.mode:
             pipe.processor.set_mode(args.mode)
         t0 = time.perf_counter()

@@ -206,7 +206,7 @@ class MindIRRuntime:
     nn.GraphCell: one sequence, its KV cache inside the text graph (exported for `slots` positions)."""
 
     host_cache = False  # the cache lives in the graph: the engine steps its one row
-    release_vision_graphs = False
+    releases_vision = False
 
     def __init__(self, folder, meta):
         self.meta = meta
@@ -226,6 +226,9 @@ class MindIRRuntime:
         self._dummy = Tensor(np.zeros((1, meta["hidden_size"]), np.float32))
 
     tensor = staticmethod(host_tensor)  # the graphs are exported in fp32
+
+    def release_after_vision(self, graphs=False, layers=False):
+        """Nothing to free: the exported graphs are loaded once and kept."""
 
     def encode_images(self, vision_inputs):
         if self.vision_meta["kind"] == "views":
@@ -294,7 +297,7 @@ class MindIRRuntime:
 def load_mindir(folder, model=None):
     """A VLMPipeline over an exported folder: the model package's processor and output handling, the graphs."""
     from ms_ocr.config_utils import CheckpointError
-    from ms_ocr.models import canonical, model_package
+    from ms_ocr import models
     from ms_ocr.vlm import VLMPipeline
     path = os.path.join(folder, "meta.json")
     if not os.path.isfile(path):
@@ -302,11 +305,10 @@ def load_mindir(folder, model=None):
                               "python -m ms_ocr.export")
     with open(path) as f:
         meta = json.load(f)
-    if model is not None and canonical(model) != canonical(meta["model"]):
+    if model is not None and models.canonical(model) != models.canonical(meta["model"]):
         raise CheckpointError(f"{folder} holds an export of {meta['model']}, not {model}")
     t0 = time.perf_counter()
-    package = model_package(meta["model"])
-    host = package.host_side(folder, meta["mode"]) if "mode" in meta else package.host_side(folder)
+    host = models.get(meta["model"]).host_side(folder, meta.get("mode"))
     runtime = MindIRRuntime(folder, meta)
     return VLMPipeline(meta["model"], folder, host["cfg"], host["processor"], runtime, host["vision_inputs"],
                        meta["eos_ids"], meta["num_pos_axes"], host["cfg"].image_token_id,

@@ -1,44 +1,79 @@
-"""Model packages, found by import: ms_ocr.models.<model_type>. CLI names map here."""
+"""The model registry: one line per VLM package (ms_ocr/models/<package>/, declared in its spec.py as a ModelSpec).
+
+Every command line's --model names, --task help, --mode choices, the hub ids and the document pipeline's
+recognisers are derived from these specs (ms_ocr/models/spec.py); reading them imports no framework."""
 
 import importlib
 import os
+from functools import lru_cache
 
-# CLI / user-facing names -> model package (the checkpoint's model_type).
-ALIASES = {
-    "paddleocr-vl": "paddleocr_vl",
-    "paddleocr_vl": "paddleocr_vl",
-    "hunyuan-ocr": "hunyuan_vl",
-    "hunyuanocr": "hunyuan_vl",
-    "hunyuan_vl": "hunyuan_vl",
-    "deepseek-ocr": "deepseek_ocr",
-    "deepseek_ocr": "deepseek_ocr",
-    "deepseek-ocr2": "deepseek_ocr2",
-    "deepseek-ocr-2": "deepseek_ocr2",
-    "deepseek_ocr2": "deepseek_ocr2",
-}
+REGISTRY = (
+    "paddleocr_vl",
+    "hunyuan_vl",
+    "deepseek_ocr",
+    "deepseek_ocr2",
+)
 
-# Where the weights are published, for the "how to get them" message and optional download.
-HUB_IDS = {
-    "paddleocr_vl": "PaddlePaddle/PaddleOCR-VL",
-    "hunyuan_vl": "tencent/HunyuanOCR",
-    "deepseek_ocr": "deepseek-ai/DeepSeek-OCR",
-    "deepseek_ocr2": "deepseek-ai/DeepSeek-OCR-2",
-}
-# The checkpoint ms_ocr targets lives in a subfolder of the hub repository (HunyuanOCR: the root holds 1.5).
-HUB_SUBFOLDERS = {
-    "hunyuan_vl": "v1.0",
-}
+
+@lru_cache(maxsize=None)
+def specs():
+    """The registered ModelSpecs, in registry order. Two specs claiming one name is an error."""
+    out, seen = [], {}
+    for package in REGISTRY:
+        spec = importlib.import_module(f"ms_ocr.models.{package}.spec").SPEC
+        if spec.package != package:
+            raise ValueError(f"ms_ocr/models/{package}/spec.py declares package {spec.package!r}")
+        for name in spec.names:
+            if name in seen:
+                raise ValueError(f"model name {name!r} is claimed by {seen[name]} and {package}")
+            seen[name] = package
+        out.append(spec)
+    return tuple(out)
+
+
+def names():
+    """The command-line model names (--model), in registry order."""
+    return [s.name for s in specs()]
+
+
+def get(name):
+    """The ModelSpec of a --model name, an alias or a package name (case-insensitive); ValueError if unknown."""
+    key = name.lower() if isinstance(name, str) else name
+    for spec in specs():
+        if key in spec.names or key == spec.package:
+            return spec
+    raise ValueError(f"unknown model {name!r}; choose one of: {', '.join(names())}")
 
 
 def canonical(name):
-    key = ALIASES.get(name) or ALIASES.get(name.lower())
-    if key is None:
-        raise ValueError(f"unknown model {name!r}; choose one of: {', '.join(sorted(k for k in ALIASES if '-' in k))}")
-    return key
+    """The package name of a --model name (what converted checkpoints and exports record)."""
+    return get(name).package
 
 
-def model_package(name):
-    return importlib.import_module(f"ms_ocr.models.{canonical(name)}")
+def tasks_help():
+    """'<model>: task, task; ...' for the --task help of every command line."""
+    return "; ".join(f"{s.name}: {', '.join(s.tasks)}" for s in specs())
+
+
+def modes():
+    """Every resolution mode some model has (--mode choices), in first-seen order."""
+    return list(dict.fromkeys(m for s in specs() for m in s.modes))
+
+
+def modes_help():
+    with_modes = [s for s in specs() if s.modes]
+    return "; ".join(f"{s.name} resolution mode (default {s.default_mode})" for s in with_modes)
+
+
+def check_mode(spec, mode):
+    """ValueError when --mode is given for a model without modes, or a mode it does not have."""
+    if mode is None:
+        return
+    if not spec.modes:
+        owners = ", ".join(s.name for s in specs() if s.modes)
+        raise ValueError(f"--mode applies to {owners}, not {spec.name}")
+    if mode not in spec.modes:
+        raise ValueError(f"--mode {mode} is not a mode of {spec.name}; choose one of: {', '.join(spec.modes)}")
 
 
 # The embedded demo checkpoint (scripts/train_demo.py): what `infer` runs when no --model is given and no weights

@@ -23,7 +23,7 @@ class VLMCell(nn.Cell):
     def bf16_weight_names(self):
         """The Parameters a bf16 checkpoint keeps in bf16 on the CPU (device.bf16_resident): the decoder layers'
         weights, which a decode step's native DecodeLayer reads as bf16 and the prefill layer graphs widen as
-        they run (F.widen), the ViT layers' weights (widened once per layer, runtime.vision_layer), and the
+        they run (F.widen), the ViT layers' weights (widened once per layer, runtime.vision.VisionEncoder.layer), and the
         embeddings / head (the native MatMulT reads the head as bf16; the gathered embedding rows are widened).
         MoE layers' weights too (router, stacked experts, shared experts): their graphs widen the weights they
         use, the selected experts only, next to each product (ops.linear.matmul_t, nn.moe). Empty when a dense

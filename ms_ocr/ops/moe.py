@@ -6,7 +6,7 @@ The three together run a routed FFN over any number of tokens inside one graph:
   y = grouped_matmul(permuted [T*k, H], w [E, N, H], ends)  pair r uses expert e with ends[e-1] <= r < ends[e]
   out = token_unpermute(y [T*k, N], rows, probs [T, k])     [T, N]: sum_j probs[t, j] * y[rows[t*k + j]]
 The fallbacks index expert weights per pair (memory T*k*N*H): they are for small token counts and for checking
-the fused branch; the CPU runtime runs prefill experts through its host dispatch (ms_ocr/runtime.py).
+the fused branch; the CPU runtime runs prefill experts through its host dispatch (ms_ocr/runtime/moe.py).
 """
 
 import mindspore as ms

@@ -7,13 +7,12 @@ import time
 
 os.environ.setdefault("GLOG_v", "3")
 
-from ms_ocr.infer import CliError, _Parser, add_sampling_args, cli_main  # noqa: E402
-
-RECOGNIZERS = ("paddleocr-vl", "hunyuan-ocr", "deepseek-ocr", "deepseek-ocr2")
+from ms_ocr import models  # noqa: E402
+from ms_ocr.cli import CliError, Parser, add_sampling_args, cli_main  # noqa: E402
 
 
 def build_parser():
-    p = _Parser(prog="python -m ms_ocr.pipeline",
+    p = Parser(prog="python -m ms_ocr.pipeline",
                 description="Parse document pages: PP-DocLayoutV2 layout + a VLM per region -> Markdown and JSON.")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--image", nargs="+", help="page image file(s)")
@@ -21,7 +20,8 @@ def build_parser():
     p.add_argument("--out", required=True, help="output folder (created): NAME.md, NAME.json, NAME_layout.png, imgs/")
     p.add_argument("--pages", help="PDF pages, e.g. 1-3,7 (default all)")
     p.add_argument("--dpi", type=int, default=200, help="PDF rendering resolution (10-600)")
-    p.add_argument("--recognizer", default="paddleocr-vl", choices=RECOGNIZERS, help="VLM that reads the regions")
+    p.add_argument("--recognizer", default=models.names()[0], choices=models.names(),
+                   help="VLM that reads the regions")
     p.add_argument("--model-path", help="recogniser checkpoint folder")
     p.add_argument("--layout-model-path", help="PP-DocLayoutV2 checkpoint folder (PP-DocLayoutV2_safetensors)")
     p.add_argument("--layout-mode", default="auto", choices=["auto", "graph", "eager"],
@@ -77,11 +77,11 @@ def _inputs(args):
 def load(args, pages=None):
     """DocumentPipeline for the parsed options; `pages`: how many pages the run will parse (for --layout-mode
     auto)."""
-    from ms_ocr.infer import sampling_config
+    from ms_ocr.cli import sampling_config
     from ms_ocr.pipeline.document import DocumentPipeline
     from ms_ocr.pipeline.markdown import IGNORED_LABELS
     return DocumentPipeline.load(args.recognizer, args.model_path, args.layout_model_path, args.device, args.dtype,
-                                 args.threads, sampling=lambda package, vlm: sampling_config(args, package, vlm),
+                                 args.threads, sampling=lambda spec, vlm: sampling_config(args, spec, vlm),
                                  layout_mode=args.layout_mode, pages=pages, charts=args.charts,
                                  max_batch_size=args.max_batch_size,
                                  ignore=() if args.keep_all_labels else IGNORED_LABELS)
@@ -90,11 +90,10 @@ def load(args, pages=None):
 def job_identity(args):
     """The settings that decide the results (batch/job.py): a page in OUT counts as done only for the same."""
     from ms_ocr.batch.job import checkpoint_fingerprint
-    from ms_ocr.models import canonical
     from ms_ocr.weights import locate, locate_layout
     layout_dir = locate_layout(args.layout_model_path)
     model_dir = locate(args.recognizer, args.model_path)
-    return {"tool": "ms_ocr.pipeline", "recognizer": canonical(args.recognizer),
+    return {"tool": "ms_ocr.pipeline", "recognizer": models.canonical(args.recognizer),
             "checkpoint": checkpoint_fingerprint(model_dir), "layout_checkpoint": checkpoint_fingerprint(layout_dir),
             "charts": args.charts, "keep_all_labels": args.keep_all_labels, "dpi": args.dpi,
             "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,

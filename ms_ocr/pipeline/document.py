@@ -47,11 +47,11 @@ class PageResult:
 
 class DocumentPipeline:
     """`layout`: a LayoutDetector (None: blocks must be passed to parse); `recognizer`: a loaded VLMPipeline with
-    its model package (for REGION_TASKS / TASK_PROMPTS); `sampling`: SamplingConfig for every region."""
+    its ModelSpec (ms_ocr.models.get: region_tasks, tasks); `sampling`: SamplingConfig for every region."""
 
-    def __init__(self, layout, recognizer, package, sampling, charts=False, max_batch_size=8,
+    def __init__(self, layout, recognizer, spec, sampling, charts=False, max_batch_size=8,
                  ignore=IGNORED_LABELS, picture_dir="imgs", ignore_eos=False):
-        self.layout, self.vlm, self.package, self.sampling = layout, recognizer, package, sampling
+        self.layout, self.vlm, self.spec, self.sampling = layout, recognizer, spec, sampling
         self.charts, self.max_batch_size, self.ignore, self.picture_dir = charts, max_batch_size, tuple(ignore), picture_dir
         self.ignore_eos = ignore_eos  # benchmarks: every region generates its full token budget
         # the pipeline's per-label layout thresholds (the detector's own default is the reference's single 0.5)
@@ -63,30 +63,27 @@ class DocumentPipeline:
     def load(cls, recognizer="paddleocr-vl", model_path=None, layout_path=None, device="auto", dtype="auto",
              threads=None, max_new_tokens=4096, sampling=None, layout_mode="graph", pages=None, **options):
         """Load the layout model and the recogniser (weights located as the command line does). `sampling`: a
-        SamplingConfig or a function (package, vlm) -> SamplingConfig; default greedy with the recogniser's
+        SamplingConfig or a function (spec, vlm) -> SamplingConfig; default greedy with the recogniser's
         n-gram blocking. `layout_mode`: LayoutDetector's ("graph" or "eager"), or "auto" (eager on the CPU
         when `pages`, the number of pages the run will parse, is below EAGER_BELOW_PAGES). `options`: the
         constructor's."""
-        from types import SimpleNamespace
+        from ms_ocr import models
         from ms_ocr.device import setup
-        from ms_ocr.infer import sampling_config
-        from ms_ocr.models import model_package
+        from ms_ocr.generate import model_sampling
         from ms_ocr.models.pp_doclayout_v2 import LayoutDetector
         from ms_ocr.models.pp_doclayout_v2.runner import layout_mode_for
         from ms_ocr.weights import locate, locate_layout
         layout_dir = locate_layout(layout_path)
         model_dir = locate(recognizer, model_path)
         target = setup(device, threads)
-        package = model_package(recognizer)
+        spec = models.get(recognizer)
         layout = LayoutDetector(layout_dir, mode=layout_mode_for(layout_mode, target, pages))
-        vlm = package.load(model_dir, target, dtype)
+        vlm = spec.load(model_dir, target, dtype)
         if sampling is None:
-            defaults = SimpleNamespace(max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0, top_k=0,
-                                       repetition_penalty=1.0, no_repeat_ngram=None, seed=None)
-            sampling = sampling_config(defaults, package, vlm)
+            sampling = model_sampling(spec, vlm.processor.tokenizer, max_new_tokens)
         elif callable(sampling):
-            sampling = sampling(package, vlm)
-        return cls(layout, vlm, package, sampling, **options)
+            sampling = sampling(spec, vlm)
+        return cls(layout, vlm, spec, sampling, **options)
 
     def detect(self, page):
         """The detector's blocks for a page (thresholds of the pipeline), before the pipeline's filters."""
@@ -135,8 +132,8 @@ class DocumentPipeline:
         """Recognise one kind's regions as a batch; fills each block's content (or error). Returns (wall ms without
         compile time, generated tokens)."""
         from ms_ocr.engine import BatchEngine, Request
-        task = self.package.REGION_TASKS[kind]
-        prompt = self.package.TASK_PROMPTS[task]
+        task = self.spec.region_tasks[kind]
+        prompt = self.spec.tasks[task]
         requests, by_key = [], {}
         for b, region in items:
             key = str(b.index)

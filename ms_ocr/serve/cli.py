@@ -14,14 +14,15 @@ os.environ.setdefault("GLOG_v", "3")
 
 import uvicorn  # noqa: E402
 
-from ms_ocr.infer import CliError, _Parser, cli_main  # noqa: E402
+from ms_ocr import models  # noqa: E402
+from ms_ocr.cli import CliError, Parser, add_mode_arg, cli_main  # noqa: E402
 
 DEFAULT_MAX_MODEL_LEN = 12288  # room for PaddleX's default 8,192 completion tokens after a large page
 
 
 def build_parser():
-    p = _Parser(prog="python -m ms_ocr.serve", description="OpenAI-compatible chat-completions server for OCR VLMs.")
-    p.add_argument("--model", required=True, help="paddleocr-vl, hunyuan-ocr, deepseek-ocr, deepseek-ocr2")
+    p = Parser(prog="python -m ms_ocr.serve", description="OpenAI-compatible chat-completions server for OCR VLMs.")
+    p.add_argument("--model", required=True, help=", ".join(models.names()))
     p.add_argument("--model-path", help="checkpoint folder (hub download or ms_ocr.convert output)")
     p.add_argument("--served-model-name", help="model id clients use (default: the --model name)")
     p.add_argument("--host", default="127.0.0.1")
@@ -44,7 +45,7 @@ def build_parser():
     p.add_argument("--max-request-bytes", type=int, default=64 * 2 ** 20, help="largest request body accepted")
     p.add_argument("--max-image-bytes", type=int, default=32 * 2 ** 20, help="largest encoded image accepted")
     p.add_argument("--max-image-pixels", type=int, default=64 * 10 ** 6, help="largest decoded width x height")
-    p.add_argument("--mode", choices=["tiny", "small", "base", "large", "gundam"], help="deepseek-ocr resolution mode")
+    add_mode_arg(p)
     p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "ascend"])
     p.add_argument("--threads", type=int, default=None, help="CPU runtime threads")
@@ -55,18 +56,18 @@ def build_parser():
     return p
 
 
-def warmup_request(package, pipe):
+def warmup_request(spec, pipe):
     """A two-token request on a blank page: compiles vision, prefill and the decode step before serving."""
     from PIL import Image
 
     from ms_ocr.engine import Request
     from ms_ocr.generate import SamplingConfig
     page = Image.new("RGB", (448, 448), (255, 255, 255))
-    return Request("warmup", [page], next(iter(package.TASK_PROMPTS.values())),
+    return Request("warmup", [page], next(iter(spec.tasks.values())),
                    sampling=SamplingConfig(max_new_tokens=2))
 
 
-def build_server(args, pipe, package):
+def build_server(args, pipe, spec):
     """(ServerState, FastAPI app, worker) for a loaded pipeline; the worker is started (warm-up included)."""
     from ms_ocr.engine import BatchEngine
     from ms_ocr.generate import SamplingConfig
@@ -81,7 +82,7 @@ def build_server(args, pipe, package):
                              max_model_len=max_len, pack_vision=False)
     except ValueError as e:
         raise CliError(f"--max-model-len {max_len}: {e}") from None
-    worker = EngineWorker(engine, args.max_queue, warmup_request(package, pipe) if args.warmup else None)
+    worker = EngineWorker(engine, args.max_queue, warmup_request(spec, pipe) if args.warmup else None)
     worker.start()
     name = args.served_model_name or args.model
     limits = MediaLimits(max_bytes=args.max_image_bytes, max_pixels=args.max_image_pixels,
@@ -112,23 +113,20 @@ def check_args(args):
 def run(argv):
     args = build_parser().parse_args(argv)
     check_args(args)
-    from ms_ocr.models import canonical, model_package
     try:
-        canonical(args.model)
+        spec = models.get(args.model)
+        models.check_mode(spec, args.mode)
     except ValueError as e:
         raise CliError(str(e)) from None
-    package = model_package(args.model)
-    if args.mode and not getattr(package, "MODES", None):
-        raise CliError(f"--mode applies to deepseek-ocr, not {args.model}")
     from ms_ocr.weights import locate
     model_dir = locate(args.model, args.model_path)
     from ms_ocr.device import setup
     target = setup(args.device, args.threads)
-    pipe = package.load(model_dir, target, args.dtype)
+    pipe = spec.load(model_dir, target, args.dtype)
     if args.mode:
         pipe.processor.set_mode(args.mode)
     t0 = time.perf_counter()
-    state, app, worker = build_server(args, pipe, package)
+    state, app, worker = build_server(args, pipe, spec)
     print(f"ms_ocr serving {state.model_name} on http://{args.host}:{args.port}/v1 (loaded in "
           f"{pipe.load_seconds:.1f} s, warm-up {time.perf_counter() - t0:.1f} s, max-num-seqs {args.max_num_seqs}, "
           f"max-model-len {state.max_model_len})", file=sys.stderr, flush=True)

@@ -82,9 +82,9 @@ def test_sharded_checkpoint_reads_every_tensor(tiny_checkpoint):
 
 def test_strict_load_lists_missing_and_unexpected(tiny_dir):
     from ms_ocr.convert.loader import load_weights
-    from ms_ocr.models.paddleocr_vl import build
+    from ms_ocr.models.paddleocr_vl import SPEC
     cfg = PaddleOCRVLConfig.from_dict(load_config_json(tiny_dir))
-    net = build(cfg)
+    net = SPEC.build(cfg)
     tensors = [(n, a, t) for n, a, t in iter_checkpoint(tiny_dir) if n != "model.norm.weight"]
     tensors.append(("model.extra.weight", np.zeros(3, np.float32), "F32"))
     with pytest.raises(CheckpointError) as e:

@@ -57,10 +57,10 @@ def _paddle_reference(folder, images, prompt):
     import torch
     from transformers import PaddleOCRVLForConditionalGeneration
 
-    from ms_ocr.models.paddleocr_vl import config_from_dir
+    from ms_ocr.models.paddleocr_vl import SPEC
     from tests.helpers.reference import reference_inputs, reference_processor
     model = PaddleOCRVLForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).float().eval()
-    processor = reference_processor(folder, config_from_dir(folder))
+    processor = reference_processor(folder, SPEC.config_from_dir(folder))
     processor.chat_template = chat_template(folder)  # AutoTokenizer finds it in two of the three places only
     return model, reference_inputs(processor, images, prompt)
 
@@ -172,7 +172,7 @@ def _v1_reference(folder, paths, prompt, max_new_tokens):
     from tokenizers import Tokenizer
 
     from ms_ocr.convert.safetensors_io import weight_files
-    from ms_ocr.models.deepseek_ocr import config_from_dir
+    from ms_ocr.models.deepseek_ocr import SPEC
     from tests.helpers.golden_v1 import golden, v1_text_model
     from PIL import Image
 
@@ -181,7 +181,7 @@ def _v1_reference(folder, paths, prompt, max_new_tokens):
         state.update(load_file(path))
     text, _ = v1_text_model()  # the decoder the folder was built from (layouts change files and the head only)
     assert torch.equal(state["model.embed_tokens.weight"].float(), text.embed_tokens.weight)
-    head = state["model.embed_tokens.weight"] if config_from_dir(folder).text.tie_word_embeddings \
+    head = state["model.embed_tokens.weight"] if SPEC.config_from_dir(folder).text.tie_word_embeddings \
         else state["lm_head.weight"]
     head = head.float()
     tok = Tokenizer.from_file(f"{folder}/tokenizer.json")

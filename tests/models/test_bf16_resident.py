@@ -26,17 +26,17 @@ def _image(seed):
 
 def _models(request):
     if request.param == "deepseek-ocr2":
-        from ms_ocr.models import deepseek_ocr2
+        from ms_ocr.models.deepseek_ocr2 import SPEC as deepseek_ocr2
         from tests.helpers.tiny_deepseek import make_tiny_checkpoint
         folder = make_tiny_checkpoint(str(request.getfixturevalue("tmp_path_factory").mktemp("ds2_bf16")),
                                       dtype="bfloat16")
-        return deepseek_ocr2, folder, deepseek_ocr2.TASK_PROMPTS["ocr"]
+        return deepseek_ocr2, folder, deepseek_ocr2.tasks["ocr"]
     if request.param == "paddleocr-vl":
-        from ms_ocr.models import paddleocr_vl
+        from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
         return paddleocr_vl, request.getfixturevalue("tiny_checkpoint")("hub", "json", "bfloat16", "100KB"), "OCR:"
-    from ms_ocr.models import hunyuan_vl
+    from ms_ocr.models.hunyuan_vl import SPEC as hunyuan_vl
     return (hunyuan_vl, request.getfixturevalue("hunyuan_checkpoint")("transformers", "bfloat16"),
-            hunyuan_vl.TASK_PROMPTS["ocr"])
+            hunyuan_vl.tasks["ocr"])
 
 
 def _load_pair(request):

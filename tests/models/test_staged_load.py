@@ -18,12 +18,12 @@ def _page():
 @pytest.mark.parametrize("model", ["paddleocr-vl", "hunyuan-ocr"])
 def test_staged_load_answers_as_the_whole_load(model, tiny_checkpoint, hunyuan_checkpoint, graph_mode):
     from ms_ocr.engine import BatchEngine
-    from ms_ocr.models import model_package
+    from ms_ocr.models import get as model_spec
     from ms_ocr.models.loading import staged_weights, text_parameter_names
     from ms_ocr.runtime import Buckets
     folder = tiny_checkpoint(dtype="bfloat16") if model == "paddleocr-vl" else hunyuan_checkpoint(dtype="bfloat16")
-    package = model_package(model)
-    prompt = next(iter(package.TASK_PROMPTS.values()))
+    package = model_spec(model)
+    prompt = next(iter(package.tasks.values()))
     cfg = SamplingConfig(max_new_tokens=6)
     whole = package.load(folder, "CPU", "auto", Buckets(prefill=32, slots=64))
     want_logits = []
@@ -38,7 +38,6 @@ def test_staged_load_answers_as_the_whole_load(model, tiny_checkpoint, hunyuan_c
     assert probe.name in text and probe.dtype == ms.float32  # not loaded yet
     vision = [p for p in net.get_parameters() if p.name not in text and not p.name.endswith("_cache")]
     assert vision and any(p.dtype == ms.bfloat16 for p in vision)
-    staged.runtime.release_vision_graphs = True  # as infer sets it for its last image
     # each ViT layer's weights are freed as soon as the layer has run, before the vision head and the text load
     layers = [p for layer in net.vision_layers() for p in layer.get_parameters()]
     assert layers and all(int(np.prod(p.shape)) > 0 for p in layers)
@@ -51,12 +50,12 @@ def test_staged_load_answers_as_the_whole_load(model, tiny_checkpoint, hunyuan_c
 
     staged.ensure_text_weights = ensure_text_weights
     got_logits = []
-    got = staged.run([_page()], prompt, cfg, on_logits=got_logits.append)
+    got = staged.run([_page()], prompt, cfg, on_logits=got_logits.append, release_vision=True)  # as infer runs it
     assert got["token_ids"] == want["token_ids"] and got["text"] == want["text"]
     np.testing.assert_array_equal(np.stack(got_logits), np.stack(want_logits))
     assert all(int(np.prod(p.shape)) == 0 for p in vision)  # released
     assert at_text_load["layers"] == [0] * len(layers)
-    assert not staged.runtime.release_vision_layers  # only during that one request's vision
+    assert not staged.runtime.vision.release_layers  # only during that one request's vision
     # and their memory with them: no graph-input view (nn.blocks.graph_input) keeps an old buffer alive (one did:
     # the text weights then took new memory beside the unreleased vision weights, +0.25 GB at real size)
     assert not [p.name for p in vision if getattr(p, "_ms_ocr_view", None) is not None]

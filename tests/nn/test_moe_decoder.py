@@ -91,10 +91,10 @@ def test_decode_with_dense_layers_after_moe_layers(graph_mode):
     layer's experts in a graph of their own (ExpertsDecodeStep) before the dense layer's graph, and a dense last
     layer ends the token with DecodeHeadStep (the hub's DeepSeek layouts, dense layers first, take neither)."""
     ref, head, rt, _ = build(dict(TEXT, num_hidden_layers=4, mlp_layer_types=["sparse", "dense", "sparse", "dense"]))
-    assert rt.host_moe_decode
+    assert rt.moe.decode_on_host
     _check_prefill_and_decode(ref, head, rt)
-    assert len(rt.experts_decode_step.compile_cache) == 1 and len(rt.decode_head_step.compile_cache) == 1
-    assert len(rt.experts_head_step.compile_cache) == 0
+    assert len(rt.moe.experts_step.compile_cache) == 1 and len(rt.moe.head_step.compile_cache) == 1
+    assert len(rt.moe.experts_head_step.compile_cache) == 0
 
 
 def _check_prefill_and_decode(ref, head, rt):
@@ -146,16 +146,16 @@ def test_expert_views_follow_a_replaced_stack(setup):
     rt = setup[2]
     moe = rt.model.text_layers()[1].mlp
     stack = moe.experts.up_proj
-    before = rt.expert_views(moe)
-    assert rt.expert_views(moe)[1][2] is before[1][2]  # kept while the buffer stays
+    before = rt.moe.expert_views(moe)
+    assert rt.moe.expert_views(moe)[1][2] is before[1][2]  # kept while the buffer stays
     assert before[1][2].asnumpy().ctypes.data == stack.asnumpy()[2].ctypes.data
     values = stack.asnumpy().copy()
     stack.set_data(Tensor(values * 2))
     try:
-        after = rt.expert_views(moe)
+        after = rt.moe.expert_views(moe)
         assert after[1][2] is not before[1][2]
         assert after[1][2].asnumpy().ctypes.data == stack.asnumpy()[2].ctypes.data
         np.testing.assert_array_equal(after[1][2].asnumpy(), values[2] * 2)
     finally:
         stack.set_data(Tensor(values))
-    np.testing.assert_array_equal(rt.expert_views(moe)[1][5].asnumpy(), values[5])
+    np.testing.assert_array_equal(rt.moe.expert_views(moe)[1][5].asnumpy(), values[5])

@@ -148,14 +148,14 @@ def test_title_levels_do_not_split_words():
 
 
 def test_every_recognizer_has_a_prompt_for_every_region_kind():
-    from ms_ocr.models import model_package
+    from ms_ocr.models import get as model_spec
     from ms_ocr.pipeline.cli import RECOGNIZERS
     from ms_ocr.pipeline.document import REGION_KINDS
     prompts = {}
     for name in RECOGNIZERS:
-        package = model_package(name)
-        assert sorted(package.REGION_TASKS) == sorted(REGION_KINDS)
-        prompts[name] = {kind: package.TASK_PROMPTS[task] for kind, task in package.REGION_TASKS.items()}
+        package = model_spec(name)
+        assert sorted(package.region_tasks) == sorted(REGION_KINDS)
+        prompts[name] = {kind: package.tasks[task] for kind, task in package.region_tasks.items()}
     assert prompts["paddleocr-vl"] == {"text": "OCR:", "table": "Table Recognition:",
                                        "formula": "Formula Recognition:", "chart": "Chart Recognition:"}
     assert prompts["hunyuan-ocr"]["table"] == "把图中的表格解析为HTML。"

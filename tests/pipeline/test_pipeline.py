@@ -50,7 +50,7 @@ def _blocks():
 
 @pytest.fixture(scope="module")
 def vlm(graph_mode, tiny_dir):
-    from ms_ocr.models import paddleocr_vl
+    from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     from ms_ocr.runtime import Buckets
     return paddleocr_vl.load(tiny_dir, "CPU", "auto", Buckets(prefill=32, slots=64))
 
@@ -59,7 +59,7 @@ def vlm(graph_mode, tiny_dir):
 def parsed(vlm):
     from ms_ocr import engine
     from ms_ocr.generate import SamplingConfig
-    from ms_ocr.models import paddleocr_vl
+    from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     from ms_ocr.pipeline import DocumentPipeline
     batches = []
     original = engine.BatchEngine.run
@@ -134,7 +134,7 @@ def test_markdown_assembly(parsed, tmp_path):
 def blind_doc(layout_detector, vlm):
     """A pipeline whose detector keeps nothing (threshold above any score)."""
     from ms_ocr.generate import SamplingConfig
-    from ms_ocr.models import paddleocr_vl
+    from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     from ms_ocr.pipeline import DocumentPipeline
     doc = DocumentPipeline(layout_detector, vlm, paddleocr_vl, SamplingConfig(max_new_tokens=4))
     doc.layout_threshold = 1.01  # above any score
@@ -156,7 +156,8 @@ def test_cli_image(tiny_dir, layout_dir, layout_detector, vlm, tmp_path, monkeyp
     """Detector + filters + recognition from the command line: files written, JSON blocks are the filtered
     detections in reading order with their text. The loaders hand back the session's compiled tiny models (loading
     is the subject of the model tests) after checking what they were asked to load."""
-    from ms_ocr.models import paddleocr_vl, pp_doclayout_v2
+    from ms_ocr.models import pp_doclayout_v2
+    from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     from ms_ocr.pipeline import layout_filter
     calls = []
     monkeypatch.setattr(paddleocr_vl, "load", lambda *a: calls.append(a) or vlm)
@@ -352,7 +353,7 @@ def test_cli_missing_layout_weights_says_how_to_get_them(tmp_path, capsys, monke
 def test_hunyuan_as_recognizer(hunyuan_checkpoint, graph_mode):
     """--recognizer hunyuan-ocr: the same regions with HunyuanOCR's own prompts; tokens equal its single runs."""
     from ms_ocr.generate import SamplingConfig
-    from ms_ocr.models import hunyuan_vl
+    from ms_ocr.models.hunyuan_vl import SPEC as hunyuan_vl
     from ms_ocr.pipeline import DocumentPipeline
     from ms_ocr.runtime import Buckets
     vlm = hunyuan_vl.load(hunyuan_checkpoint(), "CPU", "auto", Buckets(prefill=32, slots=64))

@@ -56,7 +56,7 @@ class MediaHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def served(tiny_dir, graph_mode, tmp_path_factory):
-    from ms_ocr.models import paddleocr_vl
+    from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     pipe = paddleocr_vl.load(tiny_dir, "CPU", "auto", Buckets(prefill=32, slots=64))
     media = tmp_path_factory.mktemp("media")
     img = page(96, 128, 3)

@@ -15,11 +15,11 @@ class LiveServer:
     def __init__(self, pipe, model, *flags):
         import uvicorn
 
-        from ms_ocr.models import model_package
+        from ms_ocr.models import get as model_spec
         from ms_ocr.serve.cli import build_parser, build_server, check_args
         args = build_parser().parse_args(["--model", model, *flags])
         check_args(args)
-        self.state, app, self.worker = build_server(args, pipe, model_package(model))
+        self.state, app, self.worker = build_server(args, pipe, model_spec(model))
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))

@@ -29,7 +29,7 @@ def streamed_text(tokenizer, ids, eos, skip=True):
 @pytest.fixture(scope="module")
 def paddle(tiny_dir, graph_mode):
     from ms_ocr.config_utils import load_config_json
-    from ms_ocr.models import paddleocr_vl
+    from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     from ms_ocr.models.paddleocr_vl.config import PaddleOCRVLConfig
     from tests.helpers.reference import reference_greedy
     from tests.helpers.tiny_paddle import MAX_PIXELS, MIN_PIXELS
@@ -108,12 +108,12 @@ def test_stop_strings_cut_the_answer(paddle):
 
 @pytest.fixture(scope="module")
 def hunyuan(hunyuan_checkpoint, graph_mode):
-    from ms_ocr.models import hunyuan_vl
+    from ms_ocr.models.hunyuan_vl import SPEC as hunyuan_vl
     from tests.helpers.tiny_hunyuan import reference_greedy
     folder = hunyuan_checkpoint("hub")  # v1.0's layout: infer prompts it with an empty system message
     pipe = hunyuan_vl.load(folder, "CPU", "auto", Buckets(prefill=32, slots=64))
     img = page(128, 96, 7)
-    prompt = hunyuan_vl.TASK_PROMPTS["ocr"]
+    prompt = hunyuan_vl.tasks["ocr"]
     want = pipe.run([img], prompt, SamplingConfig(max_new_tokens=N))
     ref = reference_greedy(folder, [img], prompt, N, system="")
     server = LiveServer(pipe, "hunyuan-ocr", "--max-model-len", "2048", "--max-num-seqs", "2",
@@ -175,7 +175,7 @@ def test_hunyuan_client_abandoning_its_stream_frees_the_slot(hunyuan):
 def test_deepseek_ocr_request_with_vllm_xargs(tmp_path_factory, graph_mode):
     from PIL import Image
 
-    from ms_ocr.models import deepseek_ocr
+    from ms_ocr.models.deepseek_ocr import SPEC as deepseek_ocr
     from tests.helpers.golden_v1 import golden, make_v1_checkpoint
     from tests.models.deepseek.test_v1_end_to_end import reference_tokens
     folder, text, head = make_v1_checkpoint(str(tmp_path_factory.mktemp("ds1_serve")))
@@ -211,7 +211,7 @@ def test_deepseek_ocr2_concurrent_requests_equal_transformers(tmp_path_factory, 
     import numpy as np
     from PIL import Image
 
-    from ms_ocr.models import deepseek_ocr2
+    from ms_ocr.models.deepseek_ocr2 import SPEC as deepseek_ocr2
     from tests.helpers.tiny_deepseek import make_tiny_checkpoint, reference_greedy
     folder = make_tiny_checkpoint(str(tmp_path_factory.mktemp("ds2_serve")))
     pipe = deepseek_ocr2.load(folder, "CPU", "auto", Buckets(prefill=32, slots=64))

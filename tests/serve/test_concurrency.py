@@ -31,7 +31,7 @@ async def ask_all(base, jobs, timeout=600):
 
 
 def load(tiny_dir):
-    from ms_ocr.models import paddleocr_vl
+    from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     return paddleocr_vl.load(tiny_dir, "CPU", "auto", Buckets(prefill=32, slots=64))
 
 

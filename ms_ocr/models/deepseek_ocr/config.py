@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from ms_ocr.config_utils import CheckpointError, require_model_type
-from ms_ocr.models.deepseek_ocr2.config import text_from
+from ms_ocr.processing.deepseek import text_from
 
 IMAGE_TOKEN_ID = 128815
 
@@ -24,6 +24,8 @@ class DeepseekOCRConfig:
     clip: dict
     image_token_id: int = IMAGE_TOKEN_ID
     extra: dict = field(default_factory=dict)
+
+    num_pos_axes = 1  # 1-D positions
 
     @classmethod
     def from_dict(cls, raw):

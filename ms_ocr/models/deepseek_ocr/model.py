@@ -5,7 +5,7 @@ from mindspore import Tensor, nn, ops
 
 from ms_ocr.models.base import VLMCell
 from ms_ocr.models.deepseek_ocr.vision import DeepEncoderV1
-from ms_ocr.models.deepseek_ocr2.model import ViewExport, moe_decoder, run_views
+from ms_ocr.nn.deepencoder import ViewExport, moe_decoder, run_views
 
 
 class _PostStep(nn.Cell):
@@ -29,16 +29,16 @@ class DeepseekOCRModel(VLMCell, ViewExport):
         return []
 
     def view_args(self, pixels):
-        from ms_ocr.models.deepseek_ocr import view_args
+        from ms_ocr.models.deepseek_ocr.host import view_args
         return view_args(self.cfg, pixels)
 
-    def encode_views(self, runtime, vision_inputs):
+    def encode_views(self, encoder, vision_inputs):
         """Per image: each view size (tiles as one batch, then the global view) through one compiled graph,
         then the rows in assembly order (item.head = the assembly index) from [tiles, global, newline, sep]."""
         out = []
         for item in vision_inputs:
             parts = [y.reshape(-1, y.shape[-1])
-                     for y in run_views(runtime, self.vision, _PostStep, "deepseek_ocr_steps", item.embed)]
+                     for y in run_views(encoder, self.vision, _PostStep, "deepseek_ocr_steps", item.embed)]
             dtype = parts[0].dtype
             parts.append(self.vision.extra_rows().astype(dtype))
             out.append(ops.gather(ops.concat(parts, 0), Tensor(item.head[0]), 0))

@@ -22,7 +22,8 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from ms_ocr.config_utils import CheckpointError
-from ms_ocr.models.deepseek_ocr2.processor import closest_grid as _closest_grid, place_images
+from ms_ocr.processing.deepseek import IMAGE_TOKEN, place_images
+from ms_ocr.processing.deepseek import closest_grid as _closest_grid
 from ms_ocr.processing.image import ImageError, to_rgb
 from ms_ocr.processing.tokenizer import Tokenizer
 
@@ -30,7 +31,6 @@ MODES = {"tiny": (512, 512, False), "small": (640, 640, False), "base": (1024, 1
          "large": (1280, 1280, False), "gundam": (1024, 640, True)}
 MIN_CROPS, MAX_CROPS = 2, 6
 PAD = (127, 127, 127)
-IMAGE_TOKEN = "<image>"
 
 
 def candidate_grids(lo=MIN_CROPS, hi=MAX_CROPS):

@@ -2,53 +2,20 @@
 - transformers / deepseek-community: `text_config`, `vision_config.{sam_config, encoder_config}`;
 - deepseek-ai remote code: `language_config` (DeepseekV2 keys: first_k_dense_replace, ...),
   `vision_config.width.sam_vit_b` (SAM sizes), `projector_config`; the query encoder is Qwen2-0.5B-shaped.
-The MoE text part (`text_from`) is shared with DeepSeek-OCR v1.
+The MoE text part (`text_from`, ms_ocr/processing/deepseek.py) is shared with DeepSeek-OCR v1.
 """
 
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from ms_ocr.config_utils import CheckpointError, pick, require_model_type
+from ms_ocr.processing.deepseek import rope_theta, text_from
 
-TEXT_DEFAULTS = dict(vocab_size=129280, hidden_size=1280, intermediate_size=6848, num_hidden_layers=12,
-                     num_attention_heads=10, num_key_value_heads=None, hidden_act="silu", max_position_embeddings=8192,
-                     rms_norm_eps=1e-6, moe_intermediate_size=896, n_routed_experts=64, num_experts_per_tok=6,
-                     n_shared_experts=2, routed_scaling_factor=1.0, rope_theta=10000.0, bos_token_id=0,
-                     eos_token_id=1, tie_word_embeddings=False, topk_method="greedy", norm_topk_prob=False,
-                     scoring_func="softmax", mlp_layer_types=None)
 SAM_DEFAULTS = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, image_size=1024, patch_size=16,
                     window_size=14, global_attn_indexes=[2, 5, 8, 11], output_channels=256, mlp_dim=None,
                     mlp_ratio=4.0, layer_norm_eps=1e-6, downsample_channels=[512, 896])
 ENCODER_DEFAULTS = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                         num_key_value_heads=2, rms_norm_eps=1e-6, hidden_act="silu", rope_theta=1000000.0)
-
-
-def _rope_theta(raw, default):
-    """The rope base; only plain rope is implemented, so a scaled one (yarn, linear, ...) fails by name."""
-    params = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
-    kind = params.get("rope_type", params.get("type", "default"))
-    if kind != "default":
-        raise CheckpointError(f"rope type {kind!r} is not supported (DeepSeek-OCR uses plain rope)")
-    return float(params.get("rope_theta", raw.get("rope_theta", default)))
-
-
-def text_from(raw, where="text config"):
-    """The MoE decoder config from a transformers `text_config` or a DeepseekV2 `language_config`."""
-    raw = dict(raw)
-    if raw.get("use_mla"):
-        raise CheckpointError("multi-head latent attention (use_mla) is not used by DeepSeek-OCR and not supported")
-    raw["rope_theta"] = _rope_theta(raw, TEXT_DEFAULTS["rope_theta"])
-    t = pick(raw, list(TEXT_DEFAULTS), TEXT_DEFAULTS, where)
-    if t["num_key_value_heads"] is None:
-        t["num_key_value_heads"] = t["num_attention_heads"]
-    if t["mlp_layer_types"] is None:  # DeepseekV2: the first k layers dense, the rest MoE
-        k = int(raw.get("first_k_dense_replace", 1))
-        t["mlp_layer_types"] = ["dense"] * k + ["sparse"] * (t["num_hidden_layers"] - k)
-    if t["topk_method"] != "greedy" or t["norm_topk_prob"] or t["scoring_func"] != "softmax":
-        raise CheckpointError(f"unsupported MoE routing (topk_method={t['topk_method']}, norm_topk_prob="
-                              f"{t['norm_topk_prob']}, scoring_func={t['scoring_func']})")
-    t["head_dim"] = t["hidden_size"] // t["num_attention_heads"]
-    return SimpleNamespace(**t)
 
 
 @dataclass
@@ -59,6 +26,8 @@ class DeepseekOCR2Config:
     image_token_id: int
     layout: str = "transformers"
     extra: dict = field(default_factory=dict)
+
+    num_pos_axes = 1  # 1-D positions
 
     @classmethod
     def from_dict(cls, raw):
@@ -87,7 +56,7 @@ class DeepseekOCR2Config:
             text.tie_word_embeddings = bool(raw.get("tie_word_embeddings", False))
             sam_raw = vision.get("sam_config") or {}
             enc_raw = dict(vision.get("encoder_config") or {})
-            enc_raw["rope_theta"] = _rope_theta(enc_raw, ENCODER_DEFAULTS["rope_theta"])
+            enc_raw["rope_theta"] = rope_theta(enc_raw, ENCODER_DEFAULTS["rope_theta"])
             image_token_id = raw.get("image_token_id", 128815)
         sam = pick(sam_raw, list(SAM_DEFAULTS), SAM_DEFAULTS, "sam config")
         mlp_dim = sam["mlp_dim"] or int(sam["hidden_size"] * sam["mlp_ratio"])

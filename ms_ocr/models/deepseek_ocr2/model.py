@@ -6,20 +6,8 @@ from mindspore import Tensor, nn, ops
 
 from ms_ocr.models.base import VLMCell
 from ms_ocr.models.deepseek_ocr2.vision import ENCODER_LAYER_WEIGHTS, DeepseekOCR2Vision, EncoderLayerStep
-from ms_ocr.nn import CausalDecoder, MultiAxisRotary
-from ms_ocr.nn.moe import MoE
-from ms_ocr.nn.sam import SamLayerwise
+from ms_ocr.nn.deepencoder import ViewExport, moe_decoder, run_views
 from ms_ocr.ops import get_activation
-
-
-def moe_decoder(t):
-    """The DeepSeek MoE decoder (MHA, dense first layers, routed + shared experts) shared by v1 and v2."""
-    def ffn(i):
-        if t.mlp_layer_types[i] != "sparse":
-            return None
-        return MoE(t.hidden_size, t.moe_intermediate_size, t.n_routed_experts, t.num_experts_per_tok,
-                   t.n_shared_experts, t.routed_scaling_factor, t.hidden_act)
-    return CausalDecoder(t, MultiAxisRotary(t.head_dim, t.rope_theta), ffn=ffn)
 
 
 class _EncoderPrepStep(nn.Cell):
@@ -59,62 +47,6 @@ class QueryEncoderLayerwise:
         return call(self.head, x, rows)
 
 
-# Tiles per vision call: on CPU each compiled graph keeps a static activation pool sized for its batch, so
-# tiles go one at a time (the 6-tile batch of a 768x1024 page did not fit in 24 GB beside the 3B model).
-VISION_BATCH = 1
-
-
-def run_views(runtime, vision, post, name, views):
-    """Each view: SAM block by block (SamLayerwise), then `post(vision)` (a step Cell or a runner taking
-    `call` first), VISION_BATCH images per call; returns one output per view (tiles concatenated in order)."""
-    if name not in runtime.__dict__:  # built once per runtime (setdefault would rebuild the Cells every call)
-        runtime.__dict__[name] = (SamLayerwise(vision.sam_model), post(vision))
-    steps = runtime.__dict__[name]
-    call = lambda step, *args: runtime.compiler.call("vision", step, *args)  # noqa: E731
-    post_run = (lambda *args: call(steps[1], *args)) if isinstance(steps[1], nn.Cell) else \
-        (lambda *args: steps[1](call, *args))
-    outs = []
-    for view in views:
-        pixels, rest = view[0], [runtime.tensor(a) for a in view[1:]]
-        parts = []
-        for start in range(0, pixels.shape[0], VISION_BATCH):
-            sam_out = steps[0](call, runtime.tensor(pixels[start:start + VISION_BATCH]), *rest[:5])
-            parts.append(post_run(sam_out, *rest[5:]))
-        outs.append(parts[0] if len(parts) == 1 else ops.concat(parts, 0))
-    return outs
-
-
-class ViewStep(nn.Cell):
-    """One view size of a DeepEncoder in one graph (MindIR export): pixels [n, 3, S, S] and that size's tables
-    -> its image tokens [rows, text_hidden] (before assembly)."""
-
-    def __init__(self, vision):
-        super().__init__(auto_prefix=False)
-        self.vision = vision
-
-    def construct(self, *args):
-        y = self.vision(*args)
-        return y.reshape(-1, y.shape[-1])
-
-
-class AssembleStep(ViewStep):
-    """An image's view tokens [N, H] and the vision's extra rows (newline / separator vectors) in the host's
-    order: feats [N, H], index [M] into concat(feats, extra rows) -> [M, H]."""
-
-    def construct(self, feats, index):
-        return ops.gather(ops.concat((feats, self.vision.extra_rows().astype(feats.dtype)), 0), index, 0)
-
-
-class ViewExport:
-    """The MindIR export's vision graphs of a DeepEncoder model (ms_ocr/export/mindir.py)."""
-
-    def view_step(self):
-        return ViewStep(self.vision)
-
-    def assemble_step(self):
-        return AssembleStep(self.vision)
-
-
 class DeepseekOCR2Model(VLMCell, ViewExport):
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -125,14 +57,14 @@ class DeepseekOCR2Model(VLMCell, ViewExport):
         return []
 
     def view_args(self, pixels):
-        from ms_ocr.models.deepseek_ocr2 import view_args
+        from ms_ocr.models.deepseek_ocr2.host import view_args
         return view_args(self.cfg, pixels)
 
-    def encode_views(self, runtime, vision_inputs):
+    def encode_views(self, encoder, vision_inputs):
         """Per image: its views (local tiles, then the global view), each size through one compiled graph,
         concatenated with view_seperator -> [M, H]."""
         feats = []
         for item in vision_inputs:
-            feats += run_views(runtime, self.vision, QueryEncoderLayerwise, "deepseek_ocr2_steps", item.embed)
+            feats += run_views(encoder, self.vision, QueryEncoderLayerwise, "deepseek_ocr2_steps", item.embed)
             feats.append(self.vision.view_seperator.value()[None].astype(feats[-1].dtype))
         return ops.concat(feats, 0)

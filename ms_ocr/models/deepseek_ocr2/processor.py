@@ -16,6 +16,7 @@ import numpy as np
 from PIL import Image
 
 from ms_ocr.config_utils import CheckpointError
+from ms_ocr.processing.deepseek import IMAGE_TOKEN, closest_grid, place_images
 from ms_ocr.processing.image import ImageError, normalize, rescale, to_chw_uint8, to_rgb
 from ms_ocr.processing.settings import read_image_processor_dict
 from ms_ocr.processing.tokenizer import Tokenizer
@@ -24,7 +25,6 @@ IMAGE_DEFAULTS = dict(size={"height": 1024, "width": 1024}, tile_size=768, min_p
                       crop_to_patches=True, resample=3, rescale_factor=1 / 255, image_mean=[0.5, 0.5, 0.5],
                       image_std=[0.5, 0.5, 0.5], background_color=[127, 127, 127], do_rescale=True, do_normalize=True)
 PATCH, DOWNSAMPLE = 16, 4
-IMAGE_TOKEN = "<image>"
 
 
 def read_settings(model_dir):
@@ -35,20 +35,6 @@ def read_settings(model_dir):
 def aspect_grids(lo, hi):
     grids = [(w, h) for w in range(1, hi + 1) for h in range(1, hi + 1) if lo <= w * h <= hi]
     return sorted(grids, key=lambda g: g[0] * g[1])
-
-
-def closest_grid(width, height, tile, grids):
-    """The (columns, rows) of `grids` whose aspect ratio is closest to the image's; on an exact tie a later
-    candidate wins while the image area exceeds half of its tiled area (DeepSeek-OCR v1 and v2 alike)."""
-    aspect, area = width / height, width * height
-    best, best_diff = (1, 1), float("inf")
-    for grid in grids:
-        diff = abs(aspect - grid[0] / grid[1])
-        if diff < best_diff:
-            best, best_diff = grid, diff
-        elif diff == best_diff and area > 0.5 * tile * tile * grid[0] * grid[1]:
-            best = grid
-    return best
 
 
 def optimal_grid(height, width, tile, lo, hi):
@@ -70,19 +56,6 @@ def pad_square(chw, color):
         start = (side - w) // 2
         out[:, :, start:start + w] = chw
     return out
-
-
-def place_images(prompt, count):
-    """The prompt text with one IMAGE_TOKEN per image: as given when the prompt places them itself (e.g. the
-    documented "<image>\\nFree OCR."), else "<image>\\n" per image before it. A prompt whose placeholders do not
-    match the images is an error (the text after an unmatched placeholder would otherwise be lost)."""
-    placed = prompt.count(IMAGE_TOKEN)
-    if placed == 0:
-        return (IMAGE_TOKEN + "\n") * count + prompt
-    if placed != count:
-        raise ValueError(f"the prompt has {placed} {IMAGE_TOKEN} placeholder(s) for {count} image(s): give one per "
-                         f"image, or none to put them before the prompt")
-    return prompt
 
 
 class DeepseekOCR2Processor:

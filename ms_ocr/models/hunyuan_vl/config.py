@@ -115,6 +115,10 @@ class HunyuanOCRConfig:
     flat_layout: bool = False  # the hub's original (v1.0) file
     extra: dict = field(default_factory=dict)
 
+    @property
+    def num_pos_axes(self):  # XD-RoPE: one position axis per xdrope section
+        return len(self.text.xdrope_section)
+
     @classmethod
     def from_dict(cls, raw):
         require_model_type(raw, ("hunyuan_vl",), "hunyuan-ocr")

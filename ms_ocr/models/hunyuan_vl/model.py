@@ -1,6 +1,6 @@
 """HunyuanOCR 1B as one Cell with the hub's parameter names (vit.*, vit.perceive.*, model.*, lm_head).
 
-The methods are the interface ms_ocr/steps.py and ms_ocr/runtime.py drive.
+The methods are the interface ms_ocr/steps.py and ms_ocr/runtime/ drive.
 """
 
 from ms_ocr.models.base import VLMCell

@@ -62,6 +62,8 @@ class PaddleOCRVLConfig:
     model_type: str = "paddleocr_vl"
     extra: dict = field(default_factory=dict)
 
+    num_pos_axes = 3  # M-RoPE: (t, h, w) positions
+
     @classmethod
     def from_dict(cls, raw):
         require_model_type(raw, ("paddleocr_vl",), "paddleocr-vl")

@@ -1,6 +1,6 @@
 """PaddleOCR-VL 0.9B as one Cell with the hub's parameter names (visual.*, mlp_AR.*, model.*, lm_head).
 
-The methods are the interface ms_ocr/steps.py and ms_ocr/runtime.py drive.
+The methods are the interface ms_ocr/steps.py and ms_ocr/runtime/ drive.
 """
 
 from ms_ocr.models.base import VLMCell

@@ -15,9 +15,6 @@ from ms_ocr.processing.settings import smart_resize as _smart_resize
 from ms_ocr.processing.tokenizer import Tokenizer
 from ms_ocr.processing.vlm_processor import VLMProcessor, check_patch_settings
 
-TASK_PROMPTS = {"ocr": "OCR:", "table": "Table Recognition:", "formula": "Formula Recognition:",
-                "chart": "Chart Recognition:"}
-
 # Class defaults of PaddleOCRVLImageProcessorPil, used where the preprocessor file omits a key.
 IMAGE_DEFAULTS = dict(do_resize=True, resample=3, size={"shortest_edge": 384 * 384, "longest_edge": 1536 * 1536},
                       do_rescale=True, rescale_factor=1 / 255, do_normalize=True,

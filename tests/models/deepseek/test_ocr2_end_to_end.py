@@ -31,11 +31,11 @@ def _image(size, seed=0):
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_processor_matches_reference(size, folder):
-    from ms_ocr.models import deepseek_ocr2 as D
-    ours = D.DeepseekOCR2Processor.from_pretrained(folder, D.config_from_dir(folder))
+    from ms_ocr.models.deepseek_ocr2 import SPEC as D
+    ours = D.resolve("processor").from_pretrained(folder, D.config_from_dir(folder))
     img = _image(size)
-    got = ours([img], D.TASK_PROMPTS["markdown"])
-    want = reference_inputs(reference_processor(folder), [img], D.TASK_PROMPTS["markdown"])
+    got = ours([img], D.tasks["markdown"])
+    want = reference_inputs(reference_processor(folder), [img], D.tasks["markdown"])
     np.testing.assert_array_equal(got["input_ids"], want["input_ids"][0].numpy())
     tiles, glob = got["views"][0]
     np.testing.assert_array_equal(glob, want["pixel_values"].numpy())
@@ -53,8 +53,8 @@ PROMPTS = ["Free OCR.", "<image>\nFree OCR.", "<image>Free OCR.", "Describe <ima
 
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_prompt_ids_match_reference(prompt, folder):
-    from ms_ocr.models import deepseek_ocr2 as D
-    ours = D.DeepseekOCR2Processor.from_pretrained(folder, D.config_from_dir(folder))
+    from ms_ocr.models.deepseek_ocr2 import SPEC as D
+    ours = D.resolve("processor").from_pretrained(folder, D.config_from_dir(folder))
     img = _image((300, 140))
     got = ours([img], prompt)["input_ids"]
     text = prompt if "<image>" in prompt else "<image>\n" + prompt
@@ -65,8 +65,8 @@ def test_prompt_ids_match_reference(prompt, folder):
 
 @pytest.mark.parametrize("prompt,images", [("<image>\n<image>\nFree OCR.", 1), ("<image>\nFree OCR.", 2)])
 def test_prompt_placeholders_must_match_images(prompt, images, folder):
-    from ms_ocr.models import deepseek_ocr2 as D
-    ours = D.DeepseekOCR2Processor.from_pretrained(folder, D.config_from_dir(folder))
+    from ms_ocr.models.deepseek_ocr2 import SPEC as D
+    ours = D.resolve("processor").from_pretrained(folder, D.config_from_dir(folder))
     with pytest.raises(ValueError, match=f"{prompt.count('<image>')} <image> placeholder\\(s\\) for {images} image"):
         ours([_image((64, 64))] * images, prompt)
 
@@ -108,14 +108,14 @@ def test_cli_greedy_tokens_equal_reference(folder, tmp_path):
 
 
 def test_deepseek_ai_layout_reads_the_same_model(folder, tmp_path):
-    from ms_ocr.models.deepseek_ocr2 import config_from_dir
-    ours = config_from_dir(folder)
+    from ms_ocr.models.deepseek_ocr2 import SPEC
+    ours = SPEC.config_from_dir(folder)
     alt = tmp_path / "deepseek-ai"
     shutil.copytree(folder, alt)
     (alt / "config.json").write_text(json.dumps(deepseek_ai_config()))
     # The remote-code config names only some sizes (the rest are fixed in its code: neck 256 channels, MLP
     # ratio 4, a Qwen2-0.5B encoder), so the tiny model is compared on what the file carries.
-    cfg = config_from_dir(str(alt))
+    cfg = SPEC.config_from_dir(str(alt))
     assert cfg.layout == "deepseek-ai"
     assert vars(cfg.text) == vars(ours.text)
     for key in ("dim", "depth", "heads", "global_layers", "downsample"):
@@ -148,7 +148,7 @@ def test_root_tie_word_embeddings_decides_the_head(root, text, tmp_path):
     from ms_ocr.config_utils import load_config_json
     from ms_ocr.convert.loader import load_weights
     from ms_ocr.convert.safetensors_io import iter_checkpoint
-    from ms_ocr.models import deepseek_ocr2 as D
+    from ms_ocr.models.deepseek_ocr2 import SPEC as D
     from ms_ocr.models.deepseek_ocr2.config import DeepseekOCR2Config
     ref_cfg = tiny_config()
     ref_cfg.tie_word_embeddings, ref_cfg.text_config.tie_word_embeddings = root, text

@@ -36,7 +36,7 @@ def saved(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pipe(saved, graph_mode):
-    from ms_ocr.models import deepseek_ocr2
+    from ms_ocr.models.deepseek_ocr2 import SPEC as deepseek_ocr2
     from ms_ocr.runtime import Buckets
     return deepseek_ocr2.load(saved[0], "CPU", "auto", Buckets(prefill=32, slots=64))
 
@@ -47,11 +47,11 @@ def _reference_inputs(processor, img):
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_processor_inputs_equal_reference(size, saved):
-    from ms_ocr.models import deepseek_ocr2 as D
+    from ms_ocr.models.deepseek_ocr2 import SPEC as D
     folder, _, processor = saved
     img = _image(size)
     want = _reference_inputs(processor, img)
-    got = D.DeepseekOCR2Processor.from_pretrained(folder, D.config_from_dir(folder))([img], PROMPT)
+    got = D.resolve("processor").from_pretrained(folder, D.config_from_dir(folder))([img], PROMPT)
     ids = want["input_ids"][0].numpy()
     assert ids[0] == processor.tokenizer.bos_token_id
     assert int((ids == processor.image_token_id).sum()) == IMAGE_TOKENS[size]

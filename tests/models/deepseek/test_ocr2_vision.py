@@ -61,8 +61,8 @@ def test_multimodal_prefill_and_decode_logits(pair):
     assert rel_err(rt.full_logits(prep, feats), want[:s]) < 1e-4
     last = rt.prefill(prep, feats, max_new_tokens=len(cont)).asnumpy()[0]
     assert rel_err(last, want[s - 1]) < 1e-4
-    assert rt.host_moe_decode  # one sequence on CPU: layer graphs, experts routed on the host
-    steps = (rt.moe_decode_step, rt.experts_moe_decode_step, rt.experts_head_step)
+    assert rt.moe.decode_on_host  # one sequence on CPU: layer graphs, experts routed on the host
+    steps = (rt.moe.moe_step, rt.moe.experts_moe_step, rt.moe.experts_head_step)
     before = [len(step.compile_cache) for step in steps]
     for i, tok in enumerate(cont[:-1]):
         whole = _whole_graph_decode(rt, int(tok), s + i)  # writes the same cache rows as the step below
@@ -78,8 +78,8 @@ def test_multimodal_prefill_and_decode_logits(pair):
 
 def _whole_graph_decode(rt, token, cache_pos):
     """The whole-model decode graph (experts gathered in the graph), as batched decode and export use it."""
-    rt.host_moe_decode = False
+    rt.moe.decode_on_host = False
     try:
         return rt.decode(token, cache_pos, 0, 1).asnumpy()[0]
     finally:
-        rt.host_moe_decode = True
+        rt.moe.decode_on_host = True

@@ -15,6 +15,6 @@ def hy_reference(hy_dir):
 
 @pytest.fixture(scope="session")
 def hy_pipeline(hy_dir, graph_mode):
-    from ms_ocr.models import hunyuan_vl
+    from ms_ocr.models.hunyuan_vl import SPEC as hunyuan_vl
     from ms_ocr.runtime import Buckets
     return hunyuan_vl.load(hy_dir, "CPU", "auto", Buckets(prefill=32, slots=64))

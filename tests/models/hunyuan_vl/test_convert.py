@@ -7,7 +7,7 @@ import pytest
 
 from ms_ocr.config_utils import load_config_json
 from ms_ocr.convert.safetensors_io import iter_checkpoint
-from ms_ocr.models.hunyuan_vl import build, name_table
+from ms_ocr.models.hunyuan_vl import SPEC
 from ms_ocr.models.hunyuan_vl.config import HunyuanOCRConfig
 from tests.cli_util import run_module
 
@@ -31,7 +31,7 @@ def hub_cfg(hunyuan_checkpoint):
 
 
 def test_rename_table_maps_in_memory_names_and_keeps_hub_names(hub_cfg):
-    table = name_table(hub_cfg)
+    table = SPEC.name_table(hub_cfg)
     for src, want in IN_MEMORY.items():
         assert table(src) == want
         assert table(want) == want  # idempotent on the hub's own names
@@ -40,8 +40,8 @@ def test_rename_table_maps_in_memory_names_and_keeps_hub_names(hub_cfg):
 
 def test_hub_names_cover_the_model_exactly(hub_cfg, hunyuan_checkpoint):
     folder = hunyuan_checkpoint("hub", "bfloat16", "40KB")
-    table = name_table(hub_cfg)
-    ours = {p.name for p in build(hub_cfg).get_parameters() if "_cache" not in p.name}
+    table = SPEC.name_table(hub_cfg)
+    ours = {p.name for p in SPEC.build(hub_cfg).get_parameters() if "_cache" not in p.name}
     theirs = {table(n) for n, _, _ in iter_checkpoint(folder)}
     assert ours == theirs
 

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def full_dir():
-    from scripts.bench_checkpoint import make_hunyuan_ocr
+    from tests.helpers.real_size import make_hunyuan_ocr
     path = os.path.join(os.path.expanduser("~"), ".cache", "ms_ocr", "bench", "hunyuan_ocr_random")
     if not os.path.isfile(os.path.join(path, "config.json")):
         make_hunyuan_ocr(path)
@@ -21,13 +21,13 @@ def full_dir():
 
 
 def test_real_config_logits_match_transformers(full_dir, graph_mode):
-    from scripts.bench_image import document_page
+    from tests.helpers.pages import document_page
     from transformers import HunYuanVLForConditionalGeneration
-    from ms_ocr.models import hunyuan_vl
+    from ms_ocr.models.hunyuan_vl import SPEC as hunyuan_vl
     from tests.helpers.tiny_hunyuan import reference_inputs, reference_processor
 
     img = document_page(384, 512).convert("RGB")  # 3:4 page, small enough for a few minutes on 2 cores
-    prompt = hunyuan_vl.TASK_PROMPTS["spotting"]
+    prompt = hunyuan_vl.tasks["spotting"]
     pipe = hunyuan_vl.load(full_dir, "CPU", "fp32")
     prep, _ = pipe.prepare([img], prompt)
     ref = HunYuanVLForConditionalGeneration.from_pretrained(full_dir, dtype=torch.float32).eval()

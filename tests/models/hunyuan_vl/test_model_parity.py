@@ -21,10 +21,10 @@ def _patches(grids, seed):
 @pytest.mark.parametrize("grids", GRIDS, ids=lambda g: "+".join(f"{h}x{w}" for _, h, w in g))
 def test_vision_tower_and_merger(grids, chunk, hy_pipeline, hy_reference, monkeypatch):
     rt = hy_pipeline.runtime
-    monkeypatch.setattr(rt, "vision_attention_chunk", chunk)
+    monkeypatch.setattr(rt.vision, "attention_chunk", chunk)
     pix = _patches(grids, len(grids))
     inputs = hy_pipeline.vision_inputs({"image_grid_thw": np.array(grids), "pixel_values": pix})
-    tower = np.concatenate([rt.vision_tower(item).asnumpy() for item in inputs])
+    tower = np.concatenate([rt.vision.tower(item).asnumpy() for item in inputs])
     with torch.no_grad():
         out = hy_reference.model.vision_tower(torch.tensor(pix), grid_thw=torch.tensor(grids))
     ref_tower = out.last_hidden_state[0].numpy()

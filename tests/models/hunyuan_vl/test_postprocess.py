@@ -2,7 +2,7 @@
 
 from PIL import Image
 
-from ms_ocr.models.hunyuan_vl import postprocess
+from ms_ocr.models.hunyuan_vl.host import postprocess
 from ms_ocr.models.hunyuan_vl.postprocess import clean_repeated_substrings, parse_spotting
 from ms_ocr.processing.boxes import draw_boxes
 

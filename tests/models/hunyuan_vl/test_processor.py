@@ -5,7 +5,7 @@ import pytest
 from PIL import Image
 
 from ms_ocr.config_utils import load_config_json
-from ms_ocr.models.hunyuan_vl import TASK_PROMPTS
+from ms_ocr.models.hunyuan_vl.spec import SPEC
 from ms_ocr.models.hunyuan_vl.config import HunyuanOCRConfig
 from ms_ocr.models.hunyuan_vl.processor import HunyuanOCRProcessor
 from ms_ocr.processing.image import ImageError
@@ -62,7 +62,7 @@ def _compare(ours, ref, system, images, prompt, rope_model):
 def test_processor_matches_reference(name, setups, rope_model):
     ours, ref, system = setups["transformers"]
     size, grid = SIZES[name]
-    got = _compare(ours, ref, system, [_image(size, 1)], TASK_PROMPTS["spotting"], rope_model)
+    got = _compare(ours, ref, system, [_image(size, 1)], SPEC.tasks["spotting"], rope_model)
     assert tuple(got["image_grid_thw"][0, 1:]) == grid
     h, w = grid[0] // 2, grid[1] // 2
     assert int(got["mm_token_type_ids"].sum()) == h * (w + 1) + 2
@@ -71,7 +71,7 @@ def test_processor_matches_reference(name, setups, rope_model):
 def test_hub_layout_prompt_has_the_empty_system_turn_and_matches_reference(setups, rope_model):
     ours, ref, system = setups["hub"]
     assert system == ""
-    got = _compare(ours, ref, system, [_image((150, 200), 2)], TASK_PROMPTS["parse"], rope_model)
+    got = _compare(ours, ref, system, [_image((150, 200), 2)], SPEC.tasks["parse"], rope_model)
     assert got["text"].startswith("<｜hy_begin▁of▁sentence｜><｜hy_place▁holder▁no▁3｜><｜hy_place▁holder▁no▁100｜>")
     assert got["text"].endswith("<｜hy_User｜>")
 

@@ -13,7 +13,7 @@ def reference(tiny_dir):
 
 @pytest.fixture(scope="session")
 def pipeline(tiny_dir, graph_mode):
-    from ms_ocr.models import paddleocr_vl
+    from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     from ms_ocr.runtime import Buckets
     return paddleocr_vl.load(tiny_dir, "CPU", "auto", Buckets(prefill=32, slots=64))
 

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def full_dir():
-    from scripts.bench_checkpoint import make_paddleocr_vl
+    from tests.helpers.real_size import make_paddleocr_vl
     path = os.path.join(os.path.expanduser("~"), ".cache", "ms_ocr", "bench", "paddleocr_vl_random")
     if not os.path.isfile(os.path.join(path, "config.json")):
         make_paddleocr_vl(path)
@@ -21,9 +21,9 @@ def full_dir():
 
 
 def test_real_config_logits_match_transformers(full_dir, graph_mode):
-    from scripts.bench_image import document_page
+    from tests.helpers.pages import document_page
     from transformers import PaddleOCRVLForConditionalGeneration
-    from ms_ocr.models import paddleocr_vl
+    from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     from tests.helpers.reference import reference_inputs, reference_processor
 
     img = document_page(336, 448).convert("RGB")  # 3:4 page, small enough for a few minutes on 2 cores

@@ -14,7 +14,7 @@ GRIDS = [[(1, 4, 10)], [(1, 12, 4)], [(1, 6, 6)], [(1, 4, 6), (1, 8, 4)]]
 
 def _tower(rt, inputs):
     """Our encoder output (after post_layernorm, before the projector) through the runtime's own steps."""
-    return rt.model.visual.vision_model.post_layernorm(rt.vision_tower(inputs)).asnumpy()
+    return rt.model.visual.vision_model.post_layernorm(rt.vision.tower(inputs)).asnumpy()
 
 
 def _patches(grids, seed):
@@ -25,7 +25,7 @@ def _patches(grids, seed):
 @pytest.mark.parametrize("chunk", [512, 7])  # 7: several query chunks per image, the last one short
 @pytest.mark.parametrize("grids", GRIDS, ids=lambda g: "+".join(f"{h}x{w}" for _, h, w in g))
 def test_vision_tower_and_projector(grids, chunk, pipeline, reference, monkeypatch):
-    monkeypatch.setattr(pipeline.runtime, "vision_attention_chunk", chunk)
+    monkeypatch.setattr(pipeline.runtime.vision, "attention_chunk", chunk)
     pix = _patches(grids, len(grids))
     inputs = pipeline.vision_inputs({"image_grid_thw": np.array(grids), "pixel_values": pix})
     tower = np.concatenate([_tower(pipeline.runtime, per_image) for per_image in inputs])
@@ -49,7 +49,7 @@ def test_vision_tower_and_projector(grids, chunk, pipeline, reference, monkeypat
 def test_vision_tower_composed_attention(tiny_dir, graph_mode, reference):
     """The vision tower with MindSpore's composed attention (the route of machines without a compiler), in
     graphs of its own: the same parity."""
-    from ms_ocr.models import paddleocr_vl
+    from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     from ms_ocr.runtime import Buckets
     grids = GRIDS[-1]
     pix = _patches(grids, 4)
@@ -100,7 +100,7 @@ def test_prefill_and_cached_decode_logits(chunk, host_cache, pipeline, reference
     """Prefill logits over a multimodal prompt, then 10 cached decode steps, each against the reference's
     full forward; and our cached steps against our own uncached forward."""
     pipeline.runtime.set_prefill_attention_block(chunk)
-    monkeypatch.setattr(pipeline.runtime, "host_cache", host_cache)
+    monkeypatch.setattr(pipeline.runtime.cache, "host_default", host_cache)
     cfg = pipeline.cfg
     grids = [(1, 4, 6), (1, 6, 4)]
     pix = _patches(grids, 7)
@@ -119,7 +119,7 @@ def test_prefill_and_cached_decode_logits(chunk, host_cache, pipeline, reference
     last = rt.prefill(prep, feats, max_new_tokens=len(cont)).asnumpy()[0]
     assert rel_err(last, ref_logits[s - 1]) < TOL
     cache = rt.model.text_layers()[0].self_attn.k_cache
-    assert cache.ndim == (4 if host_cache else 2) and (rt._cache_views is not None) == host_cache
+    assert cache.ndim == (4 if host_cache else 2) and rt.cache.host_written == host_cache
     for i, tok in enumerate(cont[:-1]):
         step = rt.decode(int(tok), s + i, delta, 3).asnumpy()[0]
         assert rel_err(step, ref_logits[s + i]) < TOL, f"decode step {i}"
@@ -141,7 +141,7 @@ def test_decode_through_native_kernels_matches_reference(tiny_dir, graph_mode, r
     MindSpore's kernels only (the route of Ascend's graphs and of machines without a compiler). The weight-size
     threshold is lowered so the tiny model's products take the native kernel, as the real head does; the
     library's call counters prove which kernels ran."""
-    from ms_ocr.models import paddleocr_vl
+    from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     from ms_ocr.ops import linear
     from ms_ocr.runtime import Buckets
     monkeypatch.setenv(backend.ROUTES_ENV, "all")  # every route, whatever this ISA level's table routes
@@ -182,7 +182,7 @@ def test_shared_layer_steps_compile_once_for_all_layers(pipeline, monkeypatch):
     monkeypatch.setattr(rt.compiler, "keep_requests", 10 ** 9)  # nothing freed: compile caches compare whole
     grids = [(1, 6, 10)]  # a size no other test uses: its first run compiles exactly one graph per step
     inputs = pipeline.vision_inputs({"image_grid_thw": np.array(grids), "pixel_values": _patches(grids, 3)})
-    steps = (rt.vit_in_step, rt.vit_block_step)
+    steps = (rt.vision.in_step, rt.vision.block_step)
     before = [set(step.compile_cache) for step in steps]
     rt.encode_images(inputs)
     after = [set(step.compile_cache) for step in steps]
@@ -204,7 +204,7 @@ def test_graphs_of_unused_sizes_are_freed_and_recompile_identically(pipeline, mo
     from mindspore.nn import cell as cell_module
     rt = pipeline.runtime
     monkeypatch.setattr(rt.compiler, "keep_requests", 1)
-    monkeypatch.setattr(rt.compiler, "idle_bytes", 0)  # tiny graphs: otherwise kept (runtime.IDLE_GRAPH_BYTES)
+    monkeypatch.setattr(rt.compiler, "idle_bytes", 0)  # tiny graphs: otherwise kept (compiler.IDLE_GRAPH_BYTES)
     executor = cell_module._cell_graph_executor
 
     def request(grids):
@@ -252,7 +252,7 @@ def test_vision_graphs_released_before_prefill_give_identical_results(pipeline, 
 
     feats, logits, kept = request()
     assert kept and all(executor.has_compiled(p) for p in kept.values())
-    monkeypatch.setattr(rt, "release_vision_graphs", True)
+    monkeypatch.setattr(rt.vision, "release_graphs", True)
     compiled = rt.compiler.seconds["vision"]
     for again in (False, True):  # on the kept graphs, which it then frees; then on graphs compiled again
         got_feats, got_logits, vision = request()

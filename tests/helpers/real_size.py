@@ -1,4 +1,5 @@
-"""Random-weight checkpoints at the real architecture, for benchmarks (real weights cannot be fetched here).
+"""Random-weight checkpoints at the real architecture, for benchmarks and the full-size tests (real weights cannot
+be fetched here).
 
 Saved as bf16 like the hub release, with the small test tokenizer: token ids only need to exist, the
 architecture and shapes are what the timings depend on.
@@ -6,10 +7,6 @@ architecture and shapes are what the timings depend on.
 
 import json
 import os
-import sys
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
 # The released preprocessor settings of PaddlePaddle/PaddleOCR-VL.
 PADDLE_MIN_PIXELS, PADDLE_MAX_PIXELS = 147384, 2822400
@@ -128,14 +125,14 @@ def make_deepseek_ocr(out_dir, seed=0, shard_params=400_000_000):
     ms_ocr's own parameter list and written under the hub's names, per-expert, bf16, sharded with an index)."""
     import numpy as np
     from ms_ocr.convert.safetensors_io import save_file
-    from ms_ocr.models.deepseek_ocr import build
+    from ms_ocr.models.deepseek_ocr import SPEC
     from ms_ocr.models.deepseek_ocr.config import DeepseekOCRConfig
     from tests.helpers import tiny_deepseek as T
     from tests.helpers.tiny_bpe import write_bpe_tokenizer
 
     os.makedirs(out_dir, exist_ok=True)
     config = deepseek_ocr_config(T.IMAGE_TOKEN_ID)
-    net = build(DeepseekOCRConfig.from_dict(config))
+    net = SPEC.build(DeepseekOCRConfig.from_dict(config))
     rng = np.random.default_rng(seed)
 
     def draw(name, shape):
@@ -193,5 +190,5 @@ def make_pp_doclayout_v2(out_dir, seed=0):
     return out_dir
 
 
-BUILDERS = {"paddleocr-vl": make_paddleocr_vl, "pp-doclayout-v2": make_pp_doclayout_v2, "hunyuan-ocr": make_hunyuan_ocr, "deepseek-ocr2": make_deepseek_ocr2,
-            "deepseek-ocr": make_deepseek_ocr}
+BUILDERS = {"paddleocr-vl": make_paddleocr_vl, "pp-doclayout-v2": make_pp_doclayout_v2, "hunyuan-ocr": make_hunyuan_ocr,
+            "deepseek-ocr2": make_deepseek_ocr2, "deepseek-ocr": make_deepseek_ocr}

@@ -1,0 +1,147 @@
+"""What every command line shares (infer, batch, pipeline, serve): one-line errors and exit codes, the parser that
+checks the shared options' ranges, the shared options (sampling, --mode from the model specs), prompts from tasks,
+and Ctrl-C / SIGTERM handling."""
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import threading
+
+from ms_ocr import models
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+MAX_DPI = 600  # PDF pages: past this the models' own pixel limits resize the page down again; each DPI step
+# up costs memory per page in flight (3,000 DPI held ~1.1 GB a page)
+
+# bounds every entry point's shared options obey: (flag, test, what it must be)
+_BOUNDS = (
+    ("threads", lambda v: v >= 1, "at least 1"),
+    ("seed", lambda v: 0 <= v < 2 ** 64, "in 0..2**64-1"),
+    ("temperature", lambda v: 0 <= v < float("inf"), "a finite number >= 0"),
+    ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+    ("top_k", lambda v: v >= 0, ">= 0 (0: off)"),
+    ("repetition_penalty", lambda v: 0 < v < float("inf"), "a finite number > 0"),
+    ("no_repeat_ngram", lambda v: v >= 0, ">= 0 (0: off)"),
+    ("dpi", lambda v: 10 <= v <= MAX_DPI, f"in 10..{MAX_DPI}"),
+)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are CliErrors (one line, exit 2), and which checks the shared options' ranges,
+    naming the flag (`--seed -1` reached numpy and failed there)."""
+
+    def error(self, message):
+        raise CliError(message)
+
+    def parse_args(self, args=None, namespace=None):
+        parsed = super().parse_args(args, namespace)
+        for name, ok, must in _BOUNDS:
+            value = getattr(parsed, name, None)
+            if value is not None and not ok(value):
+                raise CliError(f"--{name.replace('_', '-')} must be {must}, not {value}")
+        return parsed
+
+
+def add_mode_arg(p):
+    p.add_argument("--mode", choices=models.modes(), help=models.modes_help())
+
+
+def add_sampling_args(p):
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--no-repeat-ngram", type=int, default=None,
+                   help="ban repeating n-grams of this size (0 = off; default: the model's, e.g. deepseek-ocr 30 "
+                        "within 90 tokens)")
+    p.add_argument("--seed", type=int, default=None)
+
+
+def sampling_config(args, spec, pipe):
+    """generate.model_sampling from the shared sampling options; CliError if invalid."""
+    from ms_ocr.generate import model_sampling
+    try:
+        return model_sampling(spec, pipe.processor.tokenizer, args.max_new_tokens, args.temperature, args.top_p,
+                              args.top_k, args.repetition_penalty, args.no_repeat_ngram, args.seed)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+
+
+def resolve_prompt(args, task_prompts, model):
+    """(prompt text, task name or None for a free prompt)."""
+    if args.prompt is not None:
+        if not args.prompt.strip():
+            raise CliError("--prompt is empty")
+        return args.prompt, None
+    task = args.task or next(iter(task_prompts))
+    if task not in task_prompts:
+        raise CliError(f"unknown task {task!r} for {model}; choose one of: {', '.join(task_prompts)}")
+    return task_prompts[task], task
+
+
+@contextlib.contextmanager
+def exit_on_interrupt(message):
+    """Within the block, Ctrl-C (SIGINT) and SIGTERM end the process at once: `message()` on one line on stderr,
+    exit status 130.
+
+    Why not Python's KeyboardInterrupt: MindSpore's runtime replaces the SIGINT handler while graphs run with
+    one that sends the process SIGTERM (which killed it without a word), and a KeyboardInterrupt raised inside
+    `import mindspore` aborts the interpreter ("Fatal Python error") or, inside a graph compile, prints
+    MindSpore's compile log. Whatever has finished is already on disk (batch records are fsynced one by one,
+    pipeline files replaced atomically), so ending at once loses only the work in flight. Python runs the
+    handler between bytecodes, so a graph already running finishes first. Only the main thread can set
+    handlers; elsewhere the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        try:
+            text = message()
+        except Exception:  # noqa: BLE001 - the exit must happen
+            text = "error: interrupted"
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()  # results printed so far
+        try:
+            fd = sys.stderr.fileno()
+        except Exception:  # noqa: BLE001 - a replaced stderr
+            fd = 2
+        with contextlib.suppress(OSError):
+            os.write(fd, (text + "\n").encode("utf-8", "backslashreplace"))  # not sys.stderr: it may be mid-write
+        os._exit(130)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def cli_main(run, argv=None, usage_errors=(), interrupted="error: interrupted", exit_on_signal=False):
+    """Run a command line's `run(argv)`: CliError, errors.UsageError (and `usage_errors`) -> one line, exit 2;
+    any other failure -> one line, exit 1 (MS_OCR_DEBUG=1 shows the traceback); Ctrl-C -> `interrupted` (a
+    line, or a function returning it), exit 130. exit_on_signal: Ctrl-C and SIGTERM end the process at once
+    (exit_on_interrupt), set up before anything heavy (NumPy, MindSpore) is imported."""
+    message = interrupted if callable(interrupted) else (lambda: interrupted)
+    with exit_on_interrupt(message) if exit_on_signal else contextlib.nullcontext():
+        from ms_ocr.errors import UsageError, user_error_message
+        try:
+            return run(sys.argv[1:] if argv is None else argv)
+        except (CliError, UsageError) + tuple(usage_errors) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print(message(), file=sys.stderr)
+            return 130
+        except Exception as e:  # every failure is one line; MS_OCR_DEBUG=1 shows the traceback
+            if os.environ.get("MS_OCR_DEBUG"):
+                raise
+            print(f"error: {user_error_message(e)}", file=sys.stderr)
+            return 1

@@ -1,0 +1,118 @@
+"""ModelSpec: what a VLM package declares about itself, and the one loader every package shares.
+
+A model package (ms_ocr/models/<package>/) declares `SPEC = ModelSpec(...)` in its `spec.py`; the registry
+(ms_ocr/models/__init__.py) lists the packages. Everything outside the folder (CLI names and choices, help texts,
+hub ids, the document pipeline's region tasks, the server's defaults, the loader) reads the spec. The spec module
+is plain data: the classes and functions that need NumPy or MindSpore are named as "module:attribute" references,
+imported on first use, so reading the registry (e.g. for `--help`) imports no framework.
+
+Declaring is checked at import: an unknown or missing field is a TypeError (keyword-only dataclass), a task list
+that contradicts itself or a reference outside the package's own folder is a ValueError."""
+
+import importlib
+import time
+from dataclasses import dataclass, field
+
+REGION_KINDS = ("text", "table", "formula", "chart")  # the document pipeline's recognised region kinds
+NO_REPEAT_KEYS = {"size", "window", "exempt_tokens"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    name: str  # the command-line name (--model), e.g. "paddleocr-vl"
+    package: str  # ms_ocr.models.<package>; also the name in converted checkpoints' meta
+    title: str  # one line for help texts and READMEs
+    aliases: tuple = ()  # further accepted --model spellings
+    hub_id: str  # where the weights are published (the "how to get them" message, optional download)
+    hub_subfolder: str = None  # the supported checkpoint's folder in the hub repository, if not the root
+    tasks: dict  # task name -> prompt; the first is the default task
+    box_tasks: tuple = ()  # tasks whose output carries boxes (--visualize, `boxes` in --json)
+    region_tasks: dict  # document pipeline: region kind (REGION_KINDS) -> task
+    modes: tuple = ()  # resolution modes (--mode); empty: the model has none
+    default_mode: str = None
+    no_repeat: dict = None  # default n-gram blocking: {"size", "window", "exempt_tokens"}
+    # "module:attribute" references, imported on first use
+    config: str  # class with from_dict(raw config.json) -> config; its num_pos_axes / image_token_id / text
+    processor: str  # class with from_pretrained(model_dir, cfg[, mode])
+    model: str  # the VLMCell class, built from the config
+    rename: str  # name_table(cfg) -> RenameTable (hub weight names -> ours)
+    vision_inputs: str  # (cfg, processor output) -> per-image VisionInputs
+    postprocess: str = None  # (text, task, images) -> (text, extras)
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        where = f"ModelSpec {self.name!r}"
+        if not self.tasks:
+            raise ValueError(f"{where}: no tasks")
+        for task in self.box_tasks:
+            if task not in self.tasks:
+                raise ValueError(f"{where}: box task {task!r} is not a task")
+        if set(self.region_tasks) != set(REGION_KINDS):
+            raise ValueError(f"{where}: region_tasks must map exactly {REGION_KINDS}")
+        for kind, task in self.region_tasks.items():
+            if task not in self.tasks:
+                raise ValueError(f"{where}: region {kind!r} uses unknown task {task!r}")
+        if bool(self.modes) != (self.default_mode is not None) or (self.modes and self.default_mode not in self.modes):
+            raise ValueError(f"{where}: default_mode must be one of modes (and only given with modes)")
+        if self.no_repeat is not None and set(self.no_repeat) != NO_REPEAT_KEYS:
+            raise ValueError(f"{where}: no_repeat needs exactly {sorted(NO_REPEAT_KEYS)}")
+        own = f"ms_ocr.models.{self.package}."
+        for ref in ("config", "processor", "model", "rename", "vision_inputs", "postprocess"):
+            value = getattr(self, ref)
+            if value is None and ref == "postprocess":
+                continue
+            module, _, attr = (value or "").partition(":")
+            if not module.startswith(own) or not attr.isidentifier():
+                raise ValueError(f"{where}: {ref} must be 'ms_ocr.models.{self.package}.<module>:<name>', "
+                                 f"not {value!r} (a model folder uses its own code; shared code lives in nn/ or "
+                                 "processing/)")
+
+    @property
+    def names(self):
+        return (self.name, *self.aliases)
+
+    def resolve(self, ref):
+        """The object a reference field names (imported once)."""
+        if ref not in self._cache:
+            value = getattr(self, ref)
+            if value is None:
+                self._cache[ref] = None
+            else:
+                module, _, attr = value.partition(":")
+                self._cache[ref] = getattr(importlib.import_module(module), attr)
+        return self._cache[ref]
+
+    # the shared load path -------------------------------------------------------------------------------------
+    def config_from_dir(self, model_dir):
+        """The checkpoint folder's config, with the tied/untied head resolved as transformers runs it."""
+        from ms_ocr.config_utils import load_config_json
+        from ms_ocr.models.loading import resolve_tied_head
+        cfg = self.resolve("config").from_dict(load_config_json(model_dir))
+        return resolve_tied_head(cfg, model_dir, self.name_table(cfg))
+
+    def name_table(self, cfg):
+        return self.resolve("rename")(cfg)
+
+    def build(self, cfg):
+        return self.resolve("model")(cfg)
+
+    def host_side(self, model_dir, mode=None):
+        """What runs outside the graphs (also for MindIR serving): config, processor, per-image vision inputs,
+        output post-processing."""
+        cfg = self.config_from_dir(model_dir)
+        extra = (mode or self.default_mode,) if self.modes else ()
+        if mode is not None and not self.modes:
+            raise ValueError(f"{self.name} has no resolution modes")
+        vision_inputs = self.resolve("vision_inputs")
+        return {"cfg": cfg, "processor": self.resolve("processor").from_pretrained(model_dir, cfg, *extra),
+                "vision_inputs": lambda out: vision_inputs(cfg, out), "postprocess": self.resolve("postprocess")}
+
+    def load(self, model_dir, target="CPU", dtype="auto", buckets=None, mode=None):
+        """The VLMPipeline of a hub or converted checkpoint folder."""
+        from ms_ocr.models.loading import load_pipeline
+        t0 = time.perf_counter()
+        host = self.host_side(model_dir, mode)
+        cfg = host["cfg"]
+        return load_pipeline(self.name, model_dir, cfg, host["processor"], self.build(cfg), self.name_table(cfg),
+                             host["vision_inputs"], cfg.num_pos_axes, t0, target, dtype, buckets,
+                             postprocess=host["postprocess"])

@@ -1,0 +1,75 @@
+"""Code DeepSeek-OCR v1 and v2 share on the device side: the DeepSeek MoE decoder, the DeepEncoder view runner
+(SAM block by block, then the model's own post-SAM step, one view size per compiled graph) and the MindIR export's
+view graphs."""
+
+from mindspore import nn, ops
+
+from ms_ocr.nn.decoder import CausalDecoder
+from ms_ocr.nn.moe import MoE
+from ms_ocr.nn.rope import MultiAxisRotary
+from ms_ocr.nn.sam import SamLayerwise
+
+
+def moe_decoder(t):
+    """The DeepSeek MoE decoder (MHA, dense first layers, routed + shared experts) shared by v1 and v2."""
+    def ffn(i):
+        if t.mlp_layer_types[i] != "sparse":
+            return None
+        return MoE(t.hidden_size, t.moe_intermediate_size, t.n_routed_experts, t.num_experts_per_tok,
+                   t.n_shared_experts, t.routed_scaling_factor, t.hidden_act)
+    return CausalDecoder(t, MultiAxisRotary(t.head_dim, t.rope_theta), ffn=ffn)
+
+
+# Tiles per vision call: on CPU each compiled graph keeps a static activation pool sized for its batch, so
+# tiles go one at a time (the 6-tile batch of a 768x1024 page did not fit in 24 GB beside the 3B model).
+VISION_BATCH = 1
+
+
+def run_views(encoder, vision, post, name, views):
+    """Each view: SAM block by block (SamLayerwise), then `post(vision)` (a step Cell or a runner taking
+    `call` first), VISION_BATCH images per call; returns one output per view (tiles concatenated in order).
+    `encoder`: the runtime's VisionEncoder (its graph calls, host tensors and the step Cells it keeps)."""
+    steps = encoder.cells(name, lambda: (SamLayerwise(vision.sam_model), post(vision)))  # built once per runtime
+    call = encoder.call
+    post_run = (lambda *args: call(steps[1], *args)) if isinstance(steps[1], nn.Cell) else \
+        (lambda *args: steps[1](call, *args))
+    outs = []
+    for view in views:
+        pixels, rest = view[0], [encoder.tensor(a) for a in view[1:]]
+        parts = []
+        for start in range(0, pixels.shape[0], VISION_BATCH):
+            sam_out = steps[0](call, encoder.tensor(pixels[start:start + VISION_BATCH]), *rest[:5])
+            parts.append(post_run(sam_out, *rest[5:]))
+        outs.append(parts[0] if len(parts) == 1 else ops.concat(parts, 0))
+    return outs
+
+
+class ViewStep(nn.Cell):
+    """One view size of a DeepEncoder in one graph (MindIR export): pixels [n, 3, S, S] and that size's tables
+    -> its image tokens [rows, text_hidden] (before assembly)."""
+
+    def __init__(self, vision):
+        super().__init__(auto_prefix=False)
+        self.vision = vision
+
+    def construct(self, *args):
+        y = self.vision(*args)
+        return y.reshape(-1, y.shape[-1])
+
+
+class AssembleStep(ViewStep):
+    """An image's view tokens [N, H] and the vision's extra rows (newline / separator vectors) in the host's
+    order: feats [N, H], index [M] into concat(feats, extra rows) -> [M, H]."""
+
+    def construct(self, feats, index):
+        return ops.gather(ops.concat((feats, self.vision.extra_rows().astype(feats.dtype)), 0), index, 0)
+
+
+class ViewExport:
+    """The MindIR export's vision graphs of a DeepEncoder model (ms_ocr/export/mindir.py)."""
+
+    def view_step(self):
+        return ViewStep(self.vision)
+
+    def assemble_step(self):
+        return AssembleStep(self.vision)

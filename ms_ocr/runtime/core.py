@@ -1,0 +1,215 @@
+"""VLMRuntime: a loaded VLM Cell behind the engine's interface (encode images, plan and reset the cache, prefill,
+decode), composed of the vision encoder (vision.py), the KV caches (kvcache.py) and, for MoE decoders, the host
+routing (moe.py); compiled-graph bookkeeping is the CompileTimer's (ms_ocr/compiler.py).
+
+Model-agnostic: a model package supplies the Cell (see ms_ocr/steps.py for the methods it needs) and turns
+processor output into per-image vision inputs; this class owns everything shape- and cache-related.
+"""
+
+import numpy as np
+import mindspore as ms
+from mindspore import Tensor, ops
+
+from ms_ocr.compiler import CompileTimer
+from ms_ocr.ops import backend
+from ms_ocr.processing.grid import bucket
+from ms_ocr.runtime.inputs import Buckets, RequestTooLong
+from ms_ocr.runtime.kvcache import KVCache
+from ms_ocr.runtime.moe import HostMoE
+from ms_ocr.runtime.tensors import host_tensor
+from ms_ocr.runtime.vision import VisionEncoder
+from ms_ocr.steps import (AllLogitsStep, CacheWriteStep, DecoderAttentionPrefillStep, DecoderPrefillLayerStep,
+                          DecoderQKNormPrefillLayerStep, DecodeStep, LastLogitsStep, PrefillPrepStep, ReadOnlyDecodeStep,
+                          ReadOnlyRowsDecodeStep)
+
+# Prompt rows per prefill attention call; block i attends keys [0, (i+1)*chunk) only, skipping the masked
+# upper triangle of the causal scores.
+PREFILL_ATTENTION_CHUNK = 256
+
+
+class VLMRuntime:
+    def __init__(self, model, max_positions, pad_id=0, compute_dtype=ms.float32, buckets=None):
+        self.model = model
+        self.max_positions = max_positions
+        self.pad_id = pad_id
+        self.compute_dtype = compute_dtype
+        self.buckets = buckets or Buckets()
+        # Vision and prefill graphs are compiled per image size and prompt bucket; those the last two requests
+        # did not use are freed (see CompileTimer.next_request). The decode graphs stay (one per cache size).
+        self.compiler = CompileTimer(evictable=("vision", "prefill"))
+        self.vision = VisionEncoder(model, self.compiler, compute_dtype)
+        self.cache = KVCache(model, compute_dtype)
+        self.tspec = model.text_layers()[0].spec
+        self.moe = HostMoE(model, self.compiler, self.cache, self.tspec)
+        self.prefill_prep_step = PrefillPrepStep(model)
+        self.set_prefill_attention_block(PREFILL_ATTENTION_CHUNK)
+        self.last_logits_step = LastLogitsStep(model)
+        self.all_logits_step = AllLogitsStep(model)
+        self.decode_step = DecodeStep(model)
+        self.cache_write_step = CacheWriteStep(model)
+        self.read_only_decode_step = ReadOnlyDecodeStep(model)
+        self.read_only_rows_decode_step = ReadOnlyRowsDecodeStep(model)
+
+    @property
+    def host_cache(self):
+        """Caches the host writes (off Ascend): the engine can decode fewer rows than the cache holds."""
+        return self.cache.host_default
+
+    def tensor(self, array):
+        return host_tensor(array, self.compute_dtype)
+
+    def release_after_vision(self, graphs=False, layers=False):
+        """For what follows: free the vision graphs once a request's images are encoded (`graphs`: no image size
+        comes back) and each ViT layer's weights once it has run (`layers`: a one-request process)."""
+        self.vision.release_graphs, self.vision.release_layers = graphs, layers
+
+    @property
+    def releases_vision(self):
+        """Nothing of the vision side is needed again (release_after_vision(graphs=True)): a one-request process
+        may free the vision weights too before loading the text weights."""
+        return self.vision.release_graphs
+
+    # ---- vision -------------------------------------------------------------------------------
+    def encode_images(self, vision_inputs):
+        """One request's per-image VisionInputs -> its image tokens Tensor [M, H] (kept on device)."""
+        return self.vision.encode_batch([vision_inputs])[0]
+
+    def encode_batch(self, requests):
+        """Several requests' VisionInputs lists -> image tokens per request (None where a request has none)."""
+        return self.vision.encode_batch(requests)
+
+    # ---- cache --------------------------------------------------------------------------------
+    def plan_slots(self, prompt_len, max_new_tokens):
+        need = prompt_len + max_new_tokens
+        if need > self.max_positions:
+            raise RequestTooLong(f"prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
+                                 f"the model's max_position_embeddings ({self.max_positions})")
+        padded = bucket(prompt_len, self.buckets.prefill)
+        return bucket(max(need, padded), self.buckets.slots)
+
+    def reset_cache(self, batch, slots, host_writes=None):
+        """Size the caches for `batch` sequences of `slots` positions (KVCache.reset)."""
+        self.cache.reset(batch, slots, host_writes)
+
+    def move_cache_row(self, src, dst):
+        """Copy sequence row `src` of the host-written caches to row `dst` (the batch engine keeps its running
+        sequences in the first rows, so a step can decode just those)."""
+        self.cache.move_row(src, dst)
+
+    # ---- prefill / decode ---------------------------------------------------------------------
+    def _prefill_args(self, preps, feats, padded_len):
+        """Right-padded batch inputs: ids [B, S], image row index [B, S] into the concatenated image tokens
+        (-1 = text), positions [A, B, S]."""
+        batch, axes = len(preps), preps[0].position_ids.shape[0]
+        ids = np.full((batch, padded_len), self.pad_id, np.int32)
+        image_index = np.full((batch, padded_len), -1, np.int32)
+        pos = np.zeros((axes, batch, padded_len), np.int32)
+        rows, offset = [], 0
+        for b, (prep, f) in enumerate(zip(preps, feats)):
+            s = prep.input_ids.shape[0]
+            ids[b, :s] = prep.input_ids
+            mask = prep.image_token_mask.astype(bool)
+            image_index[b, :s][mask] = offset + np.arange(int(mask.sum()), dtype=np.int32)
+            pos[:, b, :s] = prep.position_ids
+            # Padding tokens take positions after the prompt; they write cache slots that decode overwrites
+            # before any query can see them.
+            pos[:, b, s:] = np.arange(s, padded_len) + prep.rope_delta
+            if f is not None:
+                rows.append(f)
+                offset += f.shape[0]
+        if not rows:  # text-only prompts: one dummy row that no token selects
+            image_feats = Tensor(np.zeros((1, self.model.cfg.text.hidden_size), np.float32), self.compute_dtype)
+        else:
+            image_feats = rows[0] if len(rows) == 1 else ops.concat(rows, 0)
+        return Tensor(ids), image_feats, Tensor(image_index), Tensor(pos)
+
+    def _prefill_hidden(self, preps, feats, padded_len, slots, cache_rows):
+        """Run the prompts [B, padded_len] through every layer (shared layer graphs), writing each layer's k/v
+        to the cache rows of sequence slots `cache_rows` (one per prompt) of a cache of `slots` positions."""
+        ids, image_feats, image_index, pos = self._prefill_args(preps, feats, padded_len)
+        x, cos, sin = self.compiler.call("prefill", self.prefill_prep_step, ids, image_feats, image_index, pos)
+        ks, vs = [], []
+        for index, layer in enumerate(self.model.text_layers()):
+            if layer.moe:
+                x, h, k, v = self.compiler.call("prefill", self.attention_prefill_step, x, cos, sin,
+                                                *layer.weights(layer.weight_names))
+                # Ascend: the MoE Cell's fused dispatch in a graph; elsewhere the host groups the experts' rows
+                if backend.FUSED:
+                    x = x + self.compiler.call("prefill", layer.mlp, h)
+                else:
+                    x = x + self.moe.prefill(layer.mlp, h)
+            else:
+                x, k, v = self.compiler.call("prefill", self.prefill_layer_step, x, cos, sin,
+                                             *layer.weights(layer.weight_names))
+            if self.cache.host_written:  # host-written caches: store now, keep nothing
+                self.cache.store(index, k.asnumpy(), v.asnumpy(), cache_rows, [0] * len(cache_rows))
+            else:
+                ks.append(k)
+                vs.append(v)
+        if not self.cache.host_written:
+            kv_heads = self.model.num_kv_heads
+            heads = np.asarray(cache_rows, np.int32)[:, None] * kv_heads + np.arange(kv_heads, dtype=np.int32)[None]
+            write_idx = Tensor((heads[:, :, None] * slots + np.arange(padded_len, dtype=np.int32)).reshape(-1))
+            rows = Tensor(np.arange(self.model.text_layers()[0].self_attn.k_cache.shape[0], dtype=np.int32))
+            self.compiler.call("prefill", self.cache_write_step, write_idx, ops.stack(ks), ops.stack(vs), rows)
+        return x
+
+    def set_prefill_attention_block(self, rows):
+        t = self.tspec
+        step = DecoderQKNormPrefillLayerStep if t["qk_norm"] else DecoderPrefillLayerStep
+        self.prefill_layer_step = step(t["heads"], t["kv_heads"], t["dim"], t["eps"], t["act"], rows, t["paired"])
+        self.attention_prefill_step = DecoderAttentionPrefillStep(t["heads"], t["kv_heads"], t["dim"], t["eps"], rows,
+                                                                  t["paired"])
+
+    def prefill(self, prep, image_feats, max_new_tokens):
+        """Fill a fresh one-sequence cache with the prompt; logits of its last token [1, V]."""
+        slots = self.plan_slots(prep.input_ids.shape[0], max_new_tokens)
+        self.reset_cache(1, slots)
+        return self.prefill_batch([prep], [image_feats], [0], slots)
+
+    def prefill_batch(self, preps, feats, cache_rows, slots):
+        """Prefill several prompts at once into sequence slots `cache_rows` of the current cache (sized by
+        reset_cache(batch, slots)); logits of each prompt's last token [len(preps), V]."""
+        self.compiler.next_request()
+        lengths = [p.input_ids.shape[0] for p in preps]
+        padded = bucket(max(lengths), self.buckets.prefill)
+        if padded > slots:
+            raise RequestTooLong(f"prompt of {max(lengths)} tokens does not fit a cache of {slots} positions")
+        h = self._prefill_hidden(preps, feats, padded, slots, cache_rows)
+        return self.compiler.call("prefill", self.last_logits_step, h, Tensor(np.array(lengths, np.int32) - 1))
+
+    def full_logits(self, prep, image_feats):
+        """Logits at every prompt position [S, V] from a fresh cache (tests and dumps)."""
+        s = prep.input_ids.shape[0]
+        padded = bucket(s, self.buckets.prefill)
+        slots = bucket(padded, self.buckets.slots)
+        self.reset_cache(1, slots)
+        h = self._prefill_hidden([prep], [image_feats], padded, slots, [0])
+        return self.compiler.call("full_logits", self.all_logits_step, h).asnumpy()[0, :s]
+
+    def decode(self, token, cache_pos, rope_delta, num_axes):
+        """One token of a one-sequence cache: logits [1, V]."""
+        return self.decode_batch([token], [cache_pos], [rope_delta], num_axes)
+
+    def decode_batch(self, tokens, cache_pos, rope_delta, num_axes):
+        """One token for each of the first B sequence rows of the cache (idle rows pass any token at any
+        position of their own rows): tokens, cache_pos, rope_delta [B] -> logits [B, V]. B below the cache's
+        batch (host-written caches only) reads just those rows."""
+        cache_pos = np.asarray(cache_pos, np.int32)
+        pos = np.broadcast_to((cache_pos + np.asarray(rope_delta, np.int32))[None, :, None],
+                              (num_axes, len(tokens), 1))
+        args = (Tensor(np.asarray(tokens, np.int32)[:, None]), Tensor(np.ascontiguousarray(pos)),
+                Tensor(cache_pos[:, None]), Tensor(np.arange(self.cache.slots, dtype=np.int32)))
+        if not self.cache.host_written:
+            return self.compiler.call("decode", self.decode_step, *args)
+        if self.moe.serves_decode(len(tokens)):
+            return self.moe.decode(cache_pos, *args)
+        if len(tokens) < self.cache.batch:  # the first len(tokens) sequence rows only
+            caches = [t for kv in self.cache.inputs(len(tokens)) for t in kv]
+            logits, ks, vs = self.compiler.call("decode", self.read_only_rows_decode_step, *args, *caches)
+        else:
+            logits, ks, vs = self.compiler.call("decode", self.read_only_decode_step, *args)
+        ks, vs, seqs = ks.asnumpy(), vs.asnumpy(), range(len(tokens))
+        for i in range(len(ks)):
+            self.cache.store(i, ks[i], vs[i], seqs, cache_pos)
+        return logits
