@@ -48,6 +48,16 @@ class Parser(argparse.ArgumentParser):
         return parsed
 
 
+def model_spec(args):
+    """The ModelSpec of --model, with --mode checked against it; CliError if either is wrong."""
+    try:
+        spec = models.get(args.model)
+        models.check_mode(spec, getattr(args, "mode", None))
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    return spec
+
+
 def add_mode_arg(p):
     p.add_argument("--mode", choices=models.modes(), help=models.modes_help())
 

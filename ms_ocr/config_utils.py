@@ -2,6 +2,7 @@
 
 import json
 import os
+from dataclasses import dataclass
 
 
 class CheckpointError(ValueError):
@@ -67,3 +68,36 @@ def pick(raw, names, defaults, where):
     if missing:
         raise CheckpointError(f"{where} lacks required field(s): {', '.join(missing)}")
     return out
+
+
+@dataclass
+class DecoderTextConfig:
+    """The fields every dense decoder's text config has, under transformers' names; a model's TextConfig adds its
+    own (bias flags, rope variant)."""
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    hidden_act: str
+    max_position_embeddings: int
+    rms_norm_eps: float
+    head_dim: int
+    tie_word_embeddings: bool
+    eos_token_id: object
+    bos_token_id: object
+    pad_token_id: object
+
+
+@dataclass
+class VisionTowerConfig:
+    """The fields every ViT tower's config has (transformers' names); a model's VisionConfig adds its own."""
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_channels: int
+    patch_size: int
+    spatial_merge_size: int
+    hidden_act: str

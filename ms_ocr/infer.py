@@ -8,8 +8,8 @@ import sys
 os.environ.setdefault("GLOG_v", "3")
 
 from ms_ocr import models  # noqa: E402 - the registry: plain data, no framework import
-from ms_ocr.cli import (CliError, Parser, add_mode_arg, add_sampling_args, cli_main, resolve_prompt,  # noqa: E402
-                        sampling_config)
+from ms_ocr.cli import (CliError, Parser, add_mode_arg, add_sampling_args, cli_main, model_spec,  # noqa: E402
+                        resolve_prompt, sampling_config)
 
 
 def build_parser():
@@ -119,11 +119,7 @@ def run(argv):
         args.model = _export_model(args.mindir)
     if not args.model:
         _use_demo(args)
-    try:
-        spec = models.get(args.model)
-        models.check_mode(spec, args.mode)
-    except ValueError as e:
-        raise CliError(str(e)) from None
+    spec = model_spec(args)
     from ms_ocr.processing.image import load_image
     images = [(path, load_image(path)) for path in args.image]  # fail on bad images before loading weights
     if not args.mindir:

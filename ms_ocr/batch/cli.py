@@ -13,8 +13,8 @@ import time
 os.environ.setdefault("GLOG_v", "3")
 
 from ms_ocr import models  # noqa: E402
-from ms_ocr.cli import (CliError, Parser, add_mode_arg, add_sampling_args, cli_main, resolve_prompt,  # noqa: E402
-                          sampling_config)
+from ms_ocr.cli import (CliError, Parser, add_mode_arg, add_sampling_args, cli_main, model_spec,  # noqa: E402
+                        resolve_prompt, sampling_config)
 
 
 def build_parser():
@@ -124,11 +124,7 @@ def run(argv, state=None):
     for flag in ("max_batch_size", "max_input_length", "max_output_length"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise CliError(f"--{flag.replace('_', '-')} must be at least 1")
-    try:
-        spec = models.get(args.model)
-        models.check_mode(spec, args.mode)
-    except ValueError as e:
-        raise CliError(str(e)) from None
+    spec = model_spec(args)
     model = spec.package
     args.max_new_tokens = args.max_output_length  # the sampling default for inputs
     job_prompt, job_task = resolve_prompt(args, spec.tasks, args.model)

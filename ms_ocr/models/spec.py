@@ -3,8 +3,9 @@
 A model package (ms_ocr/models/<package>/) declares `SPEC = ModelSpec(...)` in its `spec.py`; the registry
 (ms_ocr/models/__init__.py) lists the packages. Everything outside the folder (CLI names and choices, help texts,
 hub ids, the document pipeline's region tasks, the server's defaults, the loader) reads the spec. The spec module
-is plain data: the classes and functions that need NumPy or MindSpore are named as "module:attribute" references,
-imported on first use, so reading the registry (e.g. for `--help`) imports no framework.
+is plain data: the classes and functions that need NumPy or MindSpore are named as "module:attribute" references
+to modules of the package's own folder, imported on first use, so reading the registry (e.g. for `--help`)
+imports no framework.
 
 Declaring is checked at import: an unknown or missing field is a TypeError (keyword-only dataclass), a task list
 that contradicts itself or a reference outside the package's own folder is a ValueError."""
@@ -31,12 +32,13 @@ class ModelSpec:
     modes: tuple = ()  # resolution modes (--mode); empty: the model has none
     default_mode: str = None
     no_repeat: dict = None  # default n-gram blocking: {"size", "window", "exempt_tokens"}
-    # "module:attribute" references, imported on first use
+    # "module:attribute" references into the package's folder (ms_ocr/models/<package>/<module>.py), imported on
+    # first use
     config: str  # class with from_dict(raw config.json) -> config; its num_pos_axes / image_token_id / text
     processor: str  # class with from_pretrained(model_dir, cfg[, mode])
     model: str  # the VLMCell class, built from the config
-    rename: str  # name_table(cfg) -> RenameTable (hub weight names -> ours)
-    vision_inputs: str  # (cfg, processor output) -> per-image VisionInputs
+    rename: str = "convert:name_table"  # name_table(cfg) -> RenameTable (hub weight names -> ours)
+    vision_inputs: str = "host:vision_inputs"  # (cfg, processor output) -> per-image VisionInputs
     postprocess: str = None  # (text, task, images) -> (text, extras)
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -56,16 +58,15 @@ class ModelSpec:
             raise ValueError(f"{where}: default_mode must be one of modes (and only given with modes)")
         if self.no_repeat is not None and set(self.no_repeat) != NO_REPEAT_KEYS:
             raise ValueError(f"{where}: no_repeat needs exactly {sorted(NO_REPEAT_KEYS)}")
-        own = f"ms_ocr.models.{self.package}."
         for ref in ("config", "processor", "model", "rename", "vision_inputs", "postprocess"):
             value = getattr(self, ref)
             if value is None and ref == "postprocess":
                 continue
             module, _, attr = (value or "").partition(":")
-            if not module.startswith(own) or not attr.isidentifier():
-                raise ValueError(f"{where}: {ref} must be 'ms_ocr.models.{self.package}.<module>:<name>', "
-                                 f"not {value!r} (a model folder uses its own code; shared code lives in nn/ or "
-                                 "processing/)")
+            if not module.isidentifier() or not attr.isidentifier():
+                raise ValueError(f"{where}: {ref} must be '<module>:<name>' of a module in ms_ocr/models/"
+                                 f"{self.package}/, not {value!r} (a model folder uses its own code; shared code "
+                                 "lives in nn/ or processing/)")
 
     @property
     def names(self):
@@ -79,7 +80,7 @@ class ModelSpec:
                 self._cache[ref] = None
             else:
                 module, _, attr = value.partition(":")
-                self._cache[ref] = getattr(importlib.import_module(module), attr)
+                self._cache[ref] = getattr(importlib.import_module(f"ms_ocr.models.{self.package}.{module}"), attr)
         return self._cache[ref]
 
     # the shared load path -------------------------------------------------------------------------------------

@@ -65,8 +65,18 @@ class AssembleStep(ViewStep):
         return ops.gather(ops.concat((feats, self.vision.extra_rows().astype(feats.dtype)), 0), index, 0)
 
 
-class ViewExport:
-    """The MindIR export's vision graphs of a DeepEncoder model (ms_ocr/export/mindir.py)."""
+class DeepEncoderViews:
+    """What a DeepEncoder model (DeepSeek-OCR v1, v2) adds to its VLMCell: no ViTLayer stack (the runtime calls its
+    encode_views), the graph inputs of one view size from the host (`host_view_args(cfg, pixels)`, the model's
+    host.view_args), and the MindIR export's vision graphs (ms_ocr/export/mindir.py)."""
+
+    host_view_args = None
+
+    def vision_layers(self):
+        return []
+
+    def view_args(self, pixels):
+        return self.host_view_args(self.cfg, pixels)
 
     def view_step(self):
         return ViewStep(self.vision)

@@ -15,7 +15,7 @@ os.environ.setdefault("GLOG_v", "3")
 import uvicorn  # noqa: E402
 
 from ms_ocr import models  # noqa: E402
-from ms_ocr.cli import CliError, Parser, add_mode_arg, cli_main  # noqa: E402
+from ms_ocr.cli import CliError, Parser, add_mode_arg, cli_main, model_spec  # noqa: E402
 
 DEFAULT_MAX_MODEL_LEN = 12288  # room for PaddleX's default 8,192 completion tokens after a large page
 
@@ -113,11 +113,7 @@ def check_args(args):
 def run(argv):
     args = build_parser().parse_args(argv)
     check_args(args)
-    try:
-        spec = models.get(args.model)
-        models.check_mode(spec, args.mode)
-    except ValueError as e:
-        raise CliError(str(e)) from None
+    spec = model_spec(args)
     from ms_ocr.weights import locate
     model_dir = locate(args.model, args.model_path)
     from ms_ocr.device import setup

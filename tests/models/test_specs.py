@@ -16,9 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MODELS_DIR = os.path.join(ROOT, "ms_ocr", "models")
 
 _FIELDS = dict(name="toy-ocr", package="toy_ocr", title="a toy", hub_id="x/toy", tasks={"ocr": "OCR:", "boxes": "B:"},
-               region_tasks={k: "ocr" for k in REGION_KINDS}, config="ms_ocr.models.toy_ocr.config:Config",
-               processor="ms_ocr.models.toy_ocr.processor:P", model="ms_ocr.models.toy_ocr.model:M",
-               rename="ms_ocr.models.toy_ocr.convert:name_table", vision_inputs="ms_ocr.models.toy_ocr.host:vi")
+               region_tasks={k: "ocr" for k in REGION_KINDS}, config="config:Config", processor="processor:P",
+               model="model:M")
 
 
 def test_registry_lists_each_package_once_under_its_names():
@@ -71,7 +70,7 @@ def test_reading_the_registry_imports_no_framework():
     (dict(default_mode="a"), ValueError),  # a default without modes
     (dict(no_repeat={"size": 3}), ValueError),
     (dict(model="ms_ocr.models.other_ocr.model:M"), ValueError),  # another model folder's code
-    (dict(rename="ms_ocr.models.toy_ocr.convert"), ValueError),  # no attribute
+    (dict(rename="convert"), ValueError),  # no attribute
 ])
 def test_a_wrong_declaration_fails_at_import(change, error):
     assert ModelSpec(**_FIELDS).name == "toy-ocr"

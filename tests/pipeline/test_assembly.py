@@ -148,14 +148,16 @@ def test_title_levels_do_not_split_words():
 
 
 def test_every_recognizer_has_a_prompt_for_every_region_kind():
-    from ms_ocr.models import get as model_spec
-    from ms_ocr.pipeline.cli import RECOGNIZERS
+    from ms_ocr import models
+    from ms_ocr.pipeline.cli import build_parser
     from ms_ocr.pipeline.document import REGION_KINDS
+    recognizers = next(a for a in build_parser()._actions if "--recognizer" in a.option_strings).choices
+    assert recognizers == models.names()
     prompts = {}
-    for name in RECOGNIZERS:
-        package = model_spec(name)
-        assert sorted(package.region_tasks) == sorted(REGION_KINDS)
-        prompts[name] = {kind: package.tasks[task] for kind, task in package.region_tasks.items()}
+    for name in recognizers:
+        spec = models.get(name)
+        assert sorted(spec.region_tasks) == sorted(REGION_KINDS)
+        prompts[name] = {kind: spec.tasks[task] for kind, task in spec.region_tasks.items()}
     assert prompts["paddleocr-vl"] == {"text": "OCR:", "table": "Table Recognition:",
                                        "formula": "Formula Recognition:", "chart": "Chart Recognition:"}
     assert prompts["hunyuan-ocr"]["table"] == "把图中的表格解析为HTML。"

@@ -160,7 +160,9 @@ def test_cli_image(tiny_dir, layout_dir, layout_detector, vlm, tmp_path, monkeyp
     from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     from ms_ocr.pipeline import layout_filter
     calls = []
-    monkeypatch.setattr(paddleocr_vl, "load", lambda *a: calls.append(a) or vlm)
+    real_load = type(paddleocr_vl).load  # ModelSpec.load: the spec itself is frozen
+    monkeypatch.setattr(type(paddleocr_vl), "load",
+                        lambda spec, *a: calls.append(a) or vlm if spec is paddleocr_vl else real_load(spec, *a))
     monkeypatch.setattr(pp_doclayout_v2, "LayoutDetector",
                         lambda path, mode: calls.append((path, mode)) or layout_detector)
     page = tmp_path / "page.png"

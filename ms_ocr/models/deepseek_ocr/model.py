@@ -4,8 +4,9 @@
 from mindspore import Tensor, nn, ops
 
 from ms_ocr.models.base import VLMCell
+from ms_ocr.models.deepseek_ocr.host import view_args
 from ms_ocr.models.deepseek_ocr.vision import DeepEncoderV1
-from ms_ocr.nn.deepencoder import ViewExport, moe_decoder, run_views
+from ms_ocr.nn.deepencoder import DeepEncoderViews, moe_decoder, run_views
 
 
 class _PostStep(nn.Cell):
@@ -19,18 +20,13 @@ class _PostStep(nn.Cell):
         return self.vision.post(sam_out, clip_pos_m)
 
 
-class DeepseekOCRModel(VLMCell, ViewExport):
+class DeepseekOCRModel(VLMCell, DeepEncoderViews):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.vision = DeepEncoderV1(cfg.sam, cfg.clip, cfg.text.hidden_size)
         self.model = moe_decoder(cfg.text)
 
-    def vision_layers(self):
-        return []
-
-    def view_args(self, pixels):
-        from ms_ocr.models.deepseek_ocr.host import view_args
-        return view_args(self.cfg, pixels)
+    host_view_args = staticmethod(view_args)
 
     def encode_views(self, encoder, vision_inputs):
         """Per image: each view size (tiles as one batch, then the global view) through one compiled graph,

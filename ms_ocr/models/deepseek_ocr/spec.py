@@ -2,8 +2,6 @@
 
 from ms_ocr.models.spec import ModelSpec
 
-_HERE = "ms_ocr.models.deepseek_ocr"
-
 SPEC = ModelSpec(
     name="deepseek-ocr",
     package="deepseek_ocr",
@@ -21,10 +19,8 @@ SPEC = ModelSpec(
     default_mode="gundam",
     # the official scripts' n-gram blocking (ngram 30 within 90 generated tokens, table cells exempt)
     no_repeat={"size": 30, "window": 90, "exempt_tokens": ("<td>", "</td>")},
-    config=f"{_HERE}.config:DeepseekOCRConfig",
-    processor=f"{_HERE}.processor:DeepseekOCRProcessor",
-    model=f"{_HERE}.model:DeepseekOCRModel",
-    rename=f"{_HERE}.convert:name_table",
-    vision_inputs=f"{_HERE}.host:vision_inputs",
-    postprocess=f"{_HERE}.host:postprocess",
+    config="config:DeepseekOCRConfig",
+    processor="processor:DeepseekOCRProcessor",
+    model="model:DeepseekOCRModel",
+    postprocess="host:postprocess",
 )

@@ -5,8 +5,9 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 
 from ms_ocr.models.base import VLMCell
+from ms_ocr.models.deepseek_ocr2.host import view_args
 from ms_ocr.models.deepseek_ocr2.vision import ENCODER_LAYER_WEIGHTS, DeepseekOCR2Vision, EncoderLayerStep
-from ms_ocr.nn.deepencoder import ViewExport, moe_decoder, run_views
+from ms_ocr.nn.deepencoder import DeepEncoderViews, moe_decoder, run_views
 from ms_ocr.ops import get_activation
 
 
@@ -47,18 +48,13 @@ class QueryEncoderLayerwise:
         return call(self.head, x, rows)
 
 
-class DeepseekOCR2Model(VLMCell, ViewExport):
+class DeepseekOCR2Model(VLMCell, DeepEncoderViews):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.vision = DeepseekOCR2Vision(cfg.sam, cfg.encoder, cfg.text.hidden_size)
         self.model = moe_decoder(cfg.text)
 
-    def vision_layers(self):
-        return []
-
-    def view_args(self, pixels):
-        from ms_ocr.models.deepseek_ocr2.host import view_args
-        return view_args(self.cfg, pixels)
+    host_view_args = staticmethod(view_args)
 
     def encode_views(self, encoder, vision_inputs):
         """Per image: its views (local tiles, then the global view), each size through one compiled graph,

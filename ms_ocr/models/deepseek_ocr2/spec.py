@@ -2,8 +2,6 @@
 
 from ms_ocr.models.spec import ModelSpec
 
-_HERE = "ms_ocr.models.deepseek_ocr2"
-
 SPEC = ModelSpec(
     name="deepseek-ocr2",
     package="deepseek_ocr2",
@@ -14,9 +12,7 @@ SPEC = ModelSpec(
     tasks={"ocr": "Free OCR.", "markdown": "<|grounding|>Convert the document to markdown.",
            "figure": "Parse the figure.", "describe": "Describe this image in detail."},
     region_tasks={"text": "ocr", "table": "markdown", "formula": "ocr", "chart": "figure"},  # as DeepSeek-OCR
-    config=f"{_HERE}.config:DeepseekOCR2Config",
-    processor=f"{_HERE}.processor:DeepseekOCR2Processor",
-    model=f"{_HERE}.model:DeepseekOCR2Model",
-    rename=f"{_HERE}.convert:name_table",
-    vision_inputs=f"{_HERE}.host:vision_inputs",
+    config="config:DeepseekOCR2Config",
+    processor="processor:DeepseekOCR2Processor",
+    model="model:DeepseekOCR2Model",
 )

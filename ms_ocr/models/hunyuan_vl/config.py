@@ -7,7 +7,7 @@ and `xdrope_section`, legacy aliases `attention_head_dim` / `org_vocab_size` / `
 
 from dataclasses import dataclass, field, fields
 
-from ms_ocr.config_utils import CheckpointError, pick, require_model_type
+from ms_ocr.config_utils import CheckpointError, DecoderTextConfig, VisionTowerConfig, pick, require_model_type
 
 # Defaults of the reference config classes, used only where a file omits the field.
 VISION_DEFAULTS = dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16,
@@ -28,37 +28,15 @@ VISION_ALIASES = {"layer_norm_eps": "rms_norm_eps", "attention_heads": "num_atte
 
 
 @dataclass
-class VisionConfig:
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_channels: int
-    patch_size: int
-    spatial_merge_size: int
+class VisionConfig(VisionTowerConfig):
     max_image_size: int
     rms_norm_eps: float
-    hidden_act: str
     interpolate_mode: str
 
 
 @dataclass
-class TextConfig:
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    hidden_act: str
-    max_position_embeddings: int
-    rms_norm_eps: float
+class TextConfig(DecoderTextConfig):
     attention_bias: bool
-    head_dim: int
-    tie_word_embeddings: bool
-    eos_token_id: object
-    bos_token_id: object
-    pad_token_id: object
     rope_theta: float = 10000.0
     rope_alpha: float = None
     xdrope_section: list = None

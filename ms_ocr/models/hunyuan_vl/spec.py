@@ -2,8 +2,6 @@
 
 from ms_ocr.models.spec import ModelSpec
 
-_HERE = "ms_ocr.models.hunyuan_vl"
-
 SPEC = ModelSpec(
     name="hunyuan-ocr",
     package="hunyuan_vl",
@@ -26,10 +24,8 @@ SPEC = ModelSpec(
     },
     box_tasks=("spotting",),
     region_tasks={"text": "ocr", "table": "table", "formula": "formula", "chart": "chart"},
-    config=f"{_HERE}.config:HunyuanOCRConfig",
-    processor=f"{_HERE}.processor:HunyuanOCRProcessor",
-    model=f"{_HERE}.model:HunyuanOCRModel",
-    rename=f"{_HERE}.convert:name_table",
-    vision_inputs=f"{_HERE}.host:vision_inputs",
-    postprocess=f"{_HERE}.host:postprocess",
+    config="config:HunyuanOCRConfig",
+    processor="processor:HunyuanOCRProcessor",
+    model="model:HunyuanOCRModel",
+    postprocess="host:postprocess",
 )

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, field, fields
 
-from ms_ocr.config_utils import normalise_rope, pick, require_model_type
+from ms_ocr.config_utils import DecoderTextConfig, VisionTowerConfig, normalise_rope, pick, require_model_type
 
 # Defaults of the reference config classes, used only where a hub file omits the field.
 VISION_DEFAULTS = dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16,
@@ -17,39 +17,17 @@ ROOT_DEFAULTS = dict(image_token_id=100295, vision_start_token_id=101305, vision
 
 
 @dataclass
-class VisionConfig:
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_channels: int
+class VisionConfig(VisionTowerConfig):
     image_size: int
-    patch_size: int
-    hidden_act: str
     layer_norm_eps: float
-    spatial_merge_size: int
     rope_theta: float
 
 
 @dataclass
-class TextConfig:
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    hidden_act: str
-    max_position_embeddings: int
-    rms_norm_eps: float
+class TextConfig(DecoderTextConfig):
     use_bias: bool
-    head_dim: int
     rope_theta: float
     mrope_section: list
-    tie_word_embeddings: bool
-    eos_token_id: object
-    bos_token_id: object
-    pad_token_id: object
 
 
 @dataclass

@@ -2,8 +2,6 @@
 
 from ms_ocr.models.spec import ModelSpec
 
-_HERE = "ms_ocr.models.paddleocr_vl"
-
 SPEC = ModelSpec(
     name="paddleocr-vl",
     package="paddleocr_vl",
@@ -13,9 +11,7 @@ SPEC = ModelSpec(
     tasks={"ocr": "OCR:", "table": "Table Recognition:", "formula": "Formula Recognition:",
            "chart": "Chart Recognition:"},
     region_tasks={"text": "ocr", "table": "table", "formula": "formula", "chart": "chart"},
-    config=f"{_HERE}.config:PaddleOCRVLConfig",
-    processor=f"{_HERE}.processor:PaddleOCRVLProcessor",
-    model=f"{_HERE}.model:PaddleOCRVLModel",
-    rename=f"{_HERE}.convert:name_table",
-    vision_inputs=f"{_HERE}.host:vision_inputs",
+    config="config:PaddleOCRVLConfig",
+    processor="processor:PaddleOCRVLProcessor",
+    model="model:PaddleOCRVLModel",
 )

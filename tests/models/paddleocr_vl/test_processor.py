@@ -10,7 +10,8 @@ from PIL import Image
 from ms_ocr.config_utils import CheckpointError, load_config_json
 from ms_ocr.models.paddleocr_vl.config import PaddleOCRVLConfig
 from tests.helpers.reference import reference_inputs, reference_processor
-from ms_ocr.models.paddleocr_vl.processor import (IMAGE_DEFAULTS, TASK_PROMPTS, PaddleOCRVLProcessor,
+from ms_ocr.models.paddleocr_vl.spec import SPEC
+from ms_ocr.models.paddleocr_vl.processor import (IMAGE_DEFAULTS, PaddleOCRVLProcessor,
                                                   read_image_settings, smart_resize)
 from ms_ocr.processing.image import ImageError
 
@@ -66,7 +67,7 @@ def test_single_image_matches_reference(setups, rope_model, layout, case):
     size, grid = SIZES[case]
     _, ours, ref = setups[layout]
     img = _image(size, seed=len(case))
-    got, want = ours([img], TASK_PROMPTS["ocr"]), _reference(ref, [img], TASK_PROMPTS["ocr"])
+    got, want = ours([img], SPEC.tasks["ocr"]), _reference(ref, [img], SPEC.tasks["ocr"])
     assert got["image_grid_thw"].tolist() == [[1, *grid]] == want["image_grid_thw"].tolist()
     assert got["pixel_values"].dtype == np.float32 and got["pixel_values"].shape == (grid[0] * grid[1], 3, 14, 14)
     np.testing.assert_array_equal(got["pixel_values"], want["pixel_values"])
@@ -81,7 +82,7 @@ def test_single_image_matches_reference(setups, rope_model, layout, case):
 
 def test_prompt_text_and_layout(setups):
     img = _image((64, 64), 0)
-    hub = setups["hub"][1]([img], TASK_PROMPTS["table"])
+    hub = setups["hub"][1]([img], SPEC.tasks["table"])
     assert hub["text"] == ("<|begin_of_sentence|>User: <|IMAGE_START|><|IMAGE_PLACEHOLDER|><|IMAGE_END|>"
                            "Table Recognition:\nAssistant: ")
     ids = hub["input_ids"].tolist()
@@ -98,7 +99,7 @@ def test_prompt_text_and_layout(setups):
 def test_two_images_match_reference(setups, rope_model):
     _, ours, ref = setups["hub"]
     images = [_image((60, 400), 1), _image((500, 70), 2)]
-    got, want = ours(images, TASK_PROMPTS["formula"]), _reference(ref, images, TASK_PROMPTS["formula"])
+    got, want = ours(images, SPEC.tasks["formula"]), _reference(ref, images, SPEC.tasks["formula"])
     assert got["image_grid_thw"].tolist() == [[1, 28, 4], [1, 4, 36]] == want["image_grid_thw"].tolist()
     np.testing.assert_array_equal(got["pixel_values"], want["pixel_values"])
     np.testing.assert_array_equal(got["input_ids"], want["input_ids"][0])
