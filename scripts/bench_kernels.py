@@ -94,7 +94,6 @@ def _cell(kernel):
 
 def worker(kernel, threads):
     """Time one kernel on the route MS_OCR_NATIVE_ROUTES selects (set by the parent); prints one JSON line."""
-    import numpy as np
     from mindspore import Tensor
     from ms_ocr.device import setup
     from ms_ocr.ops import backend, native

@@ -21,13 +21,16 @@ prompt_tokens.
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from tests.helpers.bench_report import parse_log  # noqa: E402
+
 PEER = os.environ.get("PEER", os.path.join(os.path.expanduser("~"), ".cache", "llamacpp-peer"))
 SRC = os.path.join(PEER, "llama_cpp_python-0.3.36", "vendor", "llama.cpp")
 BIN = os.path.join(SRC, "build", "bin")
@@ -162,25 +165,6 @@ def run_measured(cmd, env=None):
     proc.returncode = os.waitstatus_to_exitcode(status)
     proc.stdout.close()
     return out, proc.returncode, usage
-
-
-def parse_log(text):
-    """llama.cpp's figures from its log (-lv 4). Its 'prompt eval time' spans the image encode too."""
-    def num(rx):
-        m = re.search(rx, text)
-        return float(m.group(1)) if m else None
-    enc = [float(x) for x in re.findall(r"(?:image slice encoded in|mtmd batch encoding done in) (\d+) ms", text)]
-    ntok = [int(x) for x in re.findall(r"decoding image batch \d+/\d+, n_tokens_batch = (\d+)", text)]
-    prompt = re.search(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens", text)
-    decode = re.search(r"\beval time =\s*([\d.]+) ms /\s*(\d+) runs\s*\(\s*([\d.]+) ms per token", text)
-    vision_ms = sum(enc) if enc else None
-    prompt_ms = float(prompt.group(1)) if prompt else None
-    return {"framework": "llama.cpp", "vision_ms": vision_ms,
-            "prefill_ms": prompt_ms - vision_ms if prompt_ms is not None and vision_ms is not None else None,
-            "decode_ms_per_token": float(decode.group(3)) if decode else None,
-            "decode_tokens_per_s": 1000 / float(decode.group(3)) if decode else None,
-            "load_s": (num(r"load time =\s*([\d.]+) ms") or 0) / 1000 or None,
-            "image_tokens": sum(ntok) if ntok else None, "prompt_tokens": int(prompt.group(2)) if prompt else None}
 
 
 def main():

@@ -19,24 +19,24 @@ from the noise.
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+
 os.environ.setdefault("GLOG_v", "3")
+
+from ms_ocr.proc import peak_rss_gb  # noqa: E402 - plain /proc reads, no framework
+from tests.helpers.bench_report import (median_result, process_report, round_ratios,  # noqa: E402
+                                        tokens_agreement)
 
 # The decode roofline: the decoder's weights read once per token at the measured two-thread read bandwidth, at
 # 4 bytes a weight (fp32) and at 2 (a bf16 checkpoint kept in bf16: --dtype auto/bf16, docs/native-kernels.md).
 READ_BANDWIDTH_GBS = 30.0
 # --isa levels of the process table and the -march ms_ocr's native kernels are built for at each
 ISA_ARCH = {"avx2": "x86-64-v3"}
-
-
-def peak_rss_gb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
 
 
 def ensure_checkpoint(model, folder=None):
@@ -131,24 +131,13 @@ def worker_ms_ocr(args):
 
 
 def reference_model_and_inputs(model_name, ckpt, img, prompt):
-    """The transformers model (fp32) and its processor's inputs for one image."""
-    import torch
-    if model_name == "paddleocr-vl":
-        from transformers import PaddleOCRVLForConditionalGeneration as Model
-        from ms_ocr.models.paddleocr_vl import SPEC
-        from tests.helpers.reference import reference_inputs, reference_processor
-        inputs = reference_inputs(reference_processor(ckpt, SPEC.config_from_dir(ckpt)), [img], prompt)
-    elif model_name == "hunyuan-ocr":
-        from transformers import HunYuanVLForConditionalGeneration as Model
-        from tests.helpers.tiny_hunyuan import reference_inputs, reference_processor
-        inputs = reference_inputs(reference_processor(ckpt), [img], prompt)
-    elif model_name == "deepseek-ocr2":
-        from transformers import DeepseekOcr2ForConditionalGeneration as Model
-        from tests.helpers.tiny_deepseek import reference_inputs, reference_processor
-        inputs = reference_inputs(reference_processor(ckpt), [img], prompt)
-    else:
+    """The transformers model (fp32) and its processor's inputs for one image: the model's test description
+    (tests/matrix/models.py) says how to load and prompt its reference."""
+    from tests.matrix.models import MATRICES
+    matrix = MATRICES.get(model_name)
+    if matrix is None or matrix.reference_model is None:
         raise SystemExit(f"no transformers reference for {model_name}")
-    return Model.from_pretrained(ckpt, dtype=torch.float32).eval(), inputs
+    return matrix.reference_model(ckpt, [img], prompt)
 
 
 VISION_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_local", "num_local_patches")
@@ -230,33 +219,6 @@ def run_worker(framework, args):
     return run_json_worker(__file__, ["--worker", framework, "--model", args.model, "--ckpt", args.ckpt, "--image",
                                       args.image, "--new-tokens", args.new_tokens, "--threads", args.threads,
                                       "--prompt", args.prompt, "--dtype", args.dtype], args.threads, framework)
-
-
-def median_result(runs):
-    """One framework's figures over rounds: the median of every measured (float) figure and of every compile
-    time; counts (patches, prompt tokens) and tokens from the first round."""
-    import numpy as np
-    out = dict(runs[0])
-    for key, value in runs[0].items():
-        if isinstance(value, float):
-            out[key] = float(np.median([r[key] for r in runs]))
-    if "compile_s" in out:
-        out["compile_s"] = {k: float(np.median([r["compile_s"][k] for r in runs])) for k in runs[0]["compile_s"]}
-    return out
-
-
-def round_ratios(results):
-    """A round's ms_ocr / transformers ratios: vision + prefill time, and decode tokens/s."""
-    ms, tf = results["ms_ocr"], results["transformers"]
-    return {"vision_prefill": (ms["vision_ms"] + ms["prefill_ms"]) / (tf["vision_ms"] + tf["prefill_ms"]),
-            "decode_speedup": ms["decode_tokens_per_s"] / tf["decode_tokens_per_s"],
-            "rss": ms["peak_rss_gb"] / tf["peak_rss_gb"]}
-
-
-def tokens_agreement(results):
-    """How many of the greedy tokens ms_ocr and transformers agree on, as "same/total"."""
-    ms, tf = results["ms_ocr"]["tokens"], results["transformers"]["tokens"]
-    return f"{sum(a == b for a, b in zip(ms, tf))}/{len(ms)}"
 
 
 def simd_line(results, cpu):
@@ -346,32 +308,6 @@ def llamacpp_runs(args, fmt):
     r = L.run_page(args.model, name, args.image, fmt, args.new_tokens, args.threads, args.isa)
     r["framework"] = f"llama.cpp {fmt}"
     return r
-
-
-PROCESS_ROWS = (("process wall s", "wall_s"), ("load s", "load_s"), ("compile s", "compile_s"),
-                ("vision ms", "vision_ms"), ("prefill ms", "prefill_ms"), ("decode ms/token", "decode_ms_per_token"),
-                ("peak RSS GB", "peak_rss_gb"))
-
-
-def process_report(columns):
-    """What a user waits for, one process per runtime: a table with each ms_ocr column's ratio to the first
-    llama.cpp column."""
-    import numpy as np
-    names = list(columns)
-    med = {n: {k: (float(np.median([r[k] for r in runs if r.get(k) is not None]))
-                   if any(r.get(k) is not None for r in runs) else None) for _, k in PROCESS_ROWS}
-           for n, runs in columns.items()}
-    peer = next((n for n in names if n.startswith("llama.cpp")), None)
-    head = f"{'figure':<17}" + "".join(f"{n:>22}" for n in names)
-    print(head + (f"{'ratios to ' + peer:>40}" if peer else ""))
-    for label, key in PROCESS_ROWS:
-        cells = "".join(f"{'-' if med[n][key] is None else format(med[n][key], '.2f'):>22}" for n in names)
-        ratios = ""
-        if peer and med[peer][key]:
-            ratios = "  " + ", ".join(f"{med[n][key] / med[peer][key]:.2f}" for n in names
-                                      if n != peer and med[n][key] is not None)
-        print(f"{label:<17}{cells}{ratios}")
-    return med
 
 
 def main():

@@ -56,7 +56,7 @@ def layout_blocks():
 
 
 def worker_ms_ocr(args):
-    from benchmark import peak_rss_gb
+    from ms_ocr.proc import peak_rss_gb
     from ms_ocr.device import setup
     from ms_ocr.generate import SamplingConfig
     from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
@@ -83,7 +83,8 @@ def worker_ms_ocr(args):
 
 def worker_transformers(args):
     import torch
-    from benchmark import peak_rss_gb, reference_model_and_inputs
+    from benchmark import reference_model_and_inputs
+    from ms_ocr.proc import peak_rss_gb
     from transformers import PPDocLayoutV2ForObjectDetection
     from ms_ocr.pipeline import layout_filter, regions
     from tests.helpers.layout_reference import reference_pixels

@@ -25,7 +25,7 @@ if [ ! -f "$stamp" ]; then
   "$venv/bin/pip" install -q $args >&2
   touch "$stamp"
 fi
-# The demo model's tests render text in Debian's DejaVu and Liberation fonts (scripts/demo_data.py); install them
+# The demo model's tests render text in Debian's DejaVu and Liberation fonts (training/demo/data.py); install them
 # where this runs as root with apt-get, otherwise those tests skip and name the packages.
 fonts="/usr/share/fonts/truetype/dejavu/DejaVuSerifCondensed.ttf /usr/share/fonts/truetype/liberation2/LiberationSans-Regular.ttf"
 if [ "$kind" = test ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

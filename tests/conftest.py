@@ -45,8 +45,6 @@ SLOW_VARIANTS = (
     # the other three sizes stay: a tiled page, and both extreme aspect ratios
     "tests/models/deepseek/test_ocr2_saved_checkpoint.py::test_image_features_and_first_logits_equal_reference"
     "[300x140]",  # 21 s
-    # the native build of an AVX-512 machine is the x86-64-v4 level; an AVX2 machine cannot run it
-    "tests/ops/test_native.py::test_matmul_t_at_every_isa_level[x86-64-v4]",  # 11 s
 )
 
 

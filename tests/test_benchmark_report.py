@@ -1,8 +1,9 @@
-"""scripts/benchmark.py's summary over repeated rounds (the workers themselves run in the benchmarks)."""
+"""The benchmarks' summary over repeated rounds (tests/helpers/bench_report.py; the workers themselves run in the
+benchmarks)."""
 
 import pytest
 
-from scripts.benchmark import median_result, round_ratios, tokens_agreement
+from tests.helpers.bench_report import median_result, parse_log, process_report, round_ratios, tokens_agreement
 
 
 def _run(vision, prefill, tok_s, rss, compile_vision, tokens):
@@ -46,7 +47,6 @@ prompt eval time =   47000.00 ms /  1012 tokens (   46.44 ms per token,    21.53
 
 def test_llamacpp_log_figures():
     """llama.cpp's prompt eval spans the image encode: prefill is prompt eval minus the encode."""
-    from scripts.bench_llamacpp import parse_log
     r = parse_log(LLAMA_LOG)
     assert r["vision_ms"] == 43210 and r["prefill_ms"] == pytest.approx(47000 - 43210)
     assert r["decode_ms_per_token"] == 40.0 and r["decode_tokens_per_s"] == 25.0
@@ -54,7 +54,6 @@ def test_llamacpp_log_figures():
 
 
 def test_process_table_ratios_are_to_llamacpp(capsys):
-    from scripts.benchmark import process_report
     cols = {"ms_ocr CLI second run": [{"wall_s": 30.0, "decode_ms_per_token": 45.0, "peak_rss_gb": 3.0},
                                       {"wall_s": 40.0, "decode_ms_per_token": 47.0, "peak_rss_gb": 3.2},
                                       {"wall_s": 35.0, "decode_ms_per_token": 46.0, "peak_rss_gb": 3.1}],

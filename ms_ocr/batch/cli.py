@@ -6,13 +6,13 @@ msrun each rank takes its share of the inputs and the last rank to finish merges
 """
 
 import os
-import resource
 import sys
 import time
 
 os.environ.setdefault("GLOG_v", "3")
 
 from ms_ocr import models  # noqa: E402
+from ms_ocr.proc import peak_rss_gb  # noqa: E402
 from ms_ocr.cli import (CliError, Parser, add_mode_arg, add_sampling_args, cli_main, model_spec,  # noqa: E402
                         resolve_prompt, sampling_config)
 
@@ -244,7 +244,7 @@ def _run_job(args, spec, model_dir, items, job_prompt, job_task, world, rank, st
     merged = R.merge_shards(args.out, world, store.job)
     if merged:
         R.write_markdown(args.out, R.latest(R.read_records(merged, store.job)).values())
-    rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+    rss_gb = peak_rss_gb() or 0.0
     figures = R.report(finished, wall, sum(engine.compile_seconds().values()), skipped, rss_gb, args.max_batch_size)
     R.write_report(os.path.join(args.out, "report.csv" if world == 1 else f"report.rank{rank}.csv"), figures)
     print(R.format_report(figures), file=sys.stderr)

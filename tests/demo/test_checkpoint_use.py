@@ -1,5 +1,5 @@
 """The embedded demo checkpoint works like any checkpoint: the batch runner gives infer's tokens on the example
-images (examples/, rendered by scripts/demo_data.py), a MindIR export reads the README's example to its exact
+images (examples/, rendered by training/demo/data.py), a MindIR export reads the README's example to its exact
 text, and the document pipeline runs it as its recogniser."""
 
 import json
@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from ms_ocr.models import demo_checkpoint
-from scripts import demo_data
+from training.demo import data as demo_data
 from tests.cli_util import ROOT, run_module
 
 EXAMPLES = {name: text for name, text, _ in demo_data.EXAMPLES}
@@ -42,7 +42,7 @@ def test_batch_runner_reads_the_examples(tmp_path):
     # the README's example reads exactly; the model's accuracy is tests/demo/test_gate.py's (the 2026-11-25
     # checkpoint misreads two characters of address.png and the brackets of receipt.png, as infer does)
     assert got["invoice.png"]["text"] == EXAMPLES["invoice.png"]
-    from scripts.train_demo import cer
+    from training.demo.model import cer
     assert cer([got[n]["text"] for n in sorted(EXAMPLES)], [EXAMPLES[n] for n in sorted(EXAMPLES)]) <= 0.05
 
 

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from scripts import demo_data
+from training.demo import data as demo_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 pytestmark = pytest.mark.skipif(bool(demo_data.missing_fonts()), reason=f"fonts missing: {demo_data.missing_fonts()}; "
@@ -100,11 +100,11 @@ def test_examples_folder_is_reproducible(tmp_path):
 
 def test_tokenizer_is_deterministic_with_the_real_special_tokens():
     pytest.importorskip("transformers")
-    from scripts import train_demo
+    from training.demo import tokenizer as demo_tokenizer
 
-    a, b = train_demo.train_tokenizer(lines=3000), train_demo.train_tokenizer(lines=3000)
+    a, b = demo_tokenizer.train_tokenizer(lines=3000), demo_tokenizer.train_tokenizer(lines=3000)
     assert a.to_str() == b.to_str()
-    assert a.get_vocab_size() == train_demo.VOCAB_SIZE
+    assert a.get_vocab_size() == demo_tokenizer.VOCAB_SIZE
     for token, idx in (("<unk>", 0), ("<s>", 1), ("</s>", 2), ("<|begin_of_sentence|>", 3),
                        ("<|IMAGE_PLACEHOLDER|>", 5), ("<|IMAGE_START|>", 6), ("<|IMAGE_END|>", 7)):
         assert a.token_to_id(token) == idx
@@ -117,16 +117,16 @@ def test_saved_tokenizer_renders_the_hub_template_like_the_script(tmp_path):
     pytest.importorskip("transformers")
     from ms_ocr.processing.chat import load_chat_template, render_chat
     from ms_ocr.processing.tokenizer import Tokenizer
-    from scripts import train_demo
+    from training.demo import tokenizer as demo_tokenizer
 
-    tok = train_demo.train_tokenizer(lines=3000)
-    train_demo.write_tokenizer(tok, str(tmp_path))
+    tok = demo_tokenizer.train_tokenizer(lines=3000)
+    demo_tokenizer.write_tokenizer(tok, str(tmp_path))
     saved = Tokenizer.from_dir(str(tmp_path))
     template = load_chat_template(str(tmp_path))
-    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": train_demo.PROMPT}]}]
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": demo_tokenizer.PROMPT}]}]
     rendered = render_chat(template, messages, add_generation_prompt=True, **saved.special_tokens)
-    assert rendered == train_demo.prompt_text(1)
-    expected = train_demo.prompt_text(3)
+    assert rendered == demo_tokenizer.prompt_text(1)
+    expected = demo_tokenizer.prompt_text(3)
     assert saved.encode(expected, add_special_tokens=False) == tok.encode(expected).ids
     assert saved.eos_token_id == 2
 
@@ -135,9 +135,9 @@ def test_tokenizer_spends_one_token_on_each_template_word():
     """The chat template around the image costs 12 tokens (22 when its words were spelt in characters): the
     decoder's sequences are ~15 % shorter, the training step cheaper."""
     pytest.importorskip("transformers")
-    from scripts import train_demo
+    from training.demo import tokenizer as demo_tokenizer
 
-    tok = train_demo.train_tokenizer(lines=3000)
-    pieces = [tok.id_to_token(i) for i in tok.encode(train_demo.prompt_text(5)).ids]
+    tok = demo_tokenizer.train_tokenizer(lines=3000)
+    pieces = [tok.id_to_token(i) for i in tok.encode(demo_tokenizer.prompt_text(5)).ids]
     assert len(pieces) == 5 + 12, pieces
     assert [p for p in pieces if p.isalpha() and len(p) > 1] == ["User", "OCR", "Assistant"], pieces

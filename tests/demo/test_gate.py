@@ -3,12 +3,11 @@ never drew, one font it never saw) go through the CLI; CER <= 2 % on the trainin
 reported, and transformers' generate on the same checkpoint gives identical tokens (real-weight parity)."""
 
 import json
-import os
 
 import pytest
 
 from ms_ocr.models import demo_checkpoint
-from scripts import demo_data
+from training.demo import data as demo_data
 from tests.cli_util import run_module
 
 GATE_SEED = 9100  # the training draws seeds 0 (lines) and 1000 (tokenizer corpus); its own eval uses 7000/7001
@@ -24,7 +23,7 @@ pytestmark = [pytest.mark.skipif(demo_checkpoint() is None, reason="ms_ocr/demo/
 
 
 def _cer(pred, ref):
-    from scripts.train_demo import cer
+    from training.demo.model import cer
 
     return cer(pred, ref)
 

@@ -28,6 +28,10 @@ class ModelMatrix:
     variants: dict = field(default_factory=dict)  # id -> dict(layout, build kwargs, layout keys, images, prompt)
     load_kwargs: dict = field(default_factory=dict)  # package.load(...) extras (and --mode below)
     cli_args: tuple = ()
+    # the full-size check (-m slow): real config with random weights (tests/helpers/real_size.py BUILDERS key),
+    # a page (width, height) and a prompt; `reference_model(folder, images, prompt)` -> (model, inputs)
+    full_size: dict = None
+    reference_model: object = None
 
 
 def transformers_reference(load):
@@ -84,6 +88,7 @@ def _hunyuan_reference(folder, images, prompt):
 
 PADDLE = ModelMatrix(
     cli="paddleocr-vl", package="paddleocr_vl", build=_paddle_build, reference=transformers_reference(_paddle_reference),
+    reference_model=_paddle_reference, full_size=dict(page=(336, 448), prompt="OCR:"),
     # tiny processor: 3,136..50,176 pixels (tests/helpers/tiny_paddle.py)
     images={"page": (96, 128), "small": (30, 22), "wide": (700, 36), "tall": (40, 520), "large": (900, 640)},
     prompts={"plain": "OCR:", "special": "Chart Recognition: <|LOC_0|> then <|LOC_1|>"},
@@ -105,6 +110,8 @@ PADDLE = ModelMatrix(
 
 HUNYUAN = ModelMatrix(
     cli="hunyuan-ocr", package="hunyuan_vl", build=_hunyuan_build, reference=transformers_reference(_hunyuan_reference),
+    reference_model=_hunyuan_reference,
+    full_size=dict(page=(384, 512), prompt="检测并识别图片中的文字，将文本坐标格式化输出。"),  # its spotting prompt
     # tiny processor: 4,096..49,152 pixels, patch 16 (tests/helpers/tiny_hunyuan.py)
     images={"page": (96, 128), "small": (24, 30), "wide": (720, 40), "tall": (36, 600), "large": (1000, 700)},
     prompts={"plain": "Extract the text in the image.",
@@ -137,6 +144,7 @@ def _ds2_reference(folder, images, prompt):
 
 DEEPSEEK_V2 = ModelMatrix(
     cli="deepseek-ocr2", package="deepseek_ocr2", build=_ds2_build, reference=transformers_reference(_ds2_reference),
+    reference_model=_ds2_reference,
     # global view only below a 768-px tile (300x140: 257 image tokens), tiles beyond, 6 in a row / column
     images={"small": (300, 140), "wide": (2000, 150), "tall": (150, 2000), "large": (1000, 700)},
     prompts={"plain": "Free OCR.", "special": "<image>\nFree OCR."},

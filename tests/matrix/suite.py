@@ -26,6 +26,8 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("model,variant", [
             pytest.param(model, variant, id=variant, marks=[pytest.mark.slow] if spec.get("slow") else [])
             for variant, spec in MATRICES[model].variants.items()])
+    elif "full_size_model" in metafunc.fixturenames:  # models with a full-size description only
+        metafunc.parametrize("full_size_model", [model] if MATRICES[model].full_size else [])
     elif "model" in metafunc.fixturenames:
         metafunc.parametrize("model", [model])
 
@@ -123,3 +125,33 @@ def test_generation_config_eos_list_stops_both_at_the_same_token(model, matrix_c
         assert ref == want
     (got,) = cli_run(matrix, spec, folder, [path], prompt)
     assert got["token_ids"] == want and got["finish_reason"] == "stop"
+
+
+@pytest.mark.slow
+def test_full_size_logits_match_transformers(full_size_model, graph_mode):
+    """The real config (random weights saved as the hub ships them, kept in ~/.cache/ms_ocr/bench) on a 3:4 page
+    small enough for a few minutes on 2 cores: the prompt's logits at every position within 1e-4 of max|logit|
+    of transformers' in fp32, and the same argmax everywhere."""
+    import torch
+
+    from ms_ocr import models
+    from tests.helpers.pages import document_page
+    from tests.helpers.parity import rel_err
+    from tests.helpers.real_size import BUILDERS
+
+    matrix = MATRICES[full_size_model]
+    # the folder scripts/benchmark.py uses
+    folder = os.path.join(os.path.expanduser("~"), ".cache", "ms_ocr", "bench", matrix.cli.replace("-", "_") + "_random")
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        BUILDERS[matrix.cli](folder)
+    img = document_page(*matrix.full_size["page"]).convert("RGB")
+    prompt = matrix.full_size["prompt"]
+    pipe = models.get(matrix.cli).load(folder, "CPU", "fp32")
+    prep, _ = pipe.prepare([img], prompt)
+    ref, inputs = matrix.reference_model(folder, [img], prompt)
+    assert np.array_equal(inputs["input_ids"][0].numpy(), prep.input_ids)
+    with torch.no_grad():
+        want = ref(**inputs).logits[0].numpy()
+    got = pipe.runtime.full_logits(prep, pipe.encode_images(prep))
+    assert rel_err(got, want) < 1e-4
+    assert np.array_equal(got.argmax(-1), want.argmax(-1))

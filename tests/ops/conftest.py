@@ -18,6 +18,17 @@ def graph_cpu():
 
 
 @pytest.fixture
+def pynative_cpu():
+    """PyNative on the CPU: an op runs as it is, without a graph compiled for each input shape (the kernel-level
+    checks over many shapes; ~0.5 s of compiling a shape in graph mode)."""
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.PYNATIVE_MODE, device_target="CPU")
+    backend.configure("CPU")
+    yield
+    ms.set_context(mode=mode)
+
+
+@pytest.fixture
 def all_routes(monkeypatch):
     """Every native kernel routed whatever the route table says for this machine's level (the routing tests)."""
     monkeypatch.setenv(backend.ROUTES_ENV, "all")

@@ -40,7 +40,7 @@ def test_library_builds_once_into_its_cache(tmp_path):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 7, 8])
 @pytest.mark.parametrize("n,k", [(5, 37), (1030, 1000), (64, 16), (257, 1152), (3, 1)])
-def test_matmul_t_kernel_matches_numpy(graph_cpu, threads, m, n, k):
+def test_matmul_t_kernel_matches_numpy(pynative_cpu, threads, m, n, k):
     """Every row count the kernel takes (its weight blocks of each level and the single-row tail), widths with and
     without a vector tail, outputs shorter than one block; on 1 and 2 threads (the machine's own build)."""
     kernels = native.load()
@@ -48,7 +48,7 @@ def test_matmul_t_kernel_matches_numpy(graph_cpu, threads, m, n, k):
     kernels.set_threads(threads)
     try:
         x, w = _case(np.random.default_rng(m * 7 + n), m, n, k)
-        out = _Apply(backend.native_ops(kernels)[0])(Tensor(x), Tensor(w)).asnumpy()
+        out = backend.native_ops(kernels)[0](Tensor(x), Tensor(w)).asnumpy()
         ref = x.astype(np.float64) @ w.astype(np.float64).T
         assert out.shape == (m, n)
         assert np.abs(out - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max())
@@ -57,7 +57,7 @@ def test_matmul_t_kernel_matches_numpy(graph_cpu, threads, m, n, k):
 
 
 @needs_compiler
-def test_matmul_t_at_every_isa_level(graph_cpu, isa_kernels):
+def test_matmul_t_at_every_isa_level(pynative_cpu, isa_kernels):
     """The library built for each SIMD level this machine runs (x86-64-v2 SSE2, v3 AVX2/FMA, v4 AVX-512, native)
     gives the same products: every row count (each level sizes its weight blocks from its register count), with
     and without a vector tail."""
@@ -68,7 +68,7 @@ def test_matmul_t_at_every_isa_level(graph_cpu, isa_kernels):
     for m, n, k in shapes:
         x, w = _case(np.random.default_rng(m + n), m, n, k)
         ref = x.astype(np.float64) @ w.astype(np.float64).T
-        out = _Apply(op)(Tensor(x), Tensor(w)).asnumpy()
+        out = op(Tensor(x), Tensor(w)).asnumpy()
         assert np.abs(out - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max()), (kernels.isa_level, m, n, k)
     assert kernels.matmul_t_calls == before + len(shapes)
 

@@ -2,7 +2,7 @@
 scan augmentations, and the example images. Pillow and NumPy only; everything is a pure function of its seed.
 
 Fonts come from Debian's packages: fonts-dejavu-core + fonts-dejavu-extra (training) and fonts-liberation2
-(the unseen font the accuracy gate reports). `python scripts/demo_data.py --examples examples/` writes the
+(the unseen font the accuracy gate reports). `python -m training.demo.data --examples examples/` writes the
 example images.
 """
 
