@@ -10,17 +10,11 @@ import subprocess
 import sys
 
 import pytest
-from PIL import Image, ImageDraw
 
 from tests.cli_util import ROOT, run_module
+from tests.helpers.pages import text_page
 
 NEW = "6"
-
-
-def _page(w, h, label):
-    img = Image.new("RGB", (w, h), (248, 248, 240))
-    ImageDraw.Draw(img).text((4, 4), label, fill=(0, 0, 0))
-    return img
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +22,7 @@ def pages(tmp_path_factory):
     root = tmp_path_factory.mktemp("pages")
     sizes = {"a.png": (96, 128), "b.png": (160, 64), "c.png": (120, 90)}
     for name, (w, h) in sizes.items():
-        _page(w, h, name).save(root / name)
+        text_page(w, h, name).save(root / name)
     return root
 
 
@@ -187,7 +181,7 @@ def test_a_page_in_padded_vision_blocks_answers_the_same_with_the_cache(bf16_dir
     with open(big / "preprocessor_config.json", "w") as f:
         json.dump(pre, f)
     page = tmp_path / "page.png"
-    _page(476, 476, "padded blocks").save(page)
+    text_page(476, 476, "padded blocks").save(page)
     cache = tmp_path / "cache"
     plain, _ = infer(big, page, tmp_path / "unused", on=False)
     cold, _ = infer(big, page, cache)

@@ -9,21 +9,13 @@ import sys
 
 import numpy as np
 import pytest
-from PIL import Image, ImageDraw
 
 from ms_ocr.generate import SamplingConfig
 from tests.cli_util import ROOT, assert_one_line_error, run_module
 from tests.helpers.parity import rel_err
+from tests.helpers.pages import text_page
 
 NEW = 10
-
-
-def _page(w, h):
-    img = Image.new("RGB", (w, h), (250, 250, 240))
-    d = ImageDraw.Draw(img)
-    for i in range(max(1, h // 22)):
-        d.text((4, 4 + 20 * i), f"export {i}", fill=(0, 0, 0))
-    return img
 
 
 def _export(model, folder, out, *extra):
@@ -64,11 +56,11 @@ def test_mindir_round_trip(model, tiny_dir, hunyuan_checkpoint, graph_mode, tmp_
     served = load_mindir(str(tmp_path / "exp"), model)
     prompt = model_spec(model).tasks["ocr"]
     for size in ((96, 128), (200, 56)):  # one vision file for every patch count
-        assert_served_equals_live(served, live, _page(*size), prompt)
+        assert_served_equals_live(served, live, text_page(*size, "export"), prompt)
 
     # the CLI serves the export without --model (read from meta.json) and gives the live tokens
     path = tmp_path / "page.png"
-    _page(120, 90).save(path)
+    text_page(120, 90, "export").save(path)
     out = run_module("ms_ocr.infer", "--mindir", str(tmp_path / "exp"), "--image", str(path), "--max-new-tokens",
                      str(NEW), "--json")
     assert out.returncode == 0, out.stderr
@@ -111,11 +103,11 @@ def test_deepseek_mindir_round_trip(model, graph_mode, tmp_path):
     served = load_mindir(str(tmp_path / "exp"), model)
     prompt = package.tasks["ocr"]
     for size in pages:
-        assert_served_equals_live(served, live, _page(*size), prompt)
+        assert_served_equals_live(served, live, text_page(*size, "export"), prompt)
     # ONNX: the global view's graph in onnxruntime equals MindSpore's, which equals the live image tokens
     import onnxruntime as ort
     from ms_ocr.export import export_vision_onnx
-    small = _page(*pages[1])
+    small = text_page(*pages[1], "export")
     inputs, want = export_vision_onnx(live, small, str(tmp_path / "vision.onnx"))
     sess = ort.InferenceSession(str(tmp_path / "vision.onnx"))
     got = sess.run(None, {i.name: a for i, a in zip(sess.get_inputs(), inputs)})[0]
@@ -128,7 +120,7 @@ def test_deepseek_mindir_round_trip(model, graph_mode, tmp_path):
     if model == "deepseek-ocr":
         assert meta["mode"] == "gundam"
         path = tmp_path / "page.png"
-        _page(150, 100).save(path)
+        text_page(150, 100, "export").save(path)
         # a mode whose view size was not exported is refused in one line (a token budget the export's cache
         # holds: the budget is checked first)
         assert_one_line_error(run_module("ms_ocr.infer", "--mindir", str(tmp_path / "exp"), "--image", str(path),
@@ -143,9 +135,9 @@ def test_onnx_vision_matches_mindspore(model, tiny_dir, hunyuan_checkpoint, grap
     folder = tiny_dir if model == "paddleocr-vl" else hunyuan_checkpoint()
     pipe = model_spec(model).load(folder, "CPU", "fp32")
     path = str(tmp_path / "vision.onnx")
-    inputs, want = export_vision_onnx(pipe, _page(150, 100), path)
+    inputs, want = export_vision_onnx(pipe, text_page(150, 100, "export"), path)
     # the exported graph is the live vision tower (portable kernels included)
-    prep, _ = pipe.prepare([_page(150, 100)], "x")
+    prep, _ = pipe.prepare([text_page(150, 100, "export")], "x")
     assert rel_err(want, pipe.encode_images(prep).asnumpy()) < 1e-5
     sess = ort.InferenceSession(path)
     got = sess.run(None, {i.name: a for i, a in zip(sess.get_inputs(), inputs)})[0]

@@ -12,28 +12,20 @@ import time
 
 import numpy as np
 import pytest
-from PIL import Image, ImageDraw
 
 from tests.cli_util import ROOT, run_module
+from tests.helpers.pages import text_page
 
 NEW = 6
-
-
-def _page(w, h, label):
-    img = Image.new("RGB", (w, h), (248, 248, 240))
-    d = ImageDraw.Draw(img)
-    for i in range(max(1, h // 22)):
-        d.text((4, 4 + 20 * i), f"{label} line {i}", fill=(0, 0, 0))
-    return img
 
 
 @pytest.fixture(scope="module")
 def docs(tmp_path_factory):
     root = tmp_path_factory.mktemp("docs")
-    _page(96, 128, "a").save(root / "a.png")
+    text_page(96, 128, "a").save(root / "a.png")
     (root / "sub").mkdir()
-    _page(160, 64, "b").convert("RGB").save(root / "sub" / "b.jpg")
-    first, second = _page(90, 120, "p1"), _page(120, 90, "p2")
+    text_page(160, 64, "b").convert("RGB").save(root / "sub" / "b.jpg")
+    first, second = text_page(90, 120, "p1"), text_page(120, 90, "p2")
     first.save(root / "c.pdf", save_all=True, append_images=[second], resolution=72)
     whole = (root / "a.png").read_bytes()
     (root / "bad.png").write_bytes(whole[:len(whole) // 2])  # truncated
@@ -118,7 +110,7 @@ def test_resume_after_kill_loses_nothing(tiny_dir, tmp_path):
     src = tmp_path / "pages"
     src.mkdir()
     for i in range(6):
-        _page(64 + 16 * i, 96, f"k{i}").save(src / f"{i}.png")
+        text_page(64 + 16 * i, 96, f"k{i}").save(src / f"{i}.png")
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=ROOT, GLOG_v="3", MS_OCR_OFFLINE="1")
     cmd = [sys.executable, "-m", "ms_ocr.batch", "--model", "paddleocr-vl", "--model-path", tiny_dir, "--input",
@@ -145,7 +137,7 @@ def test_two_ranks_shard_and_merge(tiny_dir, tmp_path):
     src = tmp_path / "pages"
     src.mkdir()
     for i in range(5):
-        _page(80, 64 + 16 * i, f"s{i}").save(src / f"{i}.png")
+        text_page(80, 64 + 16 * i, f"s{i}").save(src / f"{i}.png")
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=ROOT, GLOG_v="3", MS_OCR_OFFLINE="1")
     procs = [subprocess.Popen([sys.executable, "-m", "ms_ocr.batch", "--model", "paddleocr-vl", "--model-path",

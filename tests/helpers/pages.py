@@ -1,9 +1,19 @@
-"""Synthetic pages: `page`, a small one for engine and server tests (a random light background with dark text
-rows); `document_page`, a deterministic document-like page (title, paragraphs, a ruled table) for benchmarks and
+"""Synthetic pages: `text_page`, a light page with labelled text rows (the CLI, batch, export, cache and load tests:
+distinct labels make distinct files); `page`, a random light background with dark text rows (engine and server
+tests); `document_page`, a deterministic document-like page (title, paragraphs, a ruled table) for benchmarks and
 the full-size tests."""
 
 import numpy as np
 from PIL import Image, ImageDraw
+
+
+def text_page(w, h, label=""):
+    """w x h, light paper, a row "<label> line <i>" every 20 px (at least one)."""
+    img = Image.new("RGB", (w, h), (248, 248, 240))
+    d = ImageDraw.Draw(img)
+    for i in range(max(1, h // 22)):
+        d.text((4, 4 + 20 * i), f"{label} line {i}".strip(), fill=(0, 0, 0))
+    return img
 
 
 def page(w, h, seed):

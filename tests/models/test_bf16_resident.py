@@ -7,21 +7,13 @@ experts and shared experts in bf16, widened next to each product; its vision wei
 import numpy as np
 import pytest
 import mindspore as ms
-from PIL import Image, ImageDraw
 
 from ms_ocr.ops import backend, linear
 from ms_ocr.runtime import Buckets
 from tests.helpers.native import needs_compiler
+from tests.helpers.pages import text_page
 
 STEPS = 6
-
-
-def _image(seed):
-    img = Image.new("RGB", (84, 112), (250, 250, 245))
-    d = ImageDraw.Draw(img)
-    for i in range(5):
-        d.text((4 + seed, 6 + 20 * i), f"row {i + seed}", fill=(0, 0, 0))
-    return img
 
 
 def _models(request):
@@ -103,7 +95,7 @@ def test_one_sequence_bit_identical_to_fp32(pair, native_head, monkeypatch):
         monkeypatch.setattr(linear, "NATIVE_MIN_WEIGHT_BF16", 1)
         bf, fp, prompt = _load_pair(pair[3])
     kernels = backend.native_kernels()
-    prep, _ = fp.prepare([_image(0)], prompt)
+    prep, _ = fp.prepare([text_page(84, 112, f"row {0}")], prompt)
     feats_fp, feats_bf = fp.encode_images(prep), bf.encode_images(prep)
     assert _same(feats_bf.asnumpy(), feats_fp.asnumpy())
     want = _greedy(fp, prep, feats_fp)
@@ -125,7 +117,7 @@ def test_batch_decode_bit_identical_to_fp32(pair, batch):
     """Sequences prefilled and decoded together (the batch engine's runtime calls): 3 through the native kernels,
     9 (more than DecodeLayer takes) through the composed layers, whose graphs widen the bf16 weights."""
     bf, fp, prompt = pair[:3]
-    preps = [fp.prepare([_image(i % 4)], prompt)[0] for i in range(batch)]
+    preps = [fp.prepare([text_page(84, 112, f"row {i % 4}")], prompt)[0] for i in range(batch)]
     results = []
     for pipe in (bf, fp):
         rt = pipe.runtime

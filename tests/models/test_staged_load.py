@@ -4,15 +4,9 @@ answer is the one-stage load's, token for token and logit for logit."""
 
 import numpy as np
 import pytest
-from PIL import Image, ImageDraw
 
 from ms_ocr.generate import SamplingConfig
-
-
-def _page():
-    img = Image.new("RGB", (96, 128), (248, 248, 240))
-    ImageDraw.Draw(img).text((4, 4), "staged", fill=(0, 0, 0))
-    return img
+from tests.helpers.pages import text_page
 
 
 @pytest.mark.parametrize("model", ["paddleocr-vl", "hunyuan-ocr"])
@@ -27,7 +21,7 @@ def test_staged_load_answers_as_the_whole_load(model, tiny_checkpoint, hunyuan_c
     cfg = SamplingConfig(max_new_tokens=6)
     whole = package.load(folder, "CPU", "auto", Buckets(prefill=32, slots=64))
     want_logits = []
-    want = whole.run([_page()], prompt, cfg, on_logits=want_logits.append)
+    want = whole.run([text_page(96, 128, "staged")], prompt, cfg, on_logits=want_logits.append)
 
     with staged_weights():
         staged = package.load(folder, "CPU", "auto", Buckets(prefill=32, slots=64))
@@ -50,7 +44,7 @@ def test_staged_load_answers_as_the_whole_load(model, tiny_checkpoint, hunyuan_c
 
     staged.ensure_text_weights = ensure_text_weights
     got_logits = []
-    got = staged.run([_page()], prompt, cfg, on_logits=got_logits.append, release_vision=True)  # as infer runs it
+    got = staged.run([text_page(96, 128, "staged")], prompt, cfg, on_logits=got_logits.append, release_vision=True)  # as infer runs it
     assert got["token_ids"] == want["token_ids"] and got["text"] == want["text"]
     np.testing.assert_array_equal(np.stack(got_logits), np.stack(want_logits))
     assert all(int(np.prod(p.shape)) == 0 for p in vision)  # released
