@@ -14,6 +14,8 @@ prompt with and without the model's special tokens each occur at least once, wit
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tests.matrix.layouts import chat_template, read_json
 
 
@@ -32,6 +34,12 @@ class ModelMatrix:
     # a page (width, height) and a prompt; `reference_model(folder, images, prompt)` -> (model, inputs)
     full_size: dict = None
     reference_model: object = None
+    # the per-component parity tests (tests/matrix/suite.py, vision tower and cached decode against the reference's
+    # forward on a tiny checkpoint): checkpoint(request) -> folder, reference(folder) -> model, patches(grids, seed),
+    # tower(runtime, image's VisionInputs) -> ours before the vision head, ref_vision(model, pixels, grids) ->
+    # (tower, image features), prompt(cfg, grids) -> ids with image placeholders, decode_variants (prefill
+    # attention block, host-written cache)
+    components: dict = None
 
 
 def transformers_reference(load):
@@ -86,9 +94,68 @@ def _hunyuan_reference(folder, images, prompt):
     return model, reference_inputs(reference_processor(folder), images, prompt, system)
 
 
+def _paddle_components():
+    def tower(rt, item):  # the encoder output after post_layernorm, before the projector
+        return rt.model.visual.vision_model.post_layernorm(rt.vision.tower(item)).asnumpy()
+
+    def ref_vision(model, pix, grids):
+        import torch
+        tower = model.model.visual(pixel_values=torch.tensor(pix)[None], grid_thw=torch.tensor(grids))
+        feats = model.model.get_image_features(torch.tensor(pix), torch.tensor(grids)).pooler_output
+        return tower.last_hidden_state.numpy(), torch.cat(feats).numpy()
+
+    def prompt(cfg, grids, n_text=7, seed=0):
+        rng = np.random.default_rng(seed)
+        ids = [1] + list(rng.integers(10, 200, n_text))
+        for t, h, w in grids:
+            ids += [cfg.vision_start_token_id] + [cfg.image_token_id] * (t * h * w // 4) + [cfg.vision_end_token_id]
+            ids += list(rng.integers(10, 200, 3))
+        return np.array(ids, np.int64)
+
+    # chunk 8: several causal query blocks over growing key prefixes; host cache off: the caches written in the
+    # graph (DecodeStep, as on Ascend and in the exported text graph) instead of by the host
+    return dict(checkpoint=lambda request: request.getfixturevalue("tiny_dir"), reference=_transformers_model,
+                patches=lambda grids, seed: _patches(grids, seed, (3, 14, 14)), tower=tower, ref_vision=ref_vision,
+                prompt=prompt, decode_variants=[(256, True), (8, True), (256, False)])
+
+
+def _hunyuan_components():
+    def ref_vision(model, pix, grids):
+        import torch
+        out = model.model.vision_tower(torch.tensor(pix), grid_thw=torch.tensor(grids))
+        return out.last_hidden_state[0].numpy(), out.pooler_output[0].numpy()
+
+    def prompt(cfg, grids, seed=0):
+        rng = np.random.default_rng(seed)
+        ids = [cfg.text.bos_token_id] + list(rng.integers(10, 300, 6))
+        for _, h, w in grids:
+            ids += [cfg.im_start_id] + [cfg.image_token_id] * (h // 2 * (w // 2 + 1) + 2) + [cfg.im_end_id]
+            ids += list(rng.integers(10, 300, 3))
+        return np.array(ids, np.int64)
+
+    return dict(checkpoint=lambda request: request.getfixturevalue("hunyuan_checkpoint")(),
+                reference=_transformers_model, patches=lambda grids, seed: _patches(grids, seed, (3 * 16 * 16,)),
+                tower=lambda rt, item: rt.vision.tower(item).asnumpy(), ref_vision=ref_vision, prompt=prompt,
+                decode_variants=[(256, True), (8, True)])
+
+
+def _patches(grids, seed, shape):
+    n = sum(t * h * w for t, h, w in grids)
+    return np.random.default_rng(seed).standard_normal((n, *shape)).astype(np.float32)
+
+
+def _transformers_model(folder):
+    """The folder's transformers class (AutoModelForImageTextToText), fp32."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+    torch.manual_seed(0)
+    return AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).eval()
+
+
 PADDLE = ModelMatrix(
     cli="paddleocr-vl", package="paddleocr_vl", build=_paddle_build, reference=transformers_reference(_paddle_reference),
     reference_model=_paddle_reference, full_size=dict(page=(336, 448), prompt="OCR:"),
+    components=_paddle_components(),
     # tiny processor: 3,136..50,176 pixels (tests/helpers/tiny_paddle.py)
     images={"page": (96, 128), "small": (30, 22), "wide": (700, 36), "tall": (40, 520), "large": (900, 640)},
     prompts={"plain": "OCR:", "special": "Chart Recognition: <|LOC_0|> then <|LOC_1|>"},
@@ -110,7 +177,7 @@ PADDLE = ModelMatrix(
 
 HUNYUAN = ModelMatrix(
     cli="hunyuan-ocr", package="hunyuan_vl", build=_hunyuan_build, reference=transformers_reference(_hunyuan_reference),
-    reference_model=_hunyuan_reference,
+    reference_model=_hunyuan_reference, components=_hunyuan_components(),
     full_size=dict(page=(384, 512), prompt="检测并识别图片中的文字，将文本坐标格式化输出。"),  # its spotting prompt
     # tiny processor: 4,096..49,152 pixels, patch 16 (tests/helpers/tiny_hunyuan.py)
     images={"page": (96, 128), "small": (24, 30), "wide": (720, 40), "tall": (36, 600), "large": (1000, 700)},

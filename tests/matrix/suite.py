@@ -28,6 +28,17 @@ def pytest_generate_tests(metafunc):
             for variant, spec in MATRICES[model].variants.items()])
     elif "full_size_model" in metafunc.fixturenames:  # models with a full-size description only
         metafunc.parametrize("full_size_model", [model] if MATRICES[model].full_size else [])
+    elif "component_model" in metafunc.fixturenames:  # models with a components description only
+        components = MATRICES[model].components
+        if "host_cache" in metafunc.fixturenames:
+            metafunc.parametrize("component_model,chunk,host_cache",
+                                 [(model, c, h) for c, h in components["decode_variants"]] if components else [],
+                                 ids=lambda v: v if isinstance(v, str) else str(v))
+        else:  # the vision test: every grid at every query block size
+            metafunc.parametrize("component_model,grids,chunk",
+                                 [(model, g, c) for g in GRIDS for c in (512, 7)] if components else [],
+                                 ids=lambda v: v if isinstance(v, str) else
+                                 "+".join(f"{h}x{w}" for _, h, w in v) if isinstance(v, list) else str(v))
     elif "model" in metafunc.fixturenames:
         metafunc.parametrize("model", [model])
 
@@ -155,3 +166,104 @@ def test_full_size_logits_match_transformers(full_size_model, graph_mode):
     got = pipe.runtime.full_logits(prep, pipe.encode_images(prep))
     assert rel_err(got, want) < 1e-4
     assert np.array_equal(got.argmax(-1), want.argmax(-1))
+
+
+# ---- per-component parity on the tiny checkpoint (the descriptions' `components`) -------------------------------
+
+TOL = 1e-4
+# (t, h, w) patch grids: wide, tall, square, and two images in one sequence
+GRIDS = [[(1, 4, 10)], [(1, 12, 4)], [(1, 6, 6)], [(1, 4, 6), (1, 8, 4)]]
+
+
+@pytest.fixture(scope="module")
+def component_pair(request, graph_mode):
+    """(our pipeline, the transformers model, the description's components) of this module's MODEL."""
+    from ms_ocr import models
+    from ms_ocr.runtime import Buckets
+    components = MATRICES[request.module.MODEL].components
+    folder = components["checkpoint"](request)
+    pipe = models.get(request.module.MODEL).load(folder, "CPU", "auto", Buckets(prefill=32, slots=64))
+    return pipe, components["reference"](folder), components
+
+
+def test_vision_tower_and_features_match_reference(component_model, grids, chunk, component_pair, monkeypatch):
+    """The ViT layers' output and the image features (after the model's merger / projector) of packed images (GRIDS),
+    in blocks of `chunk` query rows (7: several blocks per image, the last one short); with the native attention
+    routed, every layer's every block ran on it."""
+    import torch
+
+    from ms_ocr.ops import backend
+    from tests.helpers.parity import rel_err
+    pipe, ref, c = component_pair
+    rt = pipe.runtime
+    monkeypatch.setattr(rt.vision, "attention_chunk", chunk)
+    pix = c["patches"](grids, len(grids))
+    inputs = pipe.vision_inputs({"image_grid_thw": np.array(grids), "pixel_values": pix})
+    tower = np.concatenate([c["tower"](rt, item) for item in inputs])
+    with torch.no_grad():
+        ref_tower, ref_feats = c["ref_vision"](ref, pix, grids)
+    assert rel_err(tower, ref_tower) < TOL
+    kernels = backend.native_kernels() if backend.NATIVE_ATTENTION is not None else None  # routed at this level
+    before = kernels.attention_calls if kernels is not None else 0
+    feats = rt.encode_images(inputs).asnumpy()
+    assert feats.shape == ref_feats.shape
+    assert rel_err(feats, ref_feats) < TOL
+    if kernels is not None:
+        blocks = sum(-(-(t * h * w) // chunk) for t, h, w in grids)
+        assert kernels.attention_calls - before == pipe.cfg.vision.num_hidden_layers * blocks
+
+
+def _reference_forward(model, ids, pix, grids, image_token_id):
+    """The reference's logits over `ids`, its rope positions [A, S] and decode delta."""
+    import torch
+    tt = torch.tensor(ids)[None]
+    mm = (tt == image_token_id).int()
+    with torch.no_grad():
+        logits = model(input_ids=tt, pixel_values=torch.tensor(pix), image_grid_thw=torch.tensor(grids),
+                       mm_token_type_ids=mm).logits[0].numpy()
+        pos, delta = model.model.get_rope_index(tt, mm_token_type_ids=mm, image_grid_thw=torch.tensor(grids))
+    return logits, pos[:, 0].numpy(), int(delta[0, 0])
+
+
+def test_prefill_and_cached_decode_logits(component_model, chunk, host_cache, component_pair, monkeypatch):
+    """Prefill logits over a two-image prompt (the multi-axis rope positions differ per axis there), then 10 cached
+    decode steps, each against the reference's full forward; our cached steps against our own uncached forward.
+    `chunk`: the prefill's causal attention block (8: several blocks over growing key prefixes); `host_cache`
+    False: the caches written in the graph (as on Ascend and in the exported text graph)."""
+    from ms_ocr.runtime import Prepared
+    from tests.helpers.parity import rel_err
+    pipe, ref, c = component_pair
+    rt, cfg = pipe.runtime, pipe.cfg
+    monkeypatch.setattr(rt.cache, "host_default", host_cache)
+    grids = [(1, 4, 6), (1, 6, 4)]
+    pix = c["patches"](grids, 7)
+    prompt = c["prompt"](cfg, grids)
+    cont = np.random.default_rng(1).integers(10, 250, 10)
+    full = np.concatenate([prompt, cont])
+    ref_logits, ref_pos, delta = _reference_forward(ref, full, pix, grids, cfg.image_token_id)
+    assert (ref_pos[1:] != ref_pos[0]).any()  # the prompt really exercises the multi-axis rope
+
+    def prepared(ids, pos):
+        return Prepared(input_ids=ids, position_ids=pos, rope_delta=delta,
+                        image_token_mask=ids == cfg.image_token_id,
+                        vision_inputs=pipe.vision_inputs({"image_grid_thw": np.array(grids), "pixel_values": pix}))
+
+    s = len(prompt)
+    rt.set_prefill_attention_block(chunk)
+    try:
+        prep = prepared(prompt, ref_pos[:, :s])
+        feats = pipe.encode_images(prep)
+        assert rel_err(rt.full_logits(prep, feats), ref_logits[:s]) < TOL
+        last = rt.prefill(prep, feats, max_new_tokens=len(cont)).asnumpy()[0]
+        assert rel_err(last, ref_logits[s - 1]) < TOL
+        cache = rt.model.text_layers()[0].self_attn.k_cache
+        assert cache.ndim == (4 if host_cache else 2) and rt.cache.host_written == host_cache
+        for i, tok in enumerate(cont[:-1]):
+            step = rt.decode(int(tok), s + i, delta, pipe.num_pos_axes).asnumpy()[0]
+            assert rel_err(step, ref_logits[s + i]) < TOL, f"decode step {i}"
+            assert np.argmax(step) == np.argmax(ref_logits[s + i])
+        ours_uncached = rt.full_logits(prepared(full, ref_pos), feats)
+        assert rel_err(ours_uncached, ref_logits) < TOL
+        assert rel_err(step, ours_uncached[-2]) < TOL
+    finally:
+        rt.set_prefill_attention_block(256)

@@ -1,4 +1,6 @@
-"""Per-component and cached-decode parity of the MindSpore PaddleOCR-VL against transformers (tiny config)."""
+"""PaddleOCR-VL parity beyond the generated component tests (tests/matrix/suite.py: vision tower, prefill and cached
+decode): the composed vision attention, each native decode route, and the runtime's graph bookkeeping, on the tiny
+checkpoint."""
 
 import numpy as np
 import pytest
@@ -12,38 +14,9 @@ TOL = 1e-4
 GRIDS = [[(1, 4, 10)], [(1, 12, 4)], [(1, 6, 6)], [(1, 4, 6), (1, 8, 4)]]
 
 
-def _tower(rt, inputs):
-    """Our encoder output (after post_layernorm, before the projector) through the runtime's own steps."""
-    return rt.model.visual.vision_model.post_layernorm(rt.vision.tower(inputs)).asnumpy()
-
-
 def _patches(grids, seed):
     n = sum(t * h * w for t, h, w in grids)
     return np.random.default_rng(seed).standard_normal((n, 3, 14, 14)).astype(np.float32)
-
-
-@pytest.mark.parametrize("chunk", [512, 7])  # 7: several query chunks per image, the last one short
-@pytest.mark.parametrize("grids", GRIDS, ids=lambda g: "+".join(f"{h}x{w}" for _, h, w in g))
-def test_vision_tower_and_projector(grids, chunk, pipeline, reference, monkeypatch):
-    monkeypatch.setattr(pipeline.runtime.vision, "attention_chunk", chunk)
-    pix = _patches(grids, len(grids))
-    inputs = pipeline.vision_inputs({"image_grid_thw": np.array(grids), "pixel_values": pix})
-    tower = np.concatenate([_tower(pipeline.runtime, per_image) for per_image in inputs])
-    with torch.no_grad():
-        ref_tower = reference.model.visual(pixel_values=torch.tensor(pix)[None],
-                                           grid_thw=torch.tensor(grids)).last_hidden_state.numpy()
-        ref_feats = torch.cat(reference.model.get_image_features(
-            torch.tensor(pix), torch.tensor(grids)).pooler_output).numpy()
-    assert rel_err(tower, ref_tower) < TOL
-    kernels = backend.native_kernels() if backend.NATIVE_ATTENTION is not None else None  # routed at this ISA level
-    before = kernels.attention_calls if kernels is not None else 0
-    feats = pipeline.runtime.encode_images(inputs).asnumpy()
-    assert feats.shape == ref_feats.shape
-    assert rel_err(feats, ref_feats) < TOL
-    if kernels is not None:  # every layer's attention of every query chunk ran on the native kernel
-        layers = pipeline.cfg.vision.num_hidden_layers
-        chunks = sum(-(-(t * h * w) // chunk) for t, h, w in grids)
-        assert kernels.attention_calls - before == layers * chunks
 
 
 def test_vision_tower_composed_attention(tiny_dir, graph_mode, reference):
@@ -91,46 +64,6 @@ def _prepared(pipeline, ids, pos, delta, pix, grids):
     return Prepared(input_ids=ids, position_ids=pos, rope_delta=delta,
                     image_token_mask=ids == pipeline.cfg.image_token_id,
                     vision_inputs=pipeline.vision_inputs({"image_grid_thw": np.array(grids), "pixel_values": pix}))
-
-
-# chunk 8: several causal query blocks over growing key prefixes; host_cache False: the caches written in the
-# graph (DecodeStep, as on Ascend and in the exported text graph) instead of by the host
-@pytest.mark.parametrize("chunk,host_cache", [(256, True), (8, True), (256, False)])
-def test_prefill_and_cached_decode_logits(chunk, host_cache, pipeline, reference, monkeypatch):
-    """Prefill logits over a multimodal prompt, then 10 cached decode steps, each against the reference's
-    full forward; and our cached steps against our own uncached forward."""
-    pipeline.runtime.set_prefill_attention_block(chunk)
-    monkeypatch.setattr(pipeline.runtime.cache, "host_default", host_cache)
-    cfg = pipeline.cfg
-    grids = [(1, 4, 6), (1, 6, 4)]
-    pix = _patches(grids, 7)
-    prompt = _multimodal_prompt(cfg, grids)
-    cont = np.random.default_rng(1).integers(10, 250, 10)
-    full = np.concatenate([prompt, cont])
-    ref_logits, ref_pos, delta = _ref_logits(reference, full, pix, grids, cfg.image_token_id)
-
-    rt = pipeline.runtime
-    s = len(prompt)
-    prep = _prepared(pipeline, prompt, ref_pos[:, :s], delta, pix, grids)
-    feats = pipeline.encode_images(prep)
-    ours_full = rt.full_logits(prep, feats)
-    assert rel_err(ours_full, ref_logits[:s]) < TOL
-
-    last = rt.prefill(prep, feats, max_new_tokens=len(cont)).asnumpy()[0]
-    assert rel_err(last, ref_logits[s - 1]) < TOL
-    cache = rt.model.text_layers()[0].self_attn.k_cache
-    assert cache.ndim == (4 if host_cache else 2) and rt.cache.host_written == host_cache
-    for i, tok in enumerate(cont[:-1]):
-        step = rt.decode(int(tok), s + i, delta, 3).asnumpy()[0]
-        assert rel_err(step, ref_logits[s + i]) < TOL, f"decode step {i}"
-        assert np.argmax(step) == np.argmax(ref_logits[s + i])
-
-    # cached == uncached: our own full forward over prompt + continuation
-    prep_full = _prepared(pipeline, full, ref_pos, delta, pix, grids)
-    ours_uncached = rt.full_logits(prep_full, feats)
-    assert rel_err(ours_uncached, ref_logits) < TOL
-    assert rel_err(step, ours_uncached[-2]) < TOL
-    pipeline.runtime.set_prefill_attention_block(256)
 
 
 @pytest.mark.parametrize("route", ["fused_layers", "products", "composed"])
