@@ -178,7 +178,8 @@ PADDLE = ModelMatrix(
 HUNYUAN = ModelMatrix(
     cli="hunyuan-ocr", package="hunyuan_vl", build=_hunyuan_build, reference=transformers_reference(_hunyuan_reference),
     reference_model=_hunyuan_reference, components=_hunyuan_components(),
-    full_size=dict(page=(384, 512), prompt="检测并识别图片中的文字，将文本坐标格式化输出。"),  # its spotting prompt
+    # its spotting prompt
+    full_size=dict(page=(384, 512), prompt="检测并识别图片中的文字，将文本坐标格式化输出。"),
     # tiny processor: 4,096..49,152 pixels, patch 16 (tests/helpers/tiny_hunyuan.py)
     images={"page": (96, 128), "small": (24, 30), "wide": (720, 40), "tall": (36, 600), "large": (1000, 700)},
     prompts={"plain": "Extract the text in the image.",

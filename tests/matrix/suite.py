@@ -152,7 +152,8 @@ def test_full_size_logits_match_transformers(full_size_model, graph_mode):
 
     matrix = MATRICES[full_size_model]
     # the folder scripts/benchmark.py uses
-    folder = os.path.join(os.path.expanduser("~"), ".cache", "ms_ocr", "bench", matrix.cli.replace("-", "_") + "_random")
+    folder = os.path.join(os.path.expanduser("~"), ".cache", "ms_ocr", "bench",
+                          matrix.cli.replace("-", "_") + "_random")
     if not os.path.isfile(os.path.join(folder, "config.json")):
         BUILDERS[matrix.cli](folder)
     img = document_page(*matrix.full_size["page"]).convert("RGB")
