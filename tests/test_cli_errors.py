@@ -154,3 +154,20 @@ def test_shared_options_out_of_range_name_their_flag(module, flags, needle, good
     model = ["--recognizer", "paddleocr-vl"] if module == "ms_ocr.pipeline" else ["--model", "paddleocr-vl"]
     image = ["--input" if module == "ms_ocr.batch" else "--image", good_png]
     assert_one_line_error(run_module(module, *model, *image, *flags), needle)
+
+
+@pytest.mark.parametrize("module,args,needle", [
+    ("ms_ocr.export", ("--model", "paddleocr-vl", "--out", "x", "--frobnicate"), "frobnicate"),
+    ("ms_ocr.export", ("--model", "paddleocr-vl"), "--out"),  # a required option missing
+    ("ms_ocr.export", ("--model", "no-such-model", "--out", "x"), "no-such-model"),
+    ("ms_ocr.export", ("--model", "hunyuan-ocr", "--out", "x", "--mode", "tiny"), "--mode applies to deepseek-ocr"),
+    ("ms_ocr.convert", ("--model", "paddleocr-vl", "--src", "a"), "--dst"),
+    ("ms_ocr.convert", ("--model", "paddleocr-vl", "--src", "a", "--dst", "b", "--frobnicate"), "frobnicate"),
+    ("ms_ocr.convert", ("--model", "no-such-model", "--src", "a", "--dst", "b"), "no-such-model"),
+])
+def test_export_and_convert_usage_errors_are_one_line(module, args, needle):
+    """The export and convert command lines answer a wrong option as the others do: one `error:` line, exit 2 (they
+    printed argparse's usage block above it)."""
+    proc = run_module(module, *args)
+    assert_one_line_error(proc, needle)
+    assert proc.returncode == 2

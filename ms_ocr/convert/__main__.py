@@ -5,7 +5,6 @@ source precision, plus the tokenizer/processor/config files, so `infer --model-p
 Converting an already converted folder gives the same files (the tables are idempotent).
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -78,22 +77,30 @@ def convert(model, src, dst):
     return len(out)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m ms_ocr.convert")
-    p.add_argument("--model", required=True)
+def build_parser():
+    from ms_ocr import models
+    from ms_ocr.cli import Parser
+    p = Parser(prog="python -m ms_ocr.convert", description="Convert a Hugging Face checkpoint to ms_ocr's layout.")
+    p.add_argument("--model", required=True, help=", ".join(models.names()))
     p.add_argument("--src", required=True, help="Hugging Face checkpoint folder")
     p.add_argument("--dst", required=True, help="output folder")
-    args = p.parse_args(argv)
-    try:
-        n = convert(args.model, args.src, args.dst)
-    except Exception as e:  # one line per failure; MS_OCR_DEBUG=1 for the traceback
-        if os.environ.get("MS_OCR_DEBUG"):
-            raise
-        from ms_ocr.errors import user_error_message
-        print(f"error: {user_error_message(e)}", file=sys.stderr)
-        return 1
+    return p
+
+
+def run(argv):
+    from ms_ocr.cli import model_spec
+    args = build_parser().parse_args(argv)
+    model_spec(args)  # an unknown --model is a usage error
+    n = convert(args.model, args.src, args.dst)
     print(f"wrote {n} tensors to {os.path.join(args.dst, WEIGHTS)}")
     return 0
+
+
+def main(argv=None):
+    """Wrong options: one `error:` line, exit 2; a failed conversion: one line, exit 1 (MS_OCR_DEBUG=1 shows the
+    traceback)."""
+    from ms_ocr.cli import cli_main
+    return cli_main(run, argv)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ the folder with `python -m ms_ocr.infer --mindir EXPORT_DIR --image page.png`. S
 the graphs' inputs and why prefill and decode are one graph.
 """
 
-import argparse
 import os
 import sys
 import time
@@ -13,11 +12,11 @@ import time
 os.environ.setdefault("GLOG_v", "3")  # before MindSpore is imported, as the other command lines
 
 from ms_ocr import models  # noqa: E402 - the registry: plain data, no framework import
+from ms_ocr.cli import Parser, cli_main, model_spec  # noqa: E402
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="python -m ms_ocr.export",
-                                description="Export a model to MindIR (vision and text graphs).")
+    p = Parser(prog="python -m ms_ocr.export", description="Export a model to MindIR (vision and text graphs).")
     p.add_argument("--model", required=True, help=", ".join(models.names()))
     p.add_argument("--model-path", help="checkpoint folder (default: the model's default place)")
     p.add_argument("--out", required=True, help="export folder")
@@ -28,26 +27,25 @@ def build_parser():
     return p
 
 
-def main(argv=None):
+def run(argv):
     args = build_parser().parse_args(argv)
-    from ms_ocr.config_utils import CheckpointError
+    spec = model_spec(args)
     from ms_ocr.device import setup
-    from ms_ocr.export import ExportError, export_pipeline
+    from ms_ocr.export import export_pipeline
     from ms_ocr.weights import locate
-    try:
-        spec = models.get(args.model)
-        models.check_mode(spec, args.mode)
-        pipe = spec.load(locate(args.model, args.model_path), setup(args.device), "fp32")
-        if args.mode:
-            pipe.processor.set_mode(args.mode)
-        t0 = time.perf_counter()
-        timings = export_pipeline(pipe, args.out, args.slots, args.batch)
-    except (ExportError, CheckpointError, ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    pipe = spec.load(locate(args.model, args.model_path), setup(args.device), "fp32")
+    if args.mode:
+        pipe.processor.set_mode(args.mode)
+    t0 = time.perf_counter()
+    timings = export_pipeline(pipe, args.out, args.slots, args.batch)
     print(f"exported {args.model} to {args.out} in {time.perf_counter() - t0:.1f} s "
           f"(vision {timings['vision_s']:.1f} s, text {timings['text_s']:.1f} s)")
     return 0
+
+
+def main(argv=None):
+    """One `error:` line for a wrong option, a missing checkpoint or an export that cannot be made (exit 2)."""
+    return cli_main(run, argv, usage_errors=(ValueError, FileNotFoundError))
 
 
 if __name__ == "__main__":
