@@ -94,6 +94,34 @@ def _hunyuan_reference(folder, images, prompt):
     return model, reference_inputs(reference_processor(folder), images, prompt, system)
 
 
+def paddle_prompt(cfg, grids, n_text=7, seed=0):
+    """A PaddleOCR-VL prompt of random text ids around each image's placeholders (also the model's own parity
+    tests, tests/models/paddleocr_vl)."""
+    rng = np.random.default_rng(seed)
+    ids = [1] + list(rng.integers(10, 200, n_text))
+    for t, h, w in grids:
+        ids += [cfg.vision_start_token_id] + [cfg.image_token_id] * (t * h * w // 4) + [cfg.vision_end_token_id]
+        ids += list(rng.integers(10, 200, 3))
+    return np.array(ids, np.int64)
+
+
+def paddle_patches(grids, seed):
+    """Random PaddleOCR-VL patches [N, 3, 14, 14] for (t, h, w) grids."""
+    return _patches(grids, seed, (3, 14, 14))
+
+
+def reference_forward(model, ids, pix, grids, image_token_id):
+    """A transformers VLM's logits over `ids` with the images' pixels, its rope positions [A, S] and decode delta."""
+    import torch
+    tt = torch.tensor(ids)[None]
+    mm = (tt == image_token_id).int()
+    with torch.no_grad():
+        logits = model(input_ids=tt, pixel_values=torch.tensor(pix), image_grid_thw=torch.tensor(grids),
+                       mm_token_type_ids=mm).logits[0].numpy()
+        pos, delta = model.model.get_rope_index(tt, mm_token_type_ids=mm, image_grid_thw=torch.tensor(grids))
+    return logits, pos[:, 0].numpy(), int(delta[0, 0])
+
+
 def _paddle_components():
     def tower(rt, item):  # the encoder output after post_layernorm, before the projector
         return rt.model.visual.vision_model.post_layernorm(rt.vision.tower(item)).asnumpy()
@@ -104,19 +132,10 @@ def _paddle_components():
         feats = model.model.get_image_features(torch.tensor(pix), torch.tensor(grids)).pooler_output
         return tower.last_hidden_state.numpy(), torch.cat(feats).numpy()
 
-    def prompt(cfg, grids, n_text=7, seed=0):
-        rng = np.random.default_rng(seed)
-        ids = [1] + list(rng.integers(10, 200, n_text))
-        for t, h, w in grids:
-            ids += [cfg.vision_start_token_id] + [cfg.image_token_id] * (t * h * w // 4) + [cfg.vision_end_token_id]
-            ids += list(rng.integers(10, 200, 3))
-        return np.array(ids, np.int64)
-
     # chunk 8: several causal query blocks over growing key prefixes; host cache off: the caches written in the
     # graph (DecodeStep, as on Ascend and in the exported text graph) instead of by the host
     return dict(checkpoint=lambda request: request.getfixturevalue("tiny_dir"), reference=_transformers_model,
-                patches=lambda grids, seed: _patches(grids, seed, (3, 14, 14)), tower=tower, ref_vision=ref_vision,
-                prompt=prompt, decode_variants=[(256, True), (8, True), (256, False)])
+                patches=paddle_patches, tower=tower, ref_vision=ref_vision, prompt=paddle_prompt, decode_variants=[(256, True), (8, True), (256, False)])
 
 
 def _hunyuan_components():

@@ -14,7 +14,7 @@ from PIL import Image, ImageDraw
 
 from tests.cli_util import run_module
 from tests.matrix import layouts
-from tests.matrix.models import MATRICES
+from tests.matrix.models import MATRICES, reference_forward
 
 NEW_TOKENS = 10
 
@@ -214,18 +214,6 @@ def test_vision_tower_and_features_match_reference(component_model, grids, chunk
         assert kernels.attention_calls - before == pipe.cfg.vision.num_hidden_layers * blocks
 
 
-def _reference_forward(model, ids, pix, grids, image_token_id):
-    """The reference's logits over `ids`, its rope positions [A, S] and decode delta."""
-    import torch
-    tt = torch.tensor(ids)[None]
-    mm = (tt == image_token_id).int()
-    with torch.no_grad():
-        logits = model(input_ids=tt, pixel_values=torch.tensor(pix), image_grid_thw=torch.tensor(grids),
-                       mm_token_type_ids=mm).logits[0].numpy()
-        pos, delta = model.model.get_rope_index(tt, mm_token_type_ids=mm, image_grid_thw=torch.tensor(grids))
-    return logits, pos[:, 0].numpy(), int(delta[0, 0])
-
-
 def test_prefill_and_cached_decode_logits(component_model, chunk, host_cache, component_pair, monkeypatch):
     """Prefill logits over a two-image prompt (the multi-axis rope positions differ per axis there), then 10 cached
     decode steps, each against the reference's full forward; our cached steps against our own uncached forward.
@@ -241,7 +229,7 @@ def test_prefill_and_cached_decode_logits(component_model, chunk, host_cache, co
     prompt = c["prompt"](cfg, grids)
     cont = np.random.default_rng(1).integers(10, 250, 10)
     full = np.concatenate([prompt, cont])
-    ref_logits, ref_pos, delta = _reference_forward(ref, full, pix, grids, cfg.image_token_id)
+    ref_logits, ref_pos, delta = reference_forward(ref, full, pix, grids, cfg.image_token_id)
     assert (ref_pos[1:] != ref_pos[0]).any()  # the prompt really exercises the multi-axis rope
 
     def prepared(ids, pos):

@@ -7,16 +7,12 @@ import pytest
 import torch
 
 from ms_ocr.ops import backend
+from tests.matrix.models import paddle_patches, paddle_prompt, reference_forward
 from tests.models.paddleocr_vl.conftest import rel_err
 
 TOL = 1e-4
 # (t, h, w) patch grids: wide, tall, square, and two images packed in one sequence
 GRIDS = [[(1, 4, 10)], [(1, 12, 4)], [(1, 6, 6)], [(1, 4, 6), (1, 8, 4)]]
-
-
-def _patches(grids, seed):
-    n = sum(t * h * w for t, h, w in grids)
-    return np.random.default_rng(seed).standard_normal((n, 3, 14, 14)).astype(np.float32)
 
 
 def test_vision_tower_composed_attention(tiny_dir, graph_mode, reference):
@@ -25,7 +21,7 @@ def test_vision_tower_composed_attention(tiny_dir, graph_mode, reference):
     from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     from ms_ocr.runtime import Buckets
     grids = GRIDS[-1]
-    pix = _patches(grids, 4)
+    pix = paddle_patches(grids, 4)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(backend, "NATIVE_ATTENTION", None)
         pipeline = paddleocr_vl.load(tiny_dir, "CPU", "auto", Buckets(prefill=32, slots=64))
@@ -38,25 +34,6 @@ def test_vision_tower_composed_attention(tiny_dir, graph_mode, reference):
         ref_feats = torch.cat(reference.model.get_image_features(
             torch.tensor(pix), torch.tensor(grids)).pooler_output).numpy()
     assert rel_err(feats, ref_feats) < TOL
-
-
-def _multimodal_prompt(cfg, grids, n_text=7, seed=0):
-    rng = np.random.default_rng(seed)
-    ids = [1] + list(rng.integers(10, 200, n_text))
-    for t, h, w in grids:
-        ids += [cfg.vision_start_token_id] + [cfg.image_token_id] * (t * h * w // 4) + [cfg.vision_end_token_id]
-        ids += list(rng.integers(10, 200, 3))
-    return np.array(ids, np.int64)
-
-
-def _ref_logits(reference, ids, pix, grids, image_token_id):
-    tt = torch.tensor(ids)[None]
-    mm = (tt == image_token_id).int()
-    with torch.no_grad():
-        out = reference(input_ids=tt, pixel_values=torch.tensor(pix), image_grid_thw=torch.tensor(grids),
-                        mm_token_type_ids=mm)
-        pos, delta = reference.model.get_rope_index(tt, mm_token_type_ids=mm, image_grid_thw=torch.tensor(grids))
-    return out.logits[0].numpy(), pos[:, 0].numpy(), int(delta[0, 0])
 
 
 def _prepared(pipeline, ids, pos, delta, pix, grids):
@@ -89,11 +66,11 @@ def test_decode_through_native_kernels_matches_reference(tiny_dir, graph_mode, r
     pipeline = paddleocr_vl.load(tiny_dir, "CPU", "auto", Buckets(prefill=32, slots=64))  # its own graphs
     cfg = pipeline.cfg
     grids = [(1, 4, 6)]
-    pix = _patches(grids, 11)
-    prompt = _multimodal_prompt(cfg, grids, seed=3)
+    pix = paddle_patches(grids, 11)
+    prompt = paddle_prompt(cfg, grids, seed=3)
     cont = np.random.default_rng(2).integers(10, 250, 9)
     full = np.concatenate([prompt, cont])
-    ref_logits, ref_pos, delta = _ref_logits(reference, full, pix, grids, cfg.image_token_id)
+    ref_logits, ref_pos, delta = reference_forward(reference, full, pix, grids, cfg.image_token_id)
     rt, s = pipeline.runtime, len(prompt)
     prep = _prepared(pipeline, prompt, ref_pos[:, :s], delta, pix, grids)
     rt.prefill(prep, pipeline.encode_images(prep), max_new_tokens=len(cont))
@@ -114,7 +91,7 @@ def test_shared_layer_steps_compile_once_for_all_layers(pipeline, monkeypatch):
     rt = pipeline.runtime
     monkeypatch.setattr(rt.compiler, "keep_requests", 10 ** 9)  # nothing freed: compile caches compare whole
     grids = [(1, 6, 10)]  # a size no other test uses: its first run compiles exactly one graph per step
-    inputs = pipeline.vision_inputs({"image_grid_thw": np.array(grids), "pixel_values": _patches(grids, 3)})
+    inputs = pipeline.vision_inputs({"image_grid_thw": np.array(grids), "pixel_values": paddle_patches(grids, 3)})
     steps = (rt.vision.in_step, rt.vision.block_step)
     before = [set(step.compile_cache) for step in steps]
     rt.encode_images(inputs)
@@ -123,7 +100,7 @@ def test_shared_layer_steps_compile_once_for_all_layers(pipeline, monkeypatch):
     rt.encode_images(inputs)
     assert [set(step.compile_cache) for step in steps] == after
     cfg = pipeline.cfg
-    prep = _prepared(pipeline, _multimodal_prompt(cfg, grids), *_positions(pipeline, grids), _patches(grids, 3), grids)
+    prep = _prepared(pipeline, paddle_prompt(cfg, grids), *_positions(pipeline, grids), paddle_patches(grids, 3), grids)
     feats = pipeline.encode_images(prep)
     rt.prefill(prep, feats, 4)
     seen = set(rt.prefill_layer_step.compile_cache)
@@ -141,8 +118,8 @@ def test_graphs_of_unused_sizes_are_freed_and_recompile_identically(pipeline, mo
     executor = cell_module._cell_graph_executor
 
     def request(grids):
-        prep = _prepared(pipeline, _multimodal_prompt(pipeline.cfg, grids), *_positions(pipeline, grids),
-                         _patches(grids, 5), grids)
+        prep = _prepared(pipeline, paddle_prompt(pipeline.cfg, grids), *_positions(pipeline, grids),
+                         paddle_patches(grids, 5), grids)
         feats = pipeline.encode_images(prep)
         logits = rt.prefill(prep, feats, 4).asnumpy()
         return feats.asnumpy(), logits, {k: v[0] for k, v in rt.compiler._phases.items() if k[0] == "vision"}
@@ -171,8 +148,8 @@ def test_vision_graphs_released_before_prefill_give_identical_results(pipeline, 
     rt = pipeline.runtime
     executor = cell_module._cell_graph_executor
     grids = [(1, 6, 14)]  # 84 patches: a size no other test uses
-    prep = _prepared(pipeline, _multimodal_prompt(pipeline.cfg, grids), *_positions(pipeline, grids),
-                     _patches(grids, 8), grids)
+    prep = _prepared(pipeline, paddle_prompt(pipeline.cfg, grids), *_positions(pipeline, grids),
+                     paddle_patches(grids, 8), grids)
     s = len(prep.input_ids)
 
     def request():
@@ -198,7 +175,7 @@ def test_vision_graphs_released_before_prefill_give_identical_results(pipeline, 
 
 def _positions(pipeline, grids):
     from ms_ocr.processing.mrope import mrope_positions
-    ids = _multimodal_prompt(pipeline.cfg, grids)
+    ids = paddle_prompt(pipeline.cfg, grids)
     types = (ids == pipeline.cfg.image_token_id).astype(np.int64)
     return mrope_positions(types, grids, pipeline.cfg.vision.spatial_merge_size)
 
