@@ -100,10 +100,10 @@ class ModelSpec:
     def host_side(self, model_dir, mode=None):
         """What runs outside the graphs (also for MindIR serving): config, processor, per-image vision inputs,
         output post-processing."""
+        from ms_ocr import models
+        models.check_mode(self, mode)  # the command lines' check: a mode of this model, or none
         cfg = self.config_from_dir(model_dir)
         extra = (mode or self.default_mode,) if self.modes else ()
-        if mode is not None and not self.modes:
-            raise ValueError(f"{self.name} has no resolution modes")
         vision_inputs = self.resolve("vision_inputs")
         return {"cfg": cfg, "processor": self.resolve("processor").from_pretrained(model_dir, cfg, *extra),
                 "vision_inputs": lambda out: vision_inputs(cfg, out), "postprocess": self.resolve("postprocess")}

@@ -135,3 +135,12 @@ def test_model_folders_never_import_each_other():
                         found.append(f"{package}/{fn}: {name}")
     assert found == []
     assert len(packages) == 5  # the four VLMs and the layout model
+
+
+def test_the_loader_checks_the_mode_as_the_command_lines_do(tmp_path):
+    """spec.host_side / load refuse a mode the model does not have with check_mode's message, before any file is
+    read (the MindIR loader passes the export's recorded mode)."""
+    with pytest.raises(ValueError, match="--mode applies to deepseek-ocr, not paddleocr-vl"):
+        models.get("paddleocr-vl").host_side(str(tmp_path / "absent"), "tiny")
+    with pytest.raises(ValueError, match="--mode huge is not a mode of deepseek-ocr"):
+        models.get("deepseek-ocr").host_side(str(tmp_path / "absent"), "huge")
