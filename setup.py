@@ -17,7 +17,7 @@ setup(
     packages=find_packages(include=["ms_ocr", "ms_ocr.*"]),
     # kernels.cc is compiled on first use (ms_ocr/ops/native); the demo checkpoint is the no-weights fallback
     package_data={"ms_ocr.ops.native": ["kernels.cc"], "ms_ocr": ["demo/README.md", "demo/paddleocr_vl/*"]},
-    python_requires=">=3.9",
+    python_requires=">=3.10",
     install_requires=reqs("requirements.txt"),
     extras_require={"test": reqs("requirements-test.txt"), "download": ["huggingface_hub"]},
     entry_points={"console_scripts": ["ms-ocr=ms_ocr.infer:main", "ms-ocr-batch=ms_ocr.batch.cli:main",

@@ -1,11 +1,12 @@
 """The text-side interface every VLM Cell shares (see ms_ocr/steps.py): a CausalDecoder under `model`
 and an optional untied `lm_head`. Model Cells add their vision tower and vision_embed / vision_head."""
 
-from mindspore import nn
+from mindspore import nn, ops
 
 from ms_ocr import ops as K
 from ms_ocr.convert.loader import is_state
 from ms_ocr.nn import Linear
+from ms_ocr.nn.deepencoder import DeepEncoderViews, moe_decoder, run_views
 
 
 class VLMCell(nn.Cell):
@@ -68,3 +69,26 @@ class VLMCell(nn.Cell):
     def allocate_cache(self, batch, slots, dtype, flat=True):
         for layer in self.text_layers():
             layer.self_attn.allocate_cache(batch, slots, dtype, flat)
+
+
+class DeepEncoderModel(VLMCell, DeepEncoderViews):
+    """A DeepEncoder VLM (DeepSeek-OCR v1, v2): its `vision` Cell, the DeepSeek MoE decoder, and encode_views: per
+    image, each view size (tiles as one batch, then the global view) through SAM block by block and the model's
+    `post_step` (one compiled graph per size, kept under `steps_name`), then `assemble(item, views)` -> [M, H].
+    A model sets host_view_args, post_step, steps_name and assemble."""
+
+    post_step = None
+    steps_name = None
+
+    def __init__(self, cfg, vision):
+        super().__init__(cfg)
+        self.vision = vision
+        self.model = moe_decoder(cfg.text)
+
+    def assemble(self, item, views):
+        raise NotImplementedError
+
+    def encode_views(self, encoder, vision_inputs):
+        out = [self.assemble(item, run_views(encoder, self.vision, self.post_step, self.steps_name, item.embed))
+               for item in vision_inputs]
+        return out[0] if len(out) == 1 else ops.concat(out, 0)

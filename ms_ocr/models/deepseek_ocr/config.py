@@ -3,7 +3,7 @@ DeepSeek-VL2) recognised by its content — `vision_config.width` with `sam_vit_
 plus `language_config` (DeepseekV2 MoE keys) and `projector_config`. Sizes the released file leaves out take
 the official code's constants (SAM window 14, neck 256 channels, MLP ratio 4; CLIP eps 1e-5, MLP ratio 4)."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 from ms_ocr.config_utils import CheckpointError, require_model_type
@@ -23,7 +23,6 @@ class DeepseekOCRConfig:
     sam: dict
     clip: dict
     image_token_id: int = IMAGE_TOKEN_ID
-    extra: dict = field(default_factory=dict)
 
     num_pos_axes = 1  # 1-D positions
 

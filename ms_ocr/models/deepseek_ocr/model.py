@@ -3,10 +3,9 @@
 
 from mindspore import Tensor, nn, ops
 
-from ms_ocr.models.base import VLMCell
+from ms_ocr.models.base import DeepEncoderModel
 from ms_ocr.models.deepseek_ocr.host import view_args
 from ms_ocr.models.deepseek_ocr.vision import DeepEncoderV1
-from ms_ocr.nn.deepencoder import DeepEncoderViews, moe_decoder, run_views
 
 
 class _PostStep(nn.Cell):
@@ -20,22 +19,15 @@ class _PostStep(nn.Cell):
         return self.vision.post(sam_out, clip_pos_m)
 
 
-class DeepseekOCRModel(VLMCell, DeepEncoderViews):
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.vision = DeepEncoderV1(cfg.sam, cfg.clip, cfg.text.hidden_size)
-        self.model = moe_decoder(cfg.text)
-
+class DeepseekOCRModel(DeepEncoderModel):
     host_view_args = staticmethod(view_args)
+    post_step, steps_name = _PostStep, "deepseek_ocr_steps"
 
-    def encode_views(self, encoder, vision_inputs):
-        """Per image: each view size (tiles as one batch, then the global view) through one compiled graph,
-        then the rows in assembly order (item.head = the assembly index) from [tiles, global, newline, sep]."""
-        out = []
-        for item in vision_inputs:
-            parts = [y.reshape(-1, y.shape[-1])
-                     for y in run_views(encoder, self.vision, _PostStep, "deepseek_ocr_steps", item.embed)]
-            dtype = parts[0].dtype
-            parts.append(self.vision.extra_rows().astype(dtype))
-            out.append(ops.gather(ops.concat(parts, 0), Tensor(item.head[0]), 0))
-        return out[0] if len(out) == 1 else ops.concat(out, 0)
+    def __init__(self, cfg):
+        super().__init__(cfg, DeepEncoderV1(cfg.sam, cfg.clip, cfg.text.hidden_size))
+
+    def assemble(self, item, views):
+        """The rows in assembly order (item.head = the assembly index) from [tiles, global, newline, sep]."""
+        parts = [y.reshape(-1, y.shape[-1]) for y in views]
+        parts.append(self.vision.extra_rows().astype(parts[0].dtype))
+        return ops.gather(ops.concat(parts, 0), Tensor(item.head[0]), 0)

@@ -5,7 +5,7 @@
 The MoE text part (`text_from`, ms_ocr/processing/deepseek.py) is shared with DeepSeek-OCR v1.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 from ms_ocr.config_utils import CheckpointError, pick, require_model_type
@@ -25,7 +25,6 @@ class DeepseekOCR2Config:
     encoder: SimpleNamespace
     image_token_id: int
     layout: str = "transformers"
-    extra: dict = field(default_factory=dict)
 
     num_pos_axes = 1  # 1-D positions
 

@@ -4,10 +4,9 @@
 import numpy as np
 from mindspore import Tensor, nn, ops
 
-from ms_ocr.models.base import VLMCell
+from ms_ocr.models.base import DeepEncoderModel
 from ms_ocr.models.deepseek_ocr2.host import view_args
 from ms_ocr.models.deepseek_ocr2.vision import ENCODER_LAYER_WEIGHTS, DeepseekOCR2Vision, EncoderLayerStep
-from ms_ocr.nn.deepencoder import DeepEncoderViews, moe_decoder, run_views
 from ms_ocr.ops import get_activation
 
 
@@ -48,19 +47,14 @@ class QueryEncoderLayerwise:
         return call(self.head, x, rows)
 
 
-class DeepseekOCR2Model(VLMCell, DeepEncoderViews):
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.vision = DeepseekOCR2Vision(cfg.sam, cfg.encoder, cfg.text.hidden_size)
-        self.model = moe_decoder(cfg.text)
-
+class DeepseekOCR2Model(DeepEncoderModel):
     host_view_args = staticmethod(view_args)
+    post_step, steps_name = QueryEncoderLayerwise, "deepseek_ocr2_steps"
 
-    def encode_views(self, encoder, vision_inputs):
-        """Per image: its views (local tiles, then the global view), each size through one compiled graph,
-        concatenated with view_seperator -> [M, H]."""
-        feats = []
-        for item in vision_inputs:
-            feats += run_views(encoder, self.vision, QueryEncoderLayerwise, "deepseek_ocr2_steps", item.embed)
-            feats.append(self.vision.view_seperator.value()[None].astype(feats[-1].dtype))
-        return ops.concat(feats, 0)
+    def __init__(self, cfg):
+        super().__init__(cfg, DeepseekOCR2Vision(cfg.sam, cfg.encoder, cfg.text.hidden_size))
+
+    def assemble(self, item, views):
+        """Its views (local tiles, then the global view) and view_seperator -> [M, H]."""
+        sep = self.vision.view_seperator.value()[None].astype(views[-1].dtype)
+        return ops.concat(list(views) + [sep], 0)

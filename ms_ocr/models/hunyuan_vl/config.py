@@ -5,7 +5,7 @@ and `xdrope_section`, legacy aliases `attention_head_dim` / `org_vocab_size` / `
 (nested `text_config` with `rope_parameters` and `mrope_section`).
 """
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 from ms_ocr.config_utils import CheckpointError, DecoderTextConfig, VisionTowerConfig, pick, require_model_type
 
@@ -91,7 +91,6 @@ class HunyuanOCRConfig:
     im_newline_id: int
     model_type: str = "hunyuan_vl"
     flat_layout: bool = False  # the hub's original (v1.0) file
-    extra: dict = field(default_factory=dict)
 
     @property
     def num_pos_axes(self):  # XD-RoPE: one position axis per xdrope section

@@ -1,6 +1,6 @@
 """PaddleOCR-VL config, read from a hub or transformers config.json (reference: transformers PaddleOCRVLConfig)."""
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 from ms_ocr.config_utils import DecoderTextConfig, VisionTowerConfig, normalise_rope, pick, require_model_type
 
@@ -38,7 +38,6 @@ class PaddleOCRVLConfig:
     vision_start_token_id: int
     vision_end_token_id: int
     model_type: str = "paddleocr_vl"
-    extra: dict = field(default_factory=dict)
 
     num_pos_axes = 3  # M-RoPE: (t, h, w) positions
 
