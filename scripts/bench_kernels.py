@@ -25,6 +25,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from tests.helpers.bench_report import print_table, write_json  # noqa: E402
 os.environ.setdefault("GLOG_v", "3")
 
 # name -> (what it is, timed calls)
@@ -164,18 +165,13 @@ def main():
                   f"x{row['speedup']:5.2f} (best x{row['speedup_best']:5.2f})", flush=True)
     cpu = native.cpu_model()
     print(f"\nCPU: {cpu}; {args.threads} threads; {datetime.date.today()}")
-    print(f"{'build':<11}{'level':<8}{'kernel':<14}{'native ms':>11}{'composed ms':>13}{'composed/native':>17}"
-          f"{'best: native':>14}{'composed':>10}{'ratio':>7}")
-    for r in rows:
-        print(f"{r['arch']:<11}{r['isa_level']:<8}{r['kernel']:<14}{r['native_ms']:>11.2f}{r['composed_ms']:>13.2f}"
-              f"{r['speedup']:>17.2f}{r['native_best_ms']:>14.2f}{r['composed_best_ms']:>10.2f}"
-              f"{r['speedup_best']:>7.2f}")
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "bench_kernels.json")
-    with open(path, "w") as f:
-        json.dump({"cpu": cpu, "threads": args.threads, "date": str(datetime.date.today()), "rows": rows}, f,
-                  indent=1)
-    print(f"wrote {path}")
+    print_table([("build", 11, "<"), ("level", 8, "<"), ("kernel", 14, "<"), ("native ms", 11, ".2f"),
+                 ("composed ms", 13, ".2f"), ("composed/native", 17, ".2f"), ("best: native", 14, ".2f"),
+                 ("composed", 10, ".2f"), ("ratio", 7, ".2f")],
+                [(r["arch"], r["isa_level"], r["kernel"], r["native_ms"], r["composed_ms"], r["speedup"],
+                  r["native_best_ms"], r["composed_best_ms"], r["speedup_best"]) for r in rows])
+    write_json(args.out, "bench_kernels.json",
+               {"cpu": cpu, "threads": args.threads, "date": str(datetime.date.today()), "rows": rows})
 
 
 if __name__ == "__main__":

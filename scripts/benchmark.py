@@ -30,7 +30,7 @@ os.environ.setdefault("GLOG_v", "3")
 
 from ms_ocr.proc import peak_rss_gb  # noqa: E402 - plain /proc reads, no framework
 from tests.helpers.bench_report import (median_result, process_report, round_ratios,  # noqa: E402
-                                        tokens_agreement)
+                                        tokens_agreement, write_json)
 
 # The decode roofline: the decoder's weights read once per token at the measured two-thread read bandwidth, at
 # 4 bytes a weight (fp32) and at 2 (a bf16 checkpoint kept in bf16: --dtype auto/bf16, docs/native-kernels.md).
@@ -48,6 +48,34 @@ def ensure_checkpoint(model, folder=None):
         print(f"building random real-config {model} checkpoint in {folder} ...", flush=True)
         build_checkpoint(model, folder)
     return folder
+
+
+def add_run_args(p, region=None):
+    """The options every model benchmark shares: --model, --ckpt, --threads, --dtype (ms_ocr's), --out, and with
+    `region` (width, height) --width / --height of the text regions it reads."""
+    p.add_argument("--model", default="paddleocr-vl")
+    p.add_argument("--ckpt", default=None, help="checkpoint folder (default: a cached random real-config one)")
+    if region:
+        p.add_argument("--width", type=int, default=region[0])
+        p.add_argument("--height", type=int, default=region[1])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default="auto",
+                   help="ms_ocr's --dtype: auto keeps a bf16 checkpoint's text weights in bf16 on the CPU, as users "
+                        "run it (docs/native-kernels.md); fp32 widens every weight at load (transformers always runs "
+                        "fp32)")
+    p.add_argument("--out", default=os.path.join(REPO, "bench_out"))
+
+
+def parse_main_args(p, worker):
+    """Parse a two-process benchmark's command line: as its --worker, run `worker(args)`, print its JSON figures and
+    exit; as the main process, return the arguments with --ckpt resolved (ensure_checkpoint)."""
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args)))
+        raise SystemExit(0)
+    args.ckpt = ensure_checkpoint(args.model, args.ckpt)
+    return args
 
 
 def run_json_worker(script, argv, threads, name):
@@ -312,19 +340,13 @@ def llamacpp_runs(args, fmt):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--model", default="paddleocr-vl")
-    p.add_argument("--ckpt", default=None, help="checkpoint folder (default: a cached random real-config one)")
+    add_run_args(p)
     p.add_argument("--image", default=None)
     p.add_argument("--prompt", default=None, help="default: the model's first task prompt")
     p.add_argument("--new-tokens", type=int, default=32)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default="auto",
-                   help="ms_ocr's --dtype: auto keeps a bf16 checkpoint's text weights in bf16 on the CPU, fp32 "
-                        "widens every weight at load (transformers always runs fp32)")
     p.add_argument("--only", choices=["ms_ocr", "transformers", "peers"], default=None,
                    help="one framework of the in-process table, or the process table alone (peers)")
     p.add_argument("--repeat", type=int, default=1, help="rounds (medians reported); the order alternates")
-    p.add_argument("--out", default=os.path.join(REPO, "bench_out"))
     p.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
                    help="also time what a user waits for, process by process: the ms_ocr CLI (first run on an empty "
                         "compile cache, second run) and llama.cpp (BF16 GGUF; needs scripts/bench_llamacpp.py build)")
@@ -342,8 +364,7 @@ def main():
     if args.prompt is None:
         from ms_ocr.models import get as model_spec
         args.prompt = next(iter(model_spec(args.model).tasks.values()))
-    if args.ckpt is None:
-        args.ckpt = ensure_checkpoint(args.model)
+    args.ckpt = ensure_checkpoint(args.model, args.ckpt)
     if args.image is None:
         from tests.helpers.pages import document_page
         os.makedirs(args.out, exist_ok=True)
@@ -369,15 +390,11 @@ def main():
     from ms_ocr.ops.native import cpu_model
     cpu = cpu_model()
     report(results, bound_ms, rounds, cpu, bf16_bound_ms)
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"benchmark_{args.model}.json")
-    ms = results.get("ms_ocr", {})
-    with open(path, "w") as f:
-        json.dump({"model": args.model, "threads": args.threads, "new_tokens": args.new_tokens, "cpu": cpu,
-                   "simd": {fw: r.get("simd") for fw, r in results.items()}, "kernel_routes": ms.get("routes"),
-                   "decode_bound_ms": bound_ms, "decode_bound_ms_bf16": bf16_bound_ms, "dtype": args.dtype,
-                   "results": results, "rounds": rounds}, f, indent=1)
-    print(f"wrote {path}")
+    write_json(args.out, f"benchmark_{args.model}.json",
+               {"model": args.model, "threads": args.threads, "new_tokens": args.new_tokens, "cpu": cpu,
+                "simd": {fw: r.get("simd") for fw, r in results.items()},
+                "kernel_routes": results.get("ms_ocr", {}).get("routes"), "decode_bound_ms": bound_ms,
+                "decode_bound_ms_bf16": bf16_bound_ms, "dtype": args.dtype, "results": results, "rounds": rounds})
 
 
 def peers(args):
@@ -404,14 +421,10 @@ def peers(args):
     print(f"CPU: {cpu_model()}; kernels built for: {args.isa}; {args.threads} threads; {args.model}; "
           f"{args.new_tokens} new tokens; medians of {args.repeat} round(s)")
     med = process_report(columns)
-    os.makedirs(args.out, exist_ok=True)
     suffix = "" if args.isa == "native" else f"_{args.isa}"
-    path = os.path.join(args.out, f"benchmark_{args.model}_processes{suffix}.json")
-    with open(path, "w") as f:
-        json.dump({"model": args.model, "cpu": cpu_model(), "isa": args.isa, "threads": args.threads,
-                   "new_tokens": args.new_tokens,
-                   "medians": med, "runs": columns}, f, indent=1)
-    print(f"wrote {path}")
+    write_json(args.out, f"benchmark_{args.model}_processes{suffix}.json",
+               {"model": args.model, "cpu": cpu_model(), "isa": args.isa, "threads": args.threads,
+                "new_tokens": args.new_tokens, "medians": med, "runs": columns})
 
 
 if __name__ == "__main__":

@@ -9,26 +9,21 @@ and tokens/s end to end (compile excluded) and decode tokens/s (tokens per secon
 """
 
 import argparse
-import json
 import os
 import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from tests.helpers.bench_report import print_table, write_json  # noqa: E402
+from tests.helpers.pages import layout_page  # noqa: E402
+from benchmark import add_run_args, parse_main_args, run_json_worker  # noqa: E402 - scripts/, beside this file
 os.environ.setdefault("GLOG_v", "3")
 
 
 def region(width, height, seed):
-    import numpy as np
-    from PIL import Image, ImageDraw
-    rng = np.random.default_rng(seed)
-    words = ["inference", "document", "layout", "table", "formula", "MindSpore", "Ascend", "page", "region", "text"]
-    img = Image.new("RGB", (width, height), (252, 252, 248))
-    d = ImageDraw.Draw(img)
-    for y in range(8, height - 16, 20):
-        d.text((8, y), " ".join(rng.choice(words, size=6)), fill=(20, 20, 20))
-    return img
+    """A text region crop: rows of words over the whole crop."""
+    return layout_page([("text", (2, 4, width - 2, height))], width, height, seed)
 
 
 def worker(args):
@@ -67,27 +62,12 @@ def worker(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="paddleocr-vl")
-    p.add_argument("--ckpt", default=None, help="checkpoint folder (default: the cached random real-config one)")
+    add_run_args(p, region=(448, 224))
     p.add_argument("--pages", type=int, default=8)
-    p.add_argument("--width", type=int, default=448)
-    p.add_argument("--height", type=int, default=224)
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4])
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default="auto",
-                   help="auto keeps a bf16 checkpoint's weights in bf16 on the CPU (docs/native-kernels.md); fp32 widens")
-    p.add_argument("--out", default=os.path.join(REPO, "bench_out"))
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.worker:
-        print(json.dumps(worker(args)))
-        return
-    if args.ckpt is None:
-        from benchmark import ensure_checkpoint
-        args.ckpt = ensure_checkpoint(args.model)
-    from benchmark import run_json_worker
+    args = parse_main_args(p, worker)
     rows = []
     for b in args.batch_sizes:
         print(f"batch {b} ...", flush=True)
@@ -97,19 +77,15 @@ def main():
                                                "--dtype", args.dtype],
                                     args.threads, f"batch {b}"))
     base = rows[0]
-    print(f"{'batch':>5}{'pages/s':>10}{'tok/s':>9}{'decode tok/s':>14}{'ms/step':>9}{'first tok ms':>14}"
-          f"{'compile s':>11}{'RSS GB':>8}{'tok/s vs b' + str(base['batch']):>16}")
-    for r in rows:
-        print(f"{r['batch']:>5}{r['pages_per_s']:>10.3f}{r['tokens_per_s']:>9.2f}{r['decode_tokens_per_s']:>14.2f}"
-              f"{r['decode_ms_per_step']:>9.1f}{r['avg_first_token_ms']:>14.0f}{r['compile_s']:>11.1f}"
-              f"{r['peak_rss_gb']:>8.2f}{r['tokens_per_s'] / base['tokens_per_s']:>15.2f}x")
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"benchmark_batch_{args.model}.json")
-    with open(path, "w") as f:
-        json.dump({"model": args.model, "pages": args.pages, "size": [args.width, args.height],
-                   "new_tokens": args.new_tokens, "threads": args.threads, "dtype": args.dtype, "rows": rows}, f,
-                  indent=1)
-    print(f"wrote {path}")
+    print_table([("batch", 5, "d"), ("pages/s", 10, ".3f"), ("tok/s", 9, ".2f"), ("decode tok/s", 14, ".2f"),
+                 ("ms/step", 9, ".1f"), ("first tok ms", 14, ".0f"), ("compile s", 11, ".1f"), ("RSS GB", 8, ".2f"),
+                 (f"tok/s vs b{base['batch']}", 16, ".2fx")],
+                [(r["batch"], r["pages_per_s"], r["tokens_per_s"], r["decode_tokens_per_s"], r["decode_ms_per_step"],
+                  r["avg_first_token_ms"], r["compile_s"], r["peak_rss_gb"], r["tokens_per_s"] / base["tokens_per_s"])
+                 for r in rows])
+    write_json(args.out, f"benchmark_batch_{args.model}.json",
+               {"model": args.model, "pages": args.pages, "size": [args.width, args.height],
+                "new_tokens": args.new_tokens, "threads": args.threads, "dtype": args.dtype, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -18,36 +18,16 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from tests.helpers.bench_report import write_json  # noqa: E402
+from tests.helpers.pages import ARTICLE_BLOCKS, layout_page  # noqa: E402
 os.environ.setdefault("GLOG_v", "3")
 
 W, H = 768, 1024
-# (label, box) in reading order: a typical one-column article page
-BOXES = [("header", (48, 24, 420, 46)), ("doc_title", (96, 70, 672, 124)), ("text", (48, 150, 720, 300)),
-         ("paragraph_title", (48, 318, 320, 346)), ("text", (48, 356, 720, 470)),
-         ("display_formula", (190, 486, 580, 540)), ("table", (48, 560, 720, 760)),
-         ("image", (48, 780, 400, 950)), ("figure_title", (416, 840, 720, 880)), ("text", (416, 890, 720, 950)),
-         ("number", (370, 980, 400, 1000))]
+BOXES = ARTICLE_BLOCKS
 
 
 def page():
-    import numpy as np
-    from PIL import Image, ImageDraw
-    rng = np.random.default_rng(0)
-    words = ["inference", "document", "layout", "table", "formula", "MindSpore", "Ascend", "page", "region", "text"]
-    img = Image.new("RGB", (W, H), (252, 252, 248))
-    d = ImageDraw.Draw(img)
-    for label, (x1, y1, x2, y2) in BOXES:
-        if label == "image":
-            d.rectangle([x1, y1, x2, y2], fill=(90, 140, 200))
-            continue
-        if label == "table":
-            for y in range(y1, y2 + 1, 40):
-                d.line([(x1, y), (x2, y)], fill=(0, 0, 0))
-            for x in range(x1, x2 + 1, 168):
-                d.line([(x, y1), (x, y2)], fill=(0, 0, 0))
-        for y in range(y1 + 4, y2 - 12, 18):
-            d.text((x1 + 6, y), " ".join(rng.choice(words, size=max(1, (x2 - x1) // 70))), fill=(20, 20, 20))
-    return img
+    return layout_page(BOXES, W, H)
 
 
 def layout_blocks():
@@ -180,12 +160,8 @@ def main():
           f"{(f'{total_ms / total_tf:8.2f}' if tf else ''):>8}")
     print(f"new tokens per region {args.new_tokens}; ms_ocr compile s {ms['compile_s'] + ms['layout_compile_s']:.1f}; "
           f"peak RSS GB ms_ocr {ms['peak_rss_gb']:.2f}" + (f", transformers {tf['peak_rss_gb']:.2f}" if tf else ""))
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "benchmark_pipeline.json")
-    with open(path, "w") as f:
-        json.dump({"page": [W, H], "boxes": BOXES, "new_tokens": args.new_tokens, "threads": args.threads,
-                   "results": results}, f, indent=1)
-    print(f"wrote {path}")
+    write_json(args.out, "benchmark_pipeline.json", {"page": [W, H], "boxes": BOXES, "new_tokens": args.new_tokens,
+                                                     "threads": args.threads, "results": results})
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ weights and the small test tokenizer most tokens decode to no text, so clients c
 
 import argparse
 import asyncio
-import json
 import os
 import socket
 import subprocess
@@ -26,6 +25,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "scripts"))
+from tests.helpers.bench_report import print_table, write_json  # noqa: E402
+from benchmark import add_run_args, parse_main_args, run_json_worker  # noqa: E402
 os.environ.setdefault("GLOG_v", "3")
 
 
@@ -185,32 +186,17 @@ def run_server(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="paddleocr-vl")
-    p.add_argument("--ckpt", default=None, help="checkpoint folder (default: the cached random real-config one)")
+    add_run_args(p, region=(448, 224))
     p.add_argument("--requests", type=int, default=16)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     p.add_argument("--new-tokens", type=int, nargs="+", default=[96],
                    help="output tokens per request; several values go to the requests in turn")
-    p.add_argument("--width", type=int, default=448)
-    p.add_argument("--height", type=int, default=224)
     p.add_argument("--max-num-seqs", type=int, default=8)
     p.add_argument("--max-model-len", type=int, default=512)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16"],
-                   help="both paths (auto: a bf16 checkpoint keeps bf16 weights on the CPU, as users run it)")
     p.add_argument("--no-infer", action="store_true", help="skip the infer one-by-one baseline")
-    p.add_argument("--out", default=os.path.join(REPO, "bench_out"))
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.worker:
-        print(json.dumps(infer_worker(args)))
-        return
-    if args.ckpt is None:
-        from benchmark import ensure_checkpoint
-        args.ckpt = ensure_checkpoint(args.model)
+    args = parse_main_args(p, infer_worker)
     rows = []
     if not args.no_infer:
-        from benchmark import run_json_worker
         print("infer one by one ...", flush=True)
         rows.append(run_json_worker(__file__, ["--worker", "--model", args.model, "--ckpt", args.ckpt, "--requests",
                                                args.requests, "--new-tokens", *args.new_tokens, "--width", args.width,
@@ -220,27 +206,28 @@ def main():
     rows += run_server(args)
     base = rows[0]
     base_tps = base["tokens"] / base["wall_s"]
-    print(f"{'mode':>6}{'conc':>6}{'req/s':>8}{'out tok/s':>11}{'TTFT p50 s':>12}{'TTFT p90 s':>12}"
-          f"{'lat p50 s':>11}{'lat p90 s':>11}{'compile s':>11}{'tok/s vs ' + base['mode'] + ' c1':>18}")
+    table = []
     for r in rows:
         tps = r["tokens"] / r["wall_s"]
         if r["mode"] == "infer":
             t50, t90 = percentile(r["ttft_s"], 50), percentile(r["ttft_s"], 90)
         else:
             t50, t90 = r["ttft_p50_bucket_s"], r["ttft_p90_bucket_s"]
-        print(f"{r['mode']:>6}{r['concurrency']:>6}{r['requests'] / r['wall_s']:>8.3f}{tps:>11.2f}{t50:>12.2f}{t90:>12.2f}"
-              f"{percentile(r['latency_s'], 50):>11.2f}{percentile(r['latency_s'], 90):>11.2f}"
-              f"{r.get('compile_s', 0.0):>11.1f}{tps / base_tps:>17.2f}x")
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"benchmark_serve_{args.model}.json")
-    with open(path, "w") as f:
-        json.dump({"model": args.model, "requests": args.requests, "size": [args.width, args.height],
-                   "new_tokens": args.new_tokens, "dtype": args.dtype, "threads": args.threads, "max_num_seqs": args.max_num_seqs,
-                   "max_model_len": args.max_model_len, "rows": rows}, f, indent=1)
+        table.append((r["mode"], r["concurrency"], r["requests"] / r["wall_s"], tps, t50, t90,
+                      percentile(r["latency_s"], 50), percentile(r["latency_s"], 90), r.get("compile_s", 0.0),
+                      tps / base_tps))
+    print_table([("mode", 6, ""), ("conc", 6, "d"), ("req/s", 8, ".3f"), ("out tok/s", 11, ".2f"),
+                 ("TTFT p50 s", 12, ".2f"), ("TTFT p90 s", 12, ".2f"), ("lat p50 s", 11, ".2f"),
+                 ("lat p90 s", 11, ".2f"), ("compile s", 11, ".1f"), (f"tok/s vs {base['mode']} c1", 18, ".2fx")],
+                table)
     if base["mode"] == "infer":
         print(f"bound for batching over infer one by one (its latency / its TTFT, summed): "
               f"{sum(base['latency_s']) / sum(base['ttft_s']):.2f}x")
-    print(f"wrote {path}\nserver TTFT percentiles are histogram bucket upper bounds; infer's are exact")
+    write_json(args.out, f"benchmark_serve_{args.model}.json",
+               {"model": args.model, "requests": args.requests, "size": [args.width, args.height],
+                "new_tokens": args.new_tokens, "dtype": args.dtype, "threads": args.threads,
+                "max_num_seqs": args.max_num_seqs, "max_model_len": args.max_model_len, "rows": rows})
+    print("server TTFT percentiles are histogram bucket upper bounds; infer's are exact")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 """The benchmarks' summary over repeated rounds (tests/helpers/bench_report.py; the workers themselves run in the
 benchmarks)."""
 
+import json
+
 import pytest
 
-from tests.helpers.bench_report import median_result, parse_log, process_report, round_ratios, tokens_agreement
+from tests.helpers.bench_report import (median_result, parse_log, print_table, process_report, round_ratios,
+                                        tokens_agreement, write_json)
 
 
 def _run(vision, prefill, tok_s, rss, compile_vision, tokens):
@@ -62,3 +65,17 @@ def test_process_table_ratios_are_to_llamacpp(capsys):
     assert med["ms_ocr CLI second run"]["wall_s"] == 35.0 and med["llama.cpp BF16"]["load_s"] is None
     out = capsys.readouterr().out
     assert "process wall s" in out and "0.70" in out and "1.15" in out and "1.55" in out
+
+
+def test_print_table_aligns_formats_and_marks_ratios(capsys):
+    print_table([("build", 7, "<"), ("ms", 8, ".2f"), ("vs b1", 7, ".2fx")],
+                [("native", 12.345, 1.0), ("v3", None, 0.456)])
+    assert capsys.readouterr().out.splitlines() == ["build        ms  vs b1",
+                                                    "native    12.35  1.00x",
+                                                    "v3            -  0.46x"]
+
+
+def test_write_json_makes_the_folder(tmp_path, capsys):
+    path = write_json(str(tmp_path / "out" / "deeper"), "b.json", {"rows": [1, 2]})
+    assert json.load(open(path)) == {"rows": [1, 2]}
+    assert capsys.readouterr().out == f"wrote {path}\n"

@@ -1,6 +1,8 @@
 """The benchmarks' arithmetic over measured runs (scripts/benchmark.py, scripts/bench_llamacpp.py import it; the
 tests check it): medians over rounds, ratios, token agreement, the process table, llama.cpp's log figures."""
 
+import json
+import os
 import re
 
 import numpy as np
@@ -74,3 +76,30 @@ def parse_log(text):
             "decode_tokens_per_s": 1000 / float(decode.group(3)) if decode else None,
             "load_s": (num(r"load time =\s*([\d.]+) ms") or 0) / 1000 or None,
             "image_tokens": sum(ntok) if ntok else None, "prompt_tokens": int(prompt.group(2)) if prompt else None}
+
+
+def print_table(columns, rows):
+    """A fixed-width table: columns = [(title, width, format spec)], rows = value tuples in column order. Cells
+    align right; a spec starting with "<" aligns the column left, one ending in "x" prints a ratio ("1.25x");
+    None prints "-"."""
+    def cell(text, width, spec):
+        return f"{text:<{width}}" if spec.startswith("<") else f"{text:>{width}}"
+
+    print("".join(cell(title, width, spec) for title, width, spec in columns))
+    for row in rows:
+        out = []
+        for (_, width, spec), value in zip(columns, row):
+            fmt = spec.lstrip("<")
+            text = "-" if value is None else format(value, fmt[:-1]) + "x" if fmt.endswith("x") else format(value, fmt)
+            out.append(cell(text, width, spec))
+        print("".join(out))
+
+
+def write_json(folder, name, payload):
+    """The benchmark's figures as `folder/name` (indented JSON); prints and returns the path."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=1)
+    print(f"wrote {path}")
+    return path

@@ -1,7 +1,8 @@
 """Synthetic pages: `text_page`, a light page with labelled text rows (the CLI, batch, export, cache and load tests:
 distinct labels make distinct files); `page`, a random light background with dark text rows (engine and server
 tests); `document_page`, a deterministic document-like page (title, paragraphs, a ruled table) for benchmarks and
-the full-size tests."""
+the full-size tests; `layout_page`, a page drawn from layout blocks (the document pipeline's tests and benchmark,
+and text regions for the batch benchmark)."""
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -51,4 +52,33 @@ def document_page(width=768, height=1024, seed=0):
     while y < height - 60:
         d.text((48, y), " ".join(rng.choice(words, size=9)), fill=(30, 30, 30))
         y += 22
+    return img
+
+
+# (label, box) in reading order: a typical one-column article page of 768 x 1024 (the pipeline benchmark's)
+ARTICLE_BLOCKS = [("header", (48, 24, 420, 46)), ("doc_title", (96, 70, 672, 124)), ("text", (48, 150, 720, 300)),
+                  ("paragraph_title", (48, 318, 320, 346)), ("text", (48, 356, 720, 470)),
+                  ("display_formula", (190, 486, 580, 540)), ("table", (48, 560, 720, 760)),
+                  ("image", (48, 780, 400, 950)), ("figure_title", (416, 840, 720, 880)),
+                  ("text", (416, 890, 720, 950)), ("number", (370, 980, 400, 1000))]
+
+
+def layout_page(blocks, width, height, seed=0):
+    """A light page with what each (label, box) block shows: a filled picture for "image", ruled cells for "table",
+    rows of random words (every 18 px) in every other block and in tables."""
+    rng = np.random.default_rng(seed)
+    words = ["inference", "document", "layout", "table", "formula", "MindSpore", "Ascend", "page", "region", "text"]
+    img = Image.new("RGB", (width, height), (252, 252, 248))
+    d = ImageDraw.Draw(img)
+    for label, (x1, y1, x2, y2) in blocks:
+        if label == "image":
+            d.rectangle([x1, y1, x2, y2], fill=(90, 140, 200))
+            continue
+        if label == "table":
+            for y in range(y1, y2 + 1, 40):
+                d.line([(x1, y), (x2, y)], fill=(0, 0, 0))
+            for x in range(x1, x2 + 1, 168):
+                d.line([(x, y1), (x, y2)], fill=(0, 0, 0))
+        for y in range(y1 + 4, y2 - 12, 18):
+            d.text((x1 + 6, y), " ".join(rng.choice(words, size=max(1, (x2 - x1) // 70))), fill=(20, 20, 20))
     return img

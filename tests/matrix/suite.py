@@ -4,15 +4,17 @@ end through the CLI, and its first logits (the CLI's precision dump) within 1e-4
 The tests run from one small module per model (tests/matrix/test_<model>.py: `MODEL = ...` and a star import of
 this file), so that the test runner's workers, which take whole files, share the models out."""
 
+import gc
 import json
 import os
 import shutil
 
 import numpy as np
 import pytest
-from PIL import Image, ImageDraw
+from PIL import Image
 
 from tests.cli_util import run_module
+from tests.helpers.pages import text_page
 from tests.matrix import layouts
 from tests.matrix.models import MATRICES, reference_forward
 
@@ -45,7 +47,7 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(scope="session")
 def matrix_images(tmp_path_factory):
-    """Image files by (width, height): a light page with dark text lines and a box, drawn deterministically."""
+    """Image files by (width, height): a light page with dark text rows (pages.text_page)."""
     folder = tmp_path_factory.mktemp("matrix_images")
     made = {}
 
@@ -57,13 +59,8 @@ def matrix_images(tmp_path_factory):
             return str(path)
         if size not in made:
             w, h = size
-            img = Image.new("RGB", size, (248, 247, 240))
-            d = ImageDraw.Draw(img)
-            for i, y in enumerate(range(2, h - 8, 14)):
-                d.text((2 + (i % 3) * 4, y), f"Line {i}: 12.{i}0 EUR", fill=(20, 20, 30))
-            d.rectangle([1, 1, w - 2, h - 2], outline=(90, 40, 40))
             path = folder / f"img_{w}x{h}.png"
-            img.save(path)
+            text_page(w, h, "12.50 EUR").save(path)
             made[size] = str(path)
         return made[size]
 
@@ -140,9 +137,10 @@ def test_generation_config_eos_list_stops_both_at_the_same_token(model, matrix_c
 
 @pytest.mark.slow
 def test_full_size_logits_match_transformers(full_size_model, graph_mode):
-    """The real config (random weights saved as the hub ships them, kept in ~/.cache/ms_ocr/bench) on a 3:4 page
-    small enough for a few minutes on 2 cores: the prompt's logits at every position within 1e-4 of max|logit|
-    of transformers' in fp32, and the same argmax everywhere."""
+    """The real config (random weights saved as the hub ships them, kept in ~/.cache/ms_ocr/bench) on a page small
+    enough for a few minutes on 2 cores: the prompt's logits at every position within 1e-4 of max|logit| of
+    transformers' in fp32, and the same argmax everywhere. Ours runs in the description's dtype (fp32, or "auto":
+    bf16 weights read exactly, where two fp32 copies of the model would not fit in memory)."""
     import torch
 
     from ms_ocr import models
@@ -158,12 +156,15 @@ def test_full_size_logits_match_transformers(full_size_model, graph_mode):
         BUILDERS[matrix.cli](folder)
     img = document_page(*matrix.full_size["page"]).convert("RGB")
     prompt = matrix.full_size["prompt"]
-    pipe = models.get(matrix.cli).load(folder, "CPU", "fp32")
-    prep, _ = pipe.prepare([img], prompt)
     ref, inputs = matrix.reference_model(folder, [img], prompt)
-    assert np.array_equal(inputs["input_ids"][0].numpy(), prep.input_ids)
     with torch.no_grad():
         want = ref(**inputs).logits[0].numpy()
+    ids = inputs["input_ids"][0].numpy()
+    del ref, inputs  # one model in memory at a time (DeepSeek-OCR-2's 3B in fp32 is 12 GB)
+    gc.collect()
+    pipe = models.get(matrix.cli).load(folder, "CPU", matrix.full_size.get("dtype", "fp32"))
+    prep, _ = pipe.prepare([img], prompt)
+    assert np.array_equal(ids, prep.input_ids)
     got = pipe.runtime.full_logits(prep, pipe.encode_images(prep))
     assert rel_err(got, want) < 1e-4
     assert np.array_equal(got.argmax(-1), want.argmax(-1))

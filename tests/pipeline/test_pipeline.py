@@ -1,4 +1,4 @@
-"""The document pipeline on a synthetic page drawn here (header, title, paragraphs, a section title, a formula, a
+"""The document pipeline on a synthetic page drawn from its blocks (header, title, paragraphs, a section title, a formula, a
 table, a picture with its caption, a page number) with tiny checkpoints: blocks, reading numbers and JSON; each
 region kind recognised as one batch with the same tokens as recognising the region alone; the Markdown assembly;
 the command line on images and PDFs, including a page without detections and a corrupt PDF page."""
@@ -12,6 +12,7 @@ from PIL import Image, ImageDraw
 
 from ms_ocr.models.pp_doclayout_v2 import LayoutBlock
 from ms_ocr.pipeline import regions
+from tests.helpers.pages import layout_page
 
 W, H = 768, 1024
 # (label, box) in reading order, as a layout model would give them
@@ -22,26 +23,7 @@ BLOCKS = [("header", (40, 20, 400, 44)), ("doc_title", (120, 70, 650, 120)), ("t
 
 
 def draw_page():
-    img = Image.new("RGB", (W, H), "white")
-    d = ImageDraw.Draw(img)
-    d.text((50, 25), "Journal of Synthetic Pages, vol. 1", fill="black")
-    d.text((130, 80), "A Study of Drawn Documents", fill="black")
-    for i in range(6):
-        d.text((70, 150 + 18 * i), "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do." * 1, fill="black")
-        d.text((70, 330 + 16 * i), "Ut enim ad minim veniam, quis nostrud exercitation ullamco.", fill="black")
-    d.text((70, 285), "2.1 Methods", fill="black")
-    d.text((300, 460), "E = m c^2 + \\int f(x) dx", fill="black")
-    for r in range(5):
-        d.line([(60, 520 + 36 * r), (710, 520 + 36 * r)], fill="black")
-        for c in range(4):
-            d.text((70 + 160 * c, 530 + 36 * r), f"r{r}c{c}", fill="black")
-    for c in range(5):
-        d.line([(60 + 162 * c, 520), (60 + 162 * c, 700)], fill="black")
-    grad = np.linspace(0, 255, 340 * 210 * 3).reshape(210, 340, 3).astype(np.uint8)
-    img.paste(Image.fromarray(grad), (60, 720))
-    d.text((430, 810), "Figure 1: a gradient.", fill="black")
-    d.text((375, 975), "7", fill="black")
-    return img
+    return layout_page(BLOCKS, W, H)
 
 
 def _blocks():
@@ -165,6 +147,9 @@ def test_cli_image(tiny_dir, layout_dir, layout_detector, vlm, tmp_path, monkeyp
                         lambda spec, *a: calls.append(a) or vlm if spec is paddleocr_vl else real_load(spec, *a))
     monkeypatch.setattr(pp_doclayout_v2, "LayoutDetector",
                         lambda path, mode: calls.append((path, mode)) or layout_detector)
+    detections = []  # the detector's blocks at full precision (page.json rounds boxes and scores, which can tie)
+    real_detect = layout_detector.detect
+    monkeypatch.setattr(layout_detector, "detect", lambda *a: detections.append(real_detect(*a)) or detections[-1])
     page = tmp_path / "page.png"
     draw_page().save(page)
     out = tmp_path / "out"
@@ -174,9 +159,8 @@ def test_cli_image(tiny_dir, layout_dir, layout_detector, vlm, tmp_path, monkeyp
                                                                                "page.md", "page_layout.png"]
     record = json.loads((out / "page.json").read_text())
     assert record["layout"], "the tiny random detector finds boxes on the drawn page"
-    detected = [LayoutBlock(d["label"], d["label_id"], d["score"], tuple(d["box"]), d["order"])
-                for d in record["layout"]]
-    kept = layout_filter.filter_blocks(detected, W, H)
+    assert [b.as_dict() for b in detections[0]] == record["layout"]
+    kept = layout_filter.filter_blocks(detections[0], W, H)
     assert [b["label"] for b in record["blocks"]] == [b.label for b in kept]
     assert [d["order"] for d in record["layout"]] == sorted(d["order"] for d in record["layout"])
     for b in record["blocks"]:
