@@ -102,6 +102,26 @@ def resolve_dtype(dtype, target, checkpoint_tags):
     return DTYPES[dtype], None
 
 
+_NOTICES = set()
+
+
+def bf16_products(dtype, target):
+    """Whether --dtype `dtype` computes its products in bf16 on `target`: on Ascend always for bf16 (the device's
+    own); on the CPU for --dtype bf16 where the CPU has bf16 dot products (ops.backend.enable_bf16_products: the
+    matrices of vision and prefill, rounded activations, fp32 accumulation; norms, softmax, rope, residuals and a
+    decode step's products stay fp32). Elsewhere --dtype bf16 keeps the exact path on bf16-rounded weights and says
+    so once on stderr."""
+    if dtype != "bf16":
+        return False
+    if target == "Ascend":
+        return True
+    reason = ops.backend.enable_bf16_products()
+    if reason is not None and reason not in _NOTICES:
+        _NOTICES.add(reason)
+        print(f"[ms_ocr] --dtype bf16: products stay fp32 on bf16-rounded weights ({reason})", file=sys.stderr)
+    return reason is None
+
+
 def bf16_resident(dtype, target, checkpoint_tags):
     """Whether the text weights a model names (VLMCell.bf16_weight_names) stay bf16 in memory: on the CPU, for
     --dtype bf16 or auto on a checkpoint holding bf16 tensors, where the native decode kernels (which read bf16

@@ -10,7 +10,7 @@ from ms_ocr.compiler import CompileCache, runtime_key
 from ms_ocr.config_utils import read_json
 from ms_ocr.convert.loader import is_state, load_weights
 from ms_ocr.convert.safetensors_io import checkpoint_dtypes, has_weights, iter_checkpoint, same_values, tensor_index
-from ms_ocr.device import bf16_resident, resolve_dtype
+from ms_ocr.device import bf16_products, bf16_resident, resolve_dtype
 from ms_ocr.vlm import VLMPipeline
 from ms_ocr.runtime import Buckets, VLMRuntime
 
@@ -71,6 +71,8 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
     tags = checkpoint_dtypes(model_dir)
     compute_dtype, round_to = resolve_dtype(dtype, target, tags)
     keep = net.bf16_weight_names() if bf16_resident(dtype, target, tags) else set()
+    if keep:
+        bf16_products(dtype, target)  # before any graph of the model is built
 
     def load(only=None):
         load_weights(net, iter_checkpoint(model_dir, raw_bf16=True), table, compute_dtype, round_to,

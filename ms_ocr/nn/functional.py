@@ -17,8 +17,9 @@ from ms_ocr import ops as K
 def widen(weights, x):
     """Weights in x's dtype: bf16 weights kept bf16 on the CPU (device.bf16_resident) widened, exactly, for a
     graph that computes in fp32 over them (the cast's output lives in the graph's pool: one layer's worth, freed
-    when the graph returns). Weights already in x's dtype (fp32 on the CPU, bf16 on Ascend) pass unchanged."""
-    return tuple(K.widen(w, x.dtype) for w in weights)
+    when the graph returns). Weights already in x's dtype (fp32 on the CPU, bf16 on Ascend) pass unchanged, and so
+    do bf16 matrices where products are computed in bf16 (--dtype bf16 on the CPU: K.keeps_bf16)."""
+    return tuple(w if K.keeps_bf16(w) else K.widen(w, x.dtype) for w in weights)
 
 
 def linear(x, w, b=None):

@@ -28,6 +28,10 @@ NATIVE_WIDEN = None
 # Rows of a position table resampled by K weighted taps each (ops/linear.py interp_rows): one output buffer where
 # the composed gather-multiply-sum keeps three (a graph's [N, K, C] intermediates); set with the two above.
 NATIVE_INTERP_ROWS = None
+# --dtype bf16 on a CPU with bf16 dot products (enable_bf16_products): products of many rows against a bf16-resident
+# weight in bf16 with fp32 accumulation (ops/linear.py matmul_t: GemmBf16 over MindSpore's oneDNN), and 2-D bf16
+# weights are no longer widened for them (ops/linear.py keeps_bf16). None: every product computes in fp32.
+BF16_PRODUCTS = None
 _native_ops = {}  # library path -> its Custom ops, made once per process
 _configured = None
 
@@ -77,7 +81,7 @@ class portable:
 
 # every native op above: what `without_native` clears
 _NATIVE_NAMES = ("NATIVE_MATMUL_T", "NATIVE_DECODE_LAYER", "NATIVE_ATTENTION", "NATIVE_CAUSAL_ATTENTION", "NATIVE_GELU",
-                 "NATIVE_GATHER_ROWS", "NATIVE_WIDEN", "NATIVE_INTERP_ROWS")
+                 "NATIVE_GATHER_ROWS", "NATIVE_WIDEN", "NATIVE_INTERP_ROWS", "BF16_PRODUCTS")
 
 
 class without_native:
@@ -133,9 +137,40 @@ def configure(device_target=None):
 
 
 def routed():
-    """The native kernels the configured ops use (names from KERNELS), for reports."""
+    """The native kernels the configured ops use (names from KERNELS, and "bf16_products" when enabled), for
+    reports and the compile cache's key."""
     ops_ = (NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_CAUSAL_ATTENTION)
-    return tuple(name for name, op in zip(KERNELS, ops_) if op is not None)
+    names = tuple(name for name, op in zip(KERNELS, ops_) if op is not None)
+    return names + (("bf16_products",) if BF16_PRODUCTS is not None else ())
+
+
+def enable_bf16_products():
+    """Turn on products in bf16 for this process (--dtype bf16 on the CPU): returns None when on, else the reason
+    they stay fp32 (no bf16 dot products on this CPU, no native kernel library, no oneDNN in MindSpore's wheel).
+    Decided before any graph is built; every bf16-resident weight of the process is then read this way."""
+    global BF16_PRODUCTS
+    if BF16_PRODUCTS is not None:
+        return None
+    if _configured != "CPU":
+        return "not a CPU target"
+    kernels = native.load()
+    if kernels is None or NATIVE_WIDEN is None:
+        return "the native kernel library is unavailable"
+    if not native.cpu_bf16_dot():
+        return "this CPU has no bf16 dot products (AVX512_BF16, AMX-BF16 or Arm BF16)"
+    if not kernels.load_dnnl():
+        return "MindSpore's oneDNN (mindspore/lib/libdnnl.so) was not found"
+    BF16_PRODUCTS = bf16_gemm_op(kernels)
+    return None
+
+
+def bf16_gemm_op(kernels):
+    """The GemmBf16 Custom op of a kernel library (x [M, K], bf16 w [N, K] -> fp32 [M, N]), made once."""
+    key = (kernels.path, "gemm_bf16")
+    if key not in _native_ops:
+        _native_ops[key] = ops.Custom(kernels.func("GemmBf16"), out_shape=lambda x, w: [x[0], w[0]],
+                                      out_dtype=lambda x, w: ms.float32, func_type="aot")
+    return _native_ops[key]
 
 
 def native_kernels():

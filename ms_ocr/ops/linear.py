@@ -25,7 +25,13 @@ NATIVE_MIN_WEIGHT_BF16 = 1 << 20
 def matmul_t(x, w):
     """x [M, K] times w [N, K] transposed: [M, N]. An fp32 x against a bf16 w (a bf16 checkpoint kept in bf16 on
     the CPU) is computed in fp32 on the weight widened exactly: by the native kernel where it serves (widening in
-    registers, bit-identical to the widened weight's product), else by MatMul over a widened copy."""
+    registers, bit-identical to the widened weight's product), else by MatMul over a widened copy. With products
+    in bf16 on (--dtype bf16, backend.BF16_PRODUCTS), more than NATIVE_MAX_ROWS rows against a bf16 w are
+    rounded to bf16 and multiplied with fp32 accumulation (GemmBf16); a decode step's few rows stay as above (its
+    products are bound by reading the weight, not by arithmetic)."""
+    if (backend.BF16_PRODUCTS is not None and w.dtype == ms.bfloat16 and x.dtype == ms.float32
+            and x.shape[0] > NATIVE_MAX_ROWS):
+        return backend.BF16_PRODUCTS(x, w)
     least = NATIVE_MIN_WEIGHT_BF16 if w.dtype == ms.bfloat16 else NATIVE_MIN_WEIGHT
     if (backend.NATIVE_MATMUL_T is not None and x.shape[0] <= NATIVE_MAX_ROWS
             and w.shape[0] * w.shape[1] >= least and x.dtype == ms.float32
@@ -34,6 +40,12 @@ def matmul_t(x, w):
     if x.dtype == ms.float32 and w.dtype == ms.bfloat16:
         w = widen(w, ms.float32)
     return _mm(x, w)
+
+
+def keeps_bf16(w):
+    """Whether a graph that computes in fp32 passes bf16-resident weight `w` to its products as it is (products in
+    bf16 on: a matrix, read by matmul_t) instead of widening it."""
+    return backend.BF16_PRODUCTS is not None and w.dtype == ms.bfloat16 and len(w.shape) == 2
 
 
 def embedding_rows(table, ids):

@@ -4,6 +4,7 @@ for towers that are not a ViTLayer stack (DeepSeek-OCR's DeepEncoders), the mode
 import mindspore as ms
 from mindspore import Tensor, ops
 
+from ms_ocr import ops as K
 from ms_ocr.nn.functional import rows
 from ms_ocr.runtime.tensors import host_tensor, padded_rows, release_weights
 from ms_ocr.steps import VisionEmbedStep, VisionHeadStep, ViTAttentionInNoRopeStep, ViTAttentionInStep, ViTBlockStep, \
@@ -121,6 +122,15 @@ class VisionEncoder:
         x, [(start, n)] = self.packed_tower([item])
         return rows(x, start, start + n, 0)
 
+    def widened(self, weights):
+        """weights with the bf16 ones widened to fp32 in one graph call, except those K.keeps_bf16 keeps."""
+        keep = [K.keeps_bf16(w) for w in weights]
+        if all(keep):
+            return tuple(weights)
+        wide = self.call(self.widen_step, *[w for w, k in zip(weights, keep) if not k])
+        wide = iter(wide if isinstance(wide, (tuple, list)) else (wide,))
+        return tuple(w if k else next(wide) for w, k in zip(weights, keep))
+
     def layer(self, layer, x, images):
         """One ViT layer over packed rows; images: per image (first row, patches, its blocks of rows (start, end,
         rope rows)).
@@ -133,9 +143,9 @@ class VisionEncoder:
         5.84 -> 4.99 GB, features bit-identical."""
         in_weights, out_weights = layer.weights(layer.attn_in_names), layer.weights(layer.out_names)
         if self.compute_dtype == ms.float32 and any(w.dtype == ms.bfloat16 for w in in_weights + out_weights):
-            # bf16-resident weights (device.bf16_resident): widened once for all of this layer's blocks
-            in_weights = self.call(self.widen_step, *in_weights)
-            out_weights = self.call(self.widen_step, *out_weights)
+            # bf16-resident weights (device.bf16_resident): widened once for all of this layer's blocks, but for
+            # the matrices where products are computed in bf16 (K.keeps_bf16: they are read as they are)
+            in_weights, out_weights = (self.widened(ws) for ws in (in_weights, out_weights))
         parts = []
         for _, n, blocks in images:
             qkv = [self.call(self.in_step, rows(x, s, e, 0), *rope, *in_weights) for s, e, rope in blocks]

@@ -1,6 +1,8 @@
 """Accuracy gate of the embedded demo checkpoint: held-out lines rendered now from a fixed seed (text the training
 never drew, one font it never saw) go through the CLI; CER <= 2 % on the training fonts, the unseen font's CER is
-reported, and transformers' generate on the same checkpoint gives identical tokens (real-weight parity)."""
+reported, and transformers' generate on the same checkpoint gives identical tokens (real-weight parity). The same
+lines with `--dtype bf16` (products in bf16 where the CPU has bf16 dot products) gate the reduced precision: CER
+within MAX_CER_DRIFT of the exact path's on each set, and no output running on past twice its truth."""
 
 import json
 
@@ -28,9 +30,12 @@ def _cer(pred, ref):
     return cer(pred, ref)
 
 
-@pytest.fixture(scope="module")
-def gate(tmp_path_factory):
-    """Held-out images through the CLI's demo fallback (no --model, empty weights cache): records per image."""
+MAX_CER_DRIFT = 0.003  # --dtype bf16 against the exact path, each set (0.3 points)
+
+
+def _held_out(tmp_path_factory, *options):
+    """Held-out images through the CLI's demo fallback (no --model, empty weights cache), with `options`: records
+    per image."""
     tmp = tmp_path_factory.mktemp("gate")
     sets = {"train_fonts": demo_data.held_out(GATE_SEED, LINES, pad_to=PAD_TO),
             "unseen_font": demo_data.held_out(GATE_SEED + 1, UNSEEN_LINES, fonts=(demo_data.UNSEEN_FONT,),
@@ -42,7 +47,7 @@ def gate(tmp_path_factory):
             paths[name].append(str(tmp / f"{name}_{i:03d}.png"))
             img.save(paths[name][-1])
     every = paths["train_fonts"] + paths["unseen_font"]
-    proc = run_module("ms_ocr.infer", "--image", *every, "--json", "--max-new-tokens", str(MAX_NEW_TOKENS),
+    proc = run_module("ms_ocr.infer", "--image", *every, "--json", "--max-new-tokens", str(MAX_NEW_TOKENS), *options,
                       env={"MS_OCR_HOME": str(tmp / "empty_cache"), "OMP_NUM_THREADS": "2"})
     assert proc.returncode == 0, proc.stderr
     assert "built-in demo model" in proc.stderr
@@ -50,6 +55,16 @@ def gate(tmp_path_factory):
     assert [r["image"] for r in records] == every
     by_path = {r["image"]: r for r in records}
     return {name: [(sets[name][i], by_path[p]) for i, p in enumerate(paths[name])] for name in sets}
+
+
+@pytest.fixture(scope="module")
+def gate(tmp_path_factory):
+    return _held_out(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def gate_bf16(tmp_path_factory):
+    return _held_out(tmp_path_factory, "--dtype", "bf16")
 
 
 def test_cer_on_training_fonts(gate):
@@ -81,3 +96,18 @@ def test_tokens_match_transformers_generate(gate):
         if record["token_ids"] != want:
             mismatched.append((record["image"], record["token_ids"], want))
     assert not mismatched, mismatched[:3]
+
+
+@pytest.mark.parametrize("name", ["train_fonts", "unseen_font"])
+def test_bf16_cer_within_drift_of_the_exact_path(name, gate, gate_bf16):
+    exact, bf16 = (_cer([r["text"] for _, r in g[name]], [text for (_, text), _ in g[name]]) for g in (gate, gate_bf16))
+    same = sum(a["token_ids"] == b["token_ids"] for (_, a), (_, b) in zip(gate[name], gate_bf16[name]))
+    print(f"demo CER {name}: exact {100 * exact:.2f} %, --dtype bf16 {100 * bf16:.2f} %; identical tokens on "
+          f"{same}/{len(gate[name])} lines")
+    assert abs(bf16 - exact) <= MAX_CER_DRIFT
+
+
+def test_no_output_runs_past_twice_its_truth(gate, gate_bf16):
+    long = [(r["image"], r["text"]) for g in (gate, gate_bf16) for items in g.values() for (_, text), r in items
+            if len(r["text"]) > 2 * len(text)]
+    assert not long, long[:3]

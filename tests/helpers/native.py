@@ -60,8 +60,8 @@ def build_kernels(arch):
 def build_harness(out_dir, cxx, arch_flags=()):
     """kernels.cc linked with tests/ops/kernel_harness.cc into a standalone executable."""
     exe = os.path.join(out_dir, "kernel_harness")
-    subprocess.run([cxx, *arch_flags, *native.FLAGS[:3], "-std=c++17", native.SOURCE, HARNESS, "-o", exe],
-                   check=True, capture_output=True, text=True, timeout=300)
+    subprocess.run([cxx, *arch_flags, *native.FLAGS[:3], "-std=c++17", native.SOURCE, HARNESS, "-o", exe,
+                    *native.LIBS], check=True, capture_output=True, text=True, timeout=300)
     return exe
 
 

@@ -257,3 +257,56 @@ def test_prefill_and_cached_decode_logits(component_model, chunk, host_cache, co
         assert rel_err(step, ours_uncached[-2]) < TOL
     finally:
         rt.set_prefill_attention_block(256)
+
+
+# ---- reduced precision: --dtype bf16 (products in bf16 where the CPU has bf16 dot products) ----------------------
+
+BF16_TOKENS = 24
+# first-step logits: max |ours - transformers autocast| <= BF16_LOGIT_TOL * max|logit|. transformers' own fp32 and
+# autocast runs of these tiny models differ by 1.1-1.8 % (2026-11-26) and agree on 1/24 (PaddleOCR-VL) and 6/24
+# (HunyuanOCR) greedy tokens: random weights leave top-2 margins below bf16's rounding, so tokens are gated on the
+# trained demo model instead (tests/demo/test_demo_bf16.py).
+BF16_LOGIT_TOL = 0.05
+
+
+@pytest.fixture
+def bf16_model(model):
+    if MATRICES[model].reference_model is None:
+        pytest.skip("no transformers class to run in bf16 autocast (DeepSeek-OCR v1: golden numbers only)")
+    return model
+
+
+def test_bf16_logits_agree_with_transformers_autocast(bf16_model, matrix_checkpoint, matrix_images, tmp_path):
+    """`infer --dtype bf16` on the model's first variant against transformers on the same bf16-rounded weights
+    under torch.autocast(bfloat16) (its products in bf16 too): the first step's logits within BF16_LOGIT_TOL of
+    max|logit|, and further from the exact path's than fp32 rounding (the products really ran in bf16) where the
+    CPU has bf16 dot products; without them ours runs the exact path on bf16-rounded weights and says so."""
+    import torch
+
+    from ms_ocr.ops import native
+    matrix = MATRICES[bf16_model]
+    variant = next(v for v, spec in matrix.variants.items() if not spec.get("slow"))
+    spec = matrix.variants[variant]
+    folder = matrix_checkpoint(bf16_model, variant)
+    path = matrix_images(matrix.images[spec["images"][0]])
+    prompt = matrix.prompts[spec["prompt"]]
+    model, inputs = matrix.reference_model(folder, [Image.open(path).convert("RGB")], prompt)
+    model = model.to(torch.bfloat16).float()  # the weights --dtype bf16 reads
+    with torch.no_grad():
+        exact = model(**inputs).logits[0, -1].numpy()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            want = model(**inputs).logits[0, -1].float().numpy()
+    mode = ("--mode", spec["mode"]) if "mode" in spec else ()
+    proc = run_module("ms_ocr.infer", "--model", matrix.cli, "--model-path", folder, "--image", path, "--prompt",
+                      prompt, "--max-new-tokens", "1", "--dtype", "bf16", "--json", "--dump", str(tmp_path / "dump"),
+                      *mode, *matrix.cli_args)
+    assert proc.returncode == 0, proc.stderr
+    (got,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    first = np.load(os.path.join(got["dump"], "logits.npy"))[0]
+    scale = np.abs(want).max()
+    assert np.abs(first - want).max() <= BF16_LOGIT_TOL * scale
+    if native.cpu_bf16_dot() and native.dnnl_path() is not None:
+        assert "products stay fp32" not in proc.stderr
+        assert np.abs(first - exact).max() > 1e-4 * scale
+    else:
+        assert "--dtype bf16: products stay fp32" in proc.stderr

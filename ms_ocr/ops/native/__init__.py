@@ -26,6 +26,7 @@ ARCH_ENV = "MS_OCR_NATIVE_ARCH"  # the -march target of the build (default: nati
 LIB_NAME = "libms_ocr_kernels.so"
 # -ffp-contract=fast: the kernels' a * b + c on vectors become FMAs where the ISA has them
 FLAGS = ("-O3", "-ffp-contract=fast", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+LIBS = ("-ldl",)  # GemmBf16 opens MindSpore's oneDNN at run time
 ISA_LEVELS = ("avx512", "avx2", "neon", "sse2", "scalar")
 
 _state = {}
@@ -43,6 +44,9 @@ class NativeKernels:
         self.lib.ms_ocr_vision_attention_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_gelu_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_isa_level.restype = ctypes.c_char_p
+        self.lib.ms_ocr_gemm_bf16_calls.restype = ctypes.c_int64
+        self.lib.ms_ocr_load_dnnl.argtypes = [ctypes.c_char_p]
+        self._dnnl = None
 
     def func(self, name):
         return f"{self.path}:{name}"
@@ -71,6 +75,18 @@ class NativeKernels:
     def gelu_calls(self):
         """How many GeluTanh / GeluErf kernels ran in this process."""
         return self.lib.ms_ocr_gelu_calls()
+
+    @property
+    def gemm_bf16_calls(self):
+        """How many GemmBf16 products ran in this process."""
+        return self.lib.ms_ocr_gemm_bf16_calls()
+
+    def load_dnnl(self):
+        """Whether GemmBf16 has its oneDNN: the libdnnl MindSpore's wheel ships (mindspore/lib), opened once."""
+        if self._dnnl is None:
+            path = dnnl_path()
+            self._dnnl = path is not None and self.lib.ms_ocr_load_dnnl(path.encode()) == 0
+        return self._dnnl
 
     @property
     def isa_level(self):
@@ -114,7 +130,7 @@ def build(dst_dir=None, cxx=None, arch=None):
     with open(SOURCE, "rb") as f:
         source = f.read()
     flags = (f"-march={arch}",) + FLAGS
-    key = hashlib.sha256(b"\0".join([source, _compiler_version(cxx).encode(), " ".join(flags).encode(),
+    key = hashlib.sha256(b"\0".join([source, _compiler_version(cxx).encode(), " ".join(flags + LIBS).encode(),
                                      _cpu_tag().encode()])).hexdigest()[:16]
     folder = os.path.join(dst_dir or cache_dir(), key)
     path = os.path.join(folder, LIB_NAME)
@@ -125,7 +141,7 @@ def build(dst_dir=None, cxx=None, arch=None):
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
     os.close(fd)
     try:
-        subprocess.run([cxx, *flags, SOURCE, "-o", tmp], capture_output=True, text=True, timeout=300, check=True)
+        subprocess.run([cxx, *flags, SOURCE, "-o", tmp, *LIBS], capture_output=True, text=True, timeout=300, check=True)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -171,3 +187,33 @@ def cpu_model():
     if "cpu family" in fields:
         name += f" (family {fields['cpu family']}, model {fields.get('model', '?')})"
     return name
+
+
+def dnnl_path():
+    """The oneDNN library of the installed MindSpore (mindspore/lib/libdnnl.so.*), or None. Found by the package's
+    location, without importing it."""
+    import glob
+    import importlib.util
+    spec = importlib.util.find_spec("mindspore")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        found = sorted(glob.glob(os.path.join(folder, "lib", "libdnnl.so*")))
+        if found:
+            return found[-1]
+    return None
+
+
+def cpu_bf16_dot():
+    """Whether the CPU has bf16 dot-product instructions (x86 AVX512_BF16 or AMX-BF16; Arm's BF16 extension), as
+    /proc/cpuinfo lists them: the CPUs where products in bf16 are faster than in fp32."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    words = set(value.split())
+                    return bool(words & {"avx512_bf16", "amx_bf16", "bf16"})
+    except OSError:
+        pass
+    return False

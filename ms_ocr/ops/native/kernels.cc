@@ -7,7 +7,8 @@
 // weight widened to fp32 beforehand, at half the bytes read. The kernels: MatMulT (a decode
 // step's products against a very large weight, ops/linear.py), DecodeLayer (a dense decoder layer of a decode
 // step, ops/decode_layer.py), VisionAttention (unmasked attention, ops/attention.py), GeluTanh / GeluErf
-// (ops/activation.py).
+// (ops/activation.py), GemmBf16 (a product in bf16 with fp32 accumulation through MindSpore's own oneDNN,
+// ops/linear.py; --dtype bf16 on CPUs with bf16 dot products).
 //
 // One source for every ISA: the kernels are written over `vf`, a GCC/Clang vector of kVL floats whose width is
 // the build's widest SIMD level (64 bytes with AVX-512, 32 with AVX2+FMA, 16 with aarch64 NEON or x86 SSE2;
@@ -15,6 +16,7 @@
 // register count. Only the few operations a vector type has no operator for (horizontal sum, masked tail
 // load, the bf16 load, FMA) have per-ISA bodies. FMAs come from contraction (-ffp-contract=fast, set by the build),
 // except in the products whose fp32 and bf16 forms must agree bit for bit, which call vfma.
+#include <dlfcn.h>
 #include <omp.h>
 
 #include <atomic>
@@ -884,5 +886,78 @@ int GeluErf(int nparam, void** params, int* ndims, int64_t** shapes, const char*
   return gelu_entry(nparam, params, ndims, shapes, true);
 }
 int64_t ms_ocr_gelu_calls() { return g_gelu_calls.load(); }
+
+}  // extern "C"
+
+namespace {
+
+// ---- GemmBf16: products in bf16 through oneDNN ---------------------------------------------------------------
+// oneDNN's dnnl_gemm_bf16bf16f32 (row-major C = alpha op(A) op(B) + beta C, bf16 operands, fp32 accumulation
+// and output), from the libdnnl MindSpore's wheel ships, opened at run time (ms_ocr_load_dnnl). That library is
+// built for a thread pool runtime and its plain gemm runs on the calling thread: the product is split into
+// g_threads column (or row) slices, one sequential gemm each.
+typedef int (*dnnl_gemm_bf16_fn)(char, char, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t,
+                                 const uint16_t*, int64_t, float, float*, int64_t);
+dnnl_gemm_bf16_fn g_dnnl_gemm_bf16 = nullptr;
+std::atomic<int64_t> g_gemm_bf16_calls{0};
+
+// fp32 -> bf16 rounded to nearest, ties to even (NaN stays NaN), as torch / MindSpore convert.
+inline uint16_t round_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+}  // namespace
+
+extern "C" {
+
+// Opens oneDNN at `path` and finds its bf16 gemm: 0 on success.
+int ms_ocr_load_dnnl(const char* path) {
+  void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) return 1;
+  g_dnnl_gemm_bf16 = reinterpret_cast<dnnl_gemm_bf16_fn>(dlsym(handle, "dnnl_gemm_bf16bf16f32"));
+  return g_dnnl_gemm_bf16 == nullptr ? 2 : 0;
+}
+
+int64_t ms_ocr_gemm_bf16_calls() { return g_gemm_bf16_calls.load(); }
+
+// GemmBf16: x [M, K] (fp32, rounded to bf16 here, or bf16), w [N, K] (bf16) -> y [M, N] = x w^T (fp32): each
+// product of bf16 values summed in fp32.
+int GemmBf16(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+             void* extra) {
+  (void)stream; (void)extra;
+  if (g_dnnl_gemm_bf16 == nullptr || nparam != 3 || ndims[0] != 2 || ndims[1] != 2 || !is_bf16(dtypes[1])) return 1;
+  const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[1][0];
+  if (shapes[1][1] != k || m < 1 || n < 1 || k < 1) return 1;
+  g_gemm_bf16_calls.fetch_add(1);
+  const uint16_t* w = static_cast<const uint16_t*>(params[1]);
+  float* y = static_cast<float*>(params[2]);
+  const uint16_t* xb = static_cast<const uint16_t*>(params[0]);
+  std::vector<uint16_t> rounded;
+  if (!is_bf16(dtypes[0])) {
+    const float* x = static_cast<const float*>(params[0]);
+    rounded.resize(static_cast<size_t>(m * k));
+#pragma omp parallel for num_threads(m * k >= (1 << 16) ? g_threads : 1) schedule(static)
+    for (int64_t i = 0; i < m * k; ++i) rounded[i] = round_bf16(x[i]);
+    xb = rounded.data();
+  }
+  // slices: along N (the weight's rows) unless M is the longer side; multiples of 64 keep the kernels' tiles whole
+  const bool by_rows = m > n;
+  const int64_t len = by_rows ? m : n;
+  int parts = static_cast<int>(len / 64 < g_threads ? (len / 64 > 0 ? len / 64 : 1) : g_threads);
+  const int64_t step = ((len + parts - 1) / parts + 63) / 64 * 64;
+  parts = static_cast<int>((len + step - 1) / step);
+  int failed = 0;
+#pragma omp parallel for num_threads(parts) schedule(static) reduction(|| : failed)
+  for (int t = 0; t < parts; ++t) {
+    const int64_t a = t * step, cnt = (a + step < len ? step : len - a);
+    int status = by_rows ? g_dnnl_gemm_bf16('N', 'T', cnt, n, k, 1.f, xb + a * k, k, w, k, 0.f, y + a * n, n)
+                         : g_dnnl_gemm_bf16('N', 'T', m, cnt, k, 1.f, xb, k, w + a * k, k, 0.f, y + a, n);
+    failed = failed || status != 0;
+  }
+  return failed ? 1 : 0;
+}
 
 }  // extern "C"

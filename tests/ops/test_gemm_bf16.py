@@ -1,0 +1,135 @@
+"""GemmBf16 (ms_ocr/ops/native/kernels.cc): --dtype bf16's products on a CPU with bf16 dot products, through the
+oneDNN MindSpore's wheel ships. What it is documented to compute: the activations rounded to bf16 (to nearest,
+ties to even), times bf16 weights, each dot product summed in fp32; checked against float64 NumPy over the rounded
+operands, on shapes split by rows and by columns, with 1 and 2 threads. Then its routing (ops.linear.matmul_t)
+and the notice a CPU without bf16 dot products gives."""
+
+import numpy as np
+import pytest
+import mindspore as ms
+from mindspore import Tensor
+
+from ms_ocr import device
+from ms_ocr import ops as K
+from ms_ocr.convert.loader import round_to_bf16
+from ms_ocr.ops import backend, native
+from tests.helpers.native import build_kernels, needs_compiler
+
+needs_dnnl = pytest.mark.skipif(native.dnnl_path() is None, reason="MindSpore's wheel has no libdnnl here")
+
+
+def rne_bf16(x):
+    """fp32 -> bf16 to nearest, ties to even (NumPy, independent of the kernel's own rounding)."""
+    u = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return r.astype(np.uint32).view(np.float32)
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    k = build_kernels("native")
+    assert k.load_dnnl()
+    return k
+
+
+def _gemm(kernels, x, w):
+    return backend.bf16_gemm_op(kernels)(Tensor(x), Tensor(w).astype(ms.bfloat16)).asnumpy()
+
+
+@needs_compiler
+@needs_dnnl
+@pytest.mark.parametrize("m,k,n", [(300, 200, 70), (9, 64, 700), (130, 1152, 131), (1, 33, 5)])
+def test_products_of_rounded_activations_summed_in_fp32(m, k, n, kernels, pynative_cpu):
+    rng = np.random.default_rng(m + n)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = round_to_bf16(rng.standard_normal((n, k)) * 0.1)
+    want = rne_bf16(x).astype(np.float64) @ w.astype(np.float64).T
+    before = kernels.gemm_bf16_calls
+    got = _gemm(kernels, x, w)
+    assert kernels.gemm_bf16_calls == before + 1
+    assert got.shape == (m, n) and got.dtype == np.float32
+    assert np.abs(got - want).max() <= 2e-6 * np.sqrt(k) * np.abs(want).max()
+    # the activations are rounded, not kept: fp32 products of the unrounded x differ by far more
+    exact = x.astype(np.float64) @ w.astype(np.float64).T
+    assert np.abs(got - exact).max() > 10 * np.abs(got - want).max()
+    # bf16 activations given as such are the same product
+    bf = backend.bf16_gemm_op(kernels)(Tensor(rne_bf16(x)).astype(ms.bfloat16), Tensor(w).astype(ms.bfloat16))
+    assert np.array_equal(bf.asnumpy(), got)
+
+
+@needs_compiler
+@needs_dnnl
+def test_rounding_is_to_nearest_even(kernels, pynative_cpu):
+    """Halfway cases round to the even bf16 neighbour (read back through an identity weight)."""
+    one = np.float32(1.0).view(np.uint32)
+    bits = np.array([one + 0x8000, one + 0x18000, one + 0x7FFF, one + 0x8001], np.uint32)  # 2 ties, below, above
+    x = np.tile(bits.view(np.float32), 16).reshape(4, 16)
+    got = _gemm(kernels, x, np.eye(16, dtype=np.float32))
+    assert np.array_equal(got, rne_bf16(x))
+    assert np.array_equal(got[0, :4].view(np.uint32), np.array([one, one + 0x20000, one, one + 0x10000], np.uint32))
+
+
+@needs_compiler
+@needs_dnnl
+def test_thread_count_does_not_change_the_result(kernels, pynative_cpu):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((257, 320)).astype(np.float32)
+    w = round_to_bf16(rng.standard_normal((190, 320)))
+    out = {}
+    for threads in (1, 2):
+        kernels.set_threads(threads)
+        out[threads] = (_gemm(kernels, x, w), _gemm(kernels, x[:40], w))
+    kernels.set_threads(2)
+    assert all(np.array_equal(a, b) for a, b in zip(out[1], out[2]))
+
+
+@needs_compiler
+@needs_dnnl
+def test_matmul_t_routes_many_rows_against_bf16_weights(pynative_cpu, monkeypatch):
+    """With products in bf16 on, more rows than a decode step's against a bf16 matrix take GemmBf16; a decode
+    step's rows and fp32 weights do not, and the norm vectors are still widened (keeps_bf16)."""
+    if not native.cpu_bf16_dot():
+        monkeypatch.setattr(native, "cpu_bf16_dot", lambda: True)
+    monkeypatch.setattr(backend, "BF16_PRODUCTS", None)
+    assert backend.enable_bf16_products() is None and backend.BF16_PRODUCTS is not None
+    assert "bf16_products" in backend.routed()
+    kernels = native.load()
+    rng = np.random.default_rng(2)
+    w = Tensor(round_to_bf16(rng.standard_normal((96, 64)))).astype(ms.bfloat16)
+    many, few = (Tensor(rng.standard_normal((r, 64)).astype(np.float32)) for r in (K.linear.NATIVE_MAX_ROWS + 1, 4))
+    before = kernels.gemm_bf16_calls
+    got = K.matmul_t(many, w).asnumpy()
+    assert kernels.gemm_bf16_calls == before + 1
+    want = rne_bf16(many.asnumpy()).astype(np.float64) @ w.astype(ms.float32).asnumpy().T
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+    K.matmul_t(few, w)
+    K.matmul_t(many, w.astype(ms.float32))
+    assert kernels.gemm_bf16_calls == before + 1
+    assert K.keeps_bf16(w) and not K.keeps_bf16(w[0]) and not K.keeps_bf16(w.astype(ms.float32))
+
+
+def test_a_cpu_without_bf16_dot_products_keeps_fp32_and_says_so_once(monkeypatch, capsys):
+    monkeypatch.setattr(backend, "BF16_PRODUCTS", None)
+    monkeypatch.setattr(backend, "_configured", "CPU")
+    monkeypatch.setattr(native, "cpu_bf16_dot", lambda: False)
+    monkeypatch.setattr(device, "_NOTICES", set())
+    assert device.bf16_products("bf16", "CPU") is False and device.bf16_products("bf16", "CPU") is False
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["[ms_ocr] --dtype bf16: products stay fp32 on bf16-rounded weights (this CPU has no bf16 dot "
+                   "products (AVX512_BF16, AMX-BF16 or Arm BF16))"]
+    assert backend.BF16_PRODUCTS is None
+    assert device.bf16_products("auto", "CPU") is False and device.bf16_products("bf16", "Ascend") is True
+
+
+def test_cpu_bf16_dot_reads_the_flags(tmp_path, monkeypatch):
+    import builtins
+    real_open = builtins.open
+    for flags, want in (("fpu avx512f avx512_bf16", True), ("fpu avx2 fma", False), ("fp asimd bf16", True),
+                        ("fpu amx_tile amx_bf16", True)):
+        path = tmp_path / "cpuinfo"
+        key = "Features" if "asimd" in flags else "flags"
+        path.write_text(f"processor\t: 0\n{key}\t\t: {flags}\n")
+        monkeypatch.setattr(builtins, "open", lambda p, *a, **k: real_open(path if p == "/proc/cpuinfo" else p,
+                                                                           *a, **k))
+        assert native.cpu_bf16_dot() is want, flags
+        monkeypatch.setattr(builtins, "open", real_open)
