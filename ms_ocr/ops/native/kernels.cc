@@ -89,6 +89,20 @@ inline vf vload(const bf16* p) {
   return widen(h);
 #endif
 }
+// kVL int8s (weight-only int8, --quantize int8) as floats: sign-extend and convert; exact. The per-row scale is
+// applied to each dot product afterwards (scale_rows).
+typedef int8_t vq __attribute__((vector_size(MS_OCR_VBYTES / 4)));  // kVL int8s
+inline vf vload(const int8_t* p) {
+#if defined(__AVX512F__)
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+#elif defined(__AVX2__)
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+#else
+  vq q;
+  std::memcpy(&q, p, sizeof q);
+  return __builtin_convertvector(q, vf);
+#endif
+}
 inline float to_float(bf16 b) {
   const uint32_t bits = static_cast<uint32_t>(b) << 16;
   float f;
@@ -146,6 +160,11 @@ inline vf vload_tail(const bf16* p, int64_t n) {
   vh h = {};
   for (int64_t i = 0; i < n; ++i) h[i] = p[i];
   return widen(h);
+}
+inline vf vload_tail(const int8_t* p, int64_t n) {
+  vf v = {};
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(p[i]);
+  return v;
 }
 
 inline float vsum(vf v) {
@@ -387,13 +406,22 @@ constexpr GemvRowsFn<W> kGemvRows[] = {nullptr, gemv_rows_m<1, W>, gemv_rows_m<2
                                        gemv_rows_m<4, W>, gemv_rows_m<5, W>, gemv_rows_m<6, W>, gemv_rows_m<7, W>,
                                        gemv_rows_m<8, W>};
 
-// A weight operand: fp32 or bfloat16 words.
+// A weight operand: fp32, bfloat16 words, or int8 with one fp32 scale per row (weight-only int8: row o of the
+// product is scale[o] * (x . q[o])).
 struct Weight {
   const void* p;
   bool bf16;
+  const float* scale = nullptr;  // int8 when set
 };
 
+// y[r * out + i] *= scale[i] for the m rows, outputs [o, o1)
+inline void scale_rows(float* y, const float* scale, int m, int64_t out, int64_t o, int64_t o1) {
+  for (int r = 0; r < m; ++r)
+    for (int64_t i = o; i < o1; ++i) y[r * out + i] *= scale[i];
+}
+
 inline bool is_bf16(const char* dtype) { return dtype != nullptr && std::strcmp(dtype, "bfloat16") == 0; }
+inline bool is_int8(const char* dtype) { return dtype != nullptr && std::strcmp(dtype, "int8") == 0; }
 
 // One product y [m, out] = x [m, in] w^T (+ res [m, out] when given) of a group run by parallel_products.
 struct Product {
@@ -416,10 +444,14 @@ void parallel_products(int m, const Product* ps, int n) {
     while (c >= first[j + 1]) ++j;
     const Product& p = ps[j];
     const int64_t o = (c - first[j]) * kChunk, o1 = o + kChunk < p.out ? o + kChunk : p.out;
-    if (p.w.bf16)
+    if (p.w.scale) {
+      kGemvRows<int8_t>[m](p.x, static_cast<const int8_t*>(p.w.p), p.y, p.out, p.in, o, o1);
+      scale_rows(p.y, p.w.scale, m, p.out, o, o1);
+    } else if (p.w.bf16) {
       kGemvRows<bf16>[m](p.x, static_cast<const bf16*>(p.w.p), p.y, p.out, p.in, o, o1);
-    else
+    } else {
       kGemvRows<float>[m](p.x, static_cast<const float*>(p.w.p), p.y, p.out, p.in, o, o1);
+    }
     if (p.res)
       for (int r = 0; r < m; ++r)
         for (int64_t i = o; i < o1; ++i) p.y[r * p.out + i] += p.res[r * p.out + i];
@@ -614,6 +646,36 @@ int MatMulT(int nparam, void** params, int* ndims, int64_t** shapes, const char*
   return 0;
 }
 
+// MatMulTQ8: x [M, K] (M <= 8), q [N, K] int8, scale [N] fp32 -> y [M, N] = (x q^T) * scale: weight-only int8.
+int MatMulTQ8(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+              void* extra) {
+  (void)stream; (void)extra;
+  if (nparam != 4 || ndims[0] != 2 || ndims[1] != 2 || !is_int8(dtypes[1])) return 1;
+  const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[1][0];
+  if (m < 1 || m > 8 || shapes[1][1] != k || shapes[2][0] != n) return 1;
+  g_matmul_t_calls.fetch_add(1);
+  float* y = static_cast<float*>(params[3]);
+  kGemv<int8_t>[m](static_cast<const float*>(params[0]), static_cast<const int8_t*>(params[1]), y, n, k);
+  scale_rows(y, static_cast<const float*>(params[2]), static_cast<int>(m), n, 0, n);
+  return 0;
+}
+
+// DequantQ8: q [N, K] int8, scale [N] -> w [N, K] fp32 = q * scale (the prefill graphs' products over int8
+// weights: one layer's fp32 copy at a time, as for bf16 weights).
+int DequantQ8(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+              void* extra) {
+  (void)stream; (void)extra;
+  if (nparam != 3 || ndims[0] != 2 || !is_int8(dtypes[0]) || shapes[1][0] != shapes[0][0]) return 1;
+  const int64_t n = shapes[0][0], k = shapes[0][1];
+  const int8_t* q = static_cast<const int8_t*>(params[0]);
+  const float* scale = static_cast<const float*>(params[1]);
+  float* w = static_cast<float*>(params[2]);
+#pragma omp parallel for num_threads(n * k >= (1 << 16) ? g_threads : 1) schedule(static)
+  for (int64_t o = 0; o < n; ++o)
+    for (int64_t i = 0; i < k; ++i) w[o * k + i] = static_cast<float>(q[o * k + i]) * scale[o];
+  return 0;
+}
+
 int64_t ms_ocr_decode_layer_calls() { return g_decode_layer_calls.load(); }
 
 // DecodeLayer: one dense pre-norm decoder layer (RMSNorm -> GQA attention with rope -> residual -> RMSNorm ->
@@ -626,13 +688,21 @@ int64_t ms_ocr_decode_layer_calls() { return g_decode_layer_calls.load(); }
 int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
                 void* extra) {
   (void)stream; (void)extra;
-  if (nparam != 19 && nparam != 21) return 1;
-  const bool qk_norm = nparam == 21;
+  if (nparam < 19 || nparam > 22) return 1;
+  // 20 / 22: int8 matrices, their scales packed in one input before eps
+  const bool quant = nparam == 20 || nparam == 22, qk_norm = nparam >= 21;
   const int n_in = nparam - 3;
   auto in = [&](int i) { return static_cast<const float*>(params[i]); };
-  // weights: fp32 or bfloat16 each; the norms' (small) vectors are widened once here, the products' matrices
-  // as they are read
-  auto wt = [&](int i) { return Weight{params[i], is_bf16(dtypes[i])}; };
+  // weights: fp32 or bfloat16 each (or int8 with per-row scales); the norms' (small) vectors are widened once here,
+  // the products' matrices as they are read
+  const float* scales = quant ? in(n_in - 2) : nullptr;
+  auto wt = [&](int i) {
+    if (!is_int8(dtypes[i])) return Weight{params[i], is_bf16(dtypes[i])};
+    const float* s = scales;
+    scales += shapes[i][0];
+    return Weight{params[i], false, s};
+  };
+  if (quant && (!is_int8(dtypes[7]) || ndims[n_in - 2] != 1)) return 1;
   std::vector<float> norm_bufs[4];
   auto vec = [&](int i, std::vector<float>& buf) {
     if (!is_bf16(dtypes[i])) return in(i);
@@ -644,6 +714,7 @@ int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const c
   const Weight qw = wt(7), kw = wt(8), vw = wt(9);
   const int w = qk_norm ? 12 : 10;
   const Weight ow = wt(w), gw = wt(w + 2), uw = wt(w + 3), dw = wt(w + 4);
+  if (quant && scales != in(n_in - 2) + shapes[n_in - 2][0]) return 1;  // one scale per row of the 7 matrices
   const float *inw = vec(6, norm_bufs[0]), *postw = vec(w + 1, norm_bufs[1]);
   const float *qnw = qk_norm ? vec(10, norm_bufs[2]) : nullptr, *knw = qk_norm ? vec(11, norm_bufs[3]) : nullptr;
   const float eps = in(n_in - 1)[0];

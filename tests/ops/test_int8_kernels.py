@@ -1,0 +1,83 @@
+"""Weight-only int8 in the native kernels (ms_ocr/ops/native/kernels.cc): MatMulTQ8 (a decode step's rows against
+an int8 weight with one fp32 scale per row), DequantQ8 (q * scale in fp32) and DecodeLayer over int8 matrices with
+their scales packed in one input; each against float64 NumPy over the dequantised weights, at every SIMD level this
+machine builds."""
+
+import numpy as np
+import pytest
+from mindspore import Tensor, nn
+
+from ms_ocr.ops import backend
+from tests.helpers.native import needs_compiler
+from tests.ops.test_decode_layer import CASES, make_case, reference
+
+
+def quantize(w):
+    """Per-row symmetric int8: scale = max|row| / 127, q = round(w / scale) (what --quantize int8 stores)."""
+    w = np.asarray(w, np.float32)
+    scale = np.abs(w).max(1) / 127
+    scale[scale == 0] = 1
+    q = np.clip(np.rint(w / scale[:, None]), -127, 127).astype(np.int8)
+    return q, scale.astype(np.float32)
+
+
+def dequantized(q, scale):
+    return q.astype(np.float64) * scale.astype(np.float64)[:, None]
+
+
+class _Op(nn.Cell):
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def construct(self, *args):
+        return self.op(*args)
+
+
+@needs_compiler
+@pytest.mark.parametrize("m", [1, 3, 8])
+def test_matmul_t_q8_at_every_isa_level(m, graph_cpu, isa_kernels):
+    rng = np.random.default_rng(m)
+    q, s = quantize(rng.standard_normal((301, 1000 + 3)))
+    x = rng.standard_normal((m, 1003)).astype(np.float32)
+    want = x.astype(np.float64) @ dequantized(q, s).T
+    before = isa_kernels.matmul_t_calls
+    got = _Op(backend.int8_ops(isa_kernels)[0])(Tensor(x), Tensor(q), Tensor(s)).asnumpy()
+    assert isa_kernels.matmul_t_calls == before + 1
+    assert got.shape == (m, 301) and np.abs(got - want).max() <= 2e-5 * np.abs(want).max(), isa_kernels.isa_level
+
+
+@needs_compiler
+def test_dequant_q8_is_q_times_scale(graph_cpu, isa_kernels):
+    rng = np.random.default_rng(4)
+    q, s = quantize(rng.standard_normal((70, 333)))
+    got = _Op(backend.int8_ops(isa_kernels)[1])(Tensor(q), Tensor(s)).asnumpy()
+    assert np.array_equal(got, q.astype(np.float32) * s[:, None])
+
+
+def test_quantization_error_is_half_a_step():
+    w = np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32)
+    q, s = quantize(w)
+    assert np.abs(dequantized(q, s) - w).max(1).max() <= 0.5 * s.max() * (1 + 1e-6)
+    assert np.abs(q).max() == 127
+
+
+@needs_compiler
+@pytest.mark.parametrize("case", CASES)
+def test_decode_layer_over_int8_matrices(case, graph_cpu, isa_kernels):
+    """The 7 matrices (q, k, v, o, gate, up, down) in int8, their scales packed in that order before eps."""
+    *tensors, weights = make_case(np.random.default_rng(11), *case)
+    qk_norm = len(weights) == 11
+    mats = [1, 2, 3] + ([6, 8, 9, 10] if qk_norm else [4, 6, 7, 8])
+    args, scales, deq = list(weights), [], list(weights)
+    for i in mats:
+        q, s = quantize(weights[i])
+        args[i], deq[i] = q, dequantized(q, s).astype(np.float32)
+        scales.append(s)
+    op = backend.native_ops(isa_kernels)[1][1 if qk_norm else 0]
+    before = isa_kernels.decode_layer_calls
+    outs = _Op(op)(*(Tensor(a) for a in tensors), *(Tensor(w) for w in args), Tensor(np.concatenate(scales)),
+                   Tensor(np.array([1e-6], np.float32)))
+    assert isa_kernels.decode_layer_calls == before + 1
+    for got, want in zip(outs, reference(*tensors, deq, 1e-6)):
+        assert np.abs(got.asnumpy() - want).max() <= 2e-5 * max(1.0, np.abs(want).max()), isa_kernels.isa_level
