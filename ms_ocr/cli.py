@@ -58,6 +58,20 @@ def model_spec(args):
     return spec
 
 
+def add_device_args(p):
+    """--dtype, --quantize, --device, --threads: where and in which precision the model runs."""
+    from ms_ocr.models.quantize import MODES
+    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
+                   help="auto follows the checkpoint, exactly: on the CPU a bf16 checkpoint's weights stay bf16 in "
+                        "memory with fp32 compute; fp32 widens them at load; bf16 on a CPU with bf16 dot products "
+                        "(AVX512_BF16, AMX, Arm BF16) computes the products of vision and prompt in bf16")
+    p.add_argument("--quantize", default="none", choices=MODES,
+                   help="int8: the decoder's dense layers and an untied head in weight-only int8, made at load "
+                        "(decode reads half the bytes of bf16; CPU only)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "ascend"])
+    p.add_argument("--threads", type=int, default=None, help="CPU runtime threads")
+
+
 def add_mode_arg(p):
     p.add_argument("--mode", choices=models.modes(), help=models.modes_help())
 

@@ -452,7 +452,7 @@ def _warn(message):
     print(f"warning: {message}", file=sys.stderr)
 
 
-def runtime_key(name, model_dir, target, compute_dtype, round_to, net, buckets):
+def runtime_key(name, model_dir, target, compute_dtype, round_to, net, buckets, quantize="none"):
     """The CompileCache key of a loaded VLM: everything that shapes its graphs besides each graph's inputs."""
     from ms_ocr import __version__
     from ms_ocr.ops import backend, native
@@ -466,4 +466,4 @@ def runtime_key(name, model_dir, target, compute_dtype, round_to, net, buckets):
             "parameters": params, "compute_dtype": str(compute_dtype), "round_to": round_to,
             "tied": bool(getattr(net, "tied", False)), "fused": backend.FUSED, "routes": sorted(backend.routed()),
             "bf16_natives": [backend.NATIVE_GATHER_ROWS is not None, backend.NATIVE_WIDEN is not None],
-            "native": kernels.isa_level if kernels else None, "buckets": repr(buckets)}
+            "native": kernels.isa_level if kernels else None, "buckets": repr(buckets), "quantize": quantize}

@@ -8,8 +8,8 @@ import sys
 os.environ.setdefault("GLOG_v", "3")
 
 from ms_ocr import models  # noqa: E402 - the registry: plain data, no framework import
-from ms_ocr.cli import (CliError, Parser, add_mode_arg, add_sampling_args, cli_main, model_spec,  # noqa: E402
-                        resolve_prompt, sampling_config)
+from ms_ocr.cli import (CliError, Parser, add_device_args, add_mode_arg, add_sampling_args, cli_main,  # noqa: E402
+                        model_spec, resolve_prompt, sampling_config)
 
 
 def build_parser():
@@ -25,11 +25,7 @@ def build_parser():
     g.add_argument("--prompt", help="free-form prompt instead of a task")
     p.add_argument("--one-prompt", action="store_true", help="put all images into one prompt")
     p.add_argument("--max-new-tokens", type=int, default=1024)
-    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
-                   help="auto follows the checkpoint; on the CPU a bf16 checkpoint's weights stay bf16 in memory "
-                        "(bit-identical results, half the bytes; fp32 widens them at load)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "ascend"])
-    p.add_argument("--threads", type=int, default=None, help="CPU runtime threads")
+    add_device_args(p)
     add_sampling_args(p)
     p.add_argument("--stream", action="store_true", help="print text as tokens arrive")
     p.add_argument("--json", action="store_true", help="one JSON object per image on stdout")
@@ -153,7 +149,7 @@ def run(argv):
         # one request: the vision weights are released before the text weights load (lower peak memory)
         with staged_weights() if one_request and os.environ.get("MS_OCR_STAGED", "1") != "0" else \
                 contextlib.nullcontext():
-            pipe = spec.load(model_dir, target, args.dtype)
+            pipe = spec.load(model_dir, target, args.dtype, quantize=args.quantize)
     if args.mode:
         pipe.processor.set_mode(args.mode)
     sampling = sampling_config(args, spec, pipe)

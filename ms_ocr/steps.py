@@ -80,6 +80,14 @@ class WidenStep(nn.Cell):
         return tuple(K.widen(w, ms.float32) for w in weights)
 
 
+class DequantStep(nn.Cell):
+    """int8 matrices with their per-row scales (q1, s1, q2, s2, ...) as fp32 (K.dequant_q8), in one graph call:
+    the prefill of a layer quantised by --quantize int8 (one layer's fp32 matrices exist at a time)."""
+
+    def construct(self, *pairs):
+        return tuple(K.dequant_q8(pairs[i], pairs[i + 1]) for i in range(0, len(pairs), 2))
+
+
 class VisionHeadStep(_Wrap):
     def construct(self, x, *inputs):
         return self.model.vision_head(x, *inputs)

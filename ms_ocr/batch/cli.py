@@ -13,8 +13,8 @@ os.environ.setdefault("GLOG_v", "3")
 
 from ms_ocr import models  # noqa: E402
 from ms_ocr.proc import peak_rss_gb  # noqa: E402
-from ms_ocr.cli import (CliError, Parser, add_mode_arg, add_sampling_args, cli_main, model_spec,  # noqa: E402
-                        resolve_prompt, sampling_config)
+from ms_ocr.cli import (CliError, Parser, add_device_args, add_mode_arg, add_sampling_args, cli_main,  # noqa: E402
+                        model_spec, resolve_prompt, sampling_config)
 
 
 def build_parser():
@@ -34,9 +34,7 @@ def build_parser():
                    help="longest prompt in tokens, image tokens included (default 4096, less if the model's "
                         "max_position_embeddings asks); longer inputs are recorded as errors")
     p.add_argument("--max-output-length", type=int, default=1024, help="new tokens per input at most")
-    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "ascend"])
-    p.add_argument("--threads", type=int, default=None, help="CPU runtime threads")
+    add_device_args(p)
     p.add_argument("--dpi", type=int, default=200, help="PDF rasterisation resolution (10-600)")
     add_sampling_args(p)
     p.add_argument("--visualize", action="store_true", help="draw parsed boxes into OUT/vis/ (tasks with boxes)")
@@ -169,7 +167,7 @@ def _run_job(args, spec, model_dir, items, job_prompt, job_task, world, rank, st
 
     from ms_ocr.device import setup
     target = setup(args.device, args.threads)
-    pipe = spec.load(model_dir, target, args.dtype)
+    pipe = spec.load(model_dir, target, args.dtype, quantize=args.quantize)
     if args.mode:
         pipe.processor.set_mode(args.mode)
     sampling = sampling_config(args, spec, pipe)

@@ -20,6 +20,7 @@ class VLMCell(nn.Cell):
         # set by the loader when the text weights stay bf16 on the CPU (bf16_weight_names): embeddings are
         # gathered in bf16 and widened
         self.widen_embeddings = False
+        self.head_quantized = False  # --quantize int8 (models/quantize.py): lm_head int8 with lm_head.weight_scale
 
     def bf16_weight_names(self):
         """The Parameters a bf16 checkpoint keeps in bf16 on the CPU (device.bf16_resident): the decoder layers'
@@ -63,6 +64,8 @@ class VLMCell(nn.Cell):
         return self.model.norm(h)
 
     def logits(self, h):
+        if self.head_quantized:
+            return K.matmul_t_q8(h, self.lm_head.weight, self.lm_head.weight_scale)
         weight = self.model.embed_tokens.weight if self.tied else self.lm_head.weight
         return K.matmul_t(h, weight)
 

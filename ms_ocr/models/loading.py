@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import sys
 import time
 
 import mindspore as ms
@@ -11,6 +12,7 @@ from ms_ocr.config_utils import read_json
 from ms_ocr.convert.loader import is_state, load_weights
 from ms_ocr.convert.safetensors_io import checkpoint_dtypes, has_weights, iter_checkpoint, same_values, tensor_index
 from ms_ocr.device import bf16_products, bf16_resident, resolve_dtype
+from ms_ocr.models.quantize import MODES as QUANT_MODES, quantize_int8
 from ms_ocr.vlm import VLMPipeline
 from ms_ocr.runtime import Buckets, VLMRuntime
 
@@ -66,8 +68,15 @@ def text_parameter_names(net):
 
 
 def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, num_pos_axes, t0, target="CPU",
-                  dtype="auto", buckets=None, postprocess=None):
-    """Load the checkpoint of `model_dir` into `net` (strict, via the rename `table`) and wrap it."""
+                  dtype="auto", buckets=None, postprocess=None, quantize="none"):
+    """Load the checkpoint of `model_dir` into `net` (strict, via the rename `table`) and wrap it. quantize="int8":
+    the decoder's dense layers and an untied head in weight-only int8, made from the loaded values
+    (models/quantize.py; CPU only)."""
+    if quantize not in QUANT_MODES:
+        raise ValueError(f"unknown --quantize {quantize!r} ({', '.join(QUANT_MODES)})")
+    if quantize != "none" and target == "Ascend":
+        raise ValueError("--quantize int8 is CPU-only for now (on Ascend it would be MindSpore Golden Stick's "
+                         "weight-only quantisation with the NPU's quantised matmul, not run on an NPU yet)")
     tags = checkpoint_dtypes(model_dir)
     compute_dtype, round_to = resolve_dtype(dtype, target, tags)
     keep = net.bf16_weight_names() if bf16_resident(dtype, target, tags) else set()
@@ -78,6 +87,9 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
         load_weights(net, iter_checkpoint(model_dir, raw_bf16=True), table, compute_dtype, round_to,
                      source=model_dir, keep_bf16=keep, only=only)
         net.widen_embeddings = net.model.embed_tokens.weight.dtype == ms.bfloat16 and compute_dtype == ms.float32
+        if quantize == "int8" and (only is None or only & text) and not quantize_int8(net):
+            print(f"[ms_ocr] --quantize int8: nothing to quantise in {name} (a MoE decoder's layers stay as they "
+                  "are; a tied head is the embedding table)", file=sys.stderr)
 
     staged = bool(_STAGED)
     text = text_parameter_names(net)
@@ -85,7 +97,7 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
     load(only={p.name for p in vision} if staged else None)
     buckets = buckets or Buckets()
     if os.path.isfile(os.path.join(model_dir, "config.json")):
-        CompileCache.activate(runtime_key(name, model_dir, target, compute_dtype, round_to, net, buckets))
+        CompileCache.activate(runtime_key(name, model_dir, target, compute_dtype, round_to, net, buckets, quantize))
     runtime = VLMRuntime(net, cfg.text.max_position_embeddings, pad_id=0, compute_dtype=compute_dtype,
                          buckets=buckets)
     pipe = VLMPipeline(name, model_dir, cfg, processor, runtime, vision_inputs,

@@ -108,12 +108,12 @@ class ModelSpec:
         return {"cfg": cfg, "processor": self.resolve("processor").from_pretrained(model_dir, cfg, *extra),
                 "vision_inputs": lambda out: vision_inputs(cfg, out), "postprocess": self.resolve("postprocess")}
 
-    def load(self, model_dir, target="CPU", dtype="auto", buckets=None, mode=None):
-        """The VLMPipeline of a hub or converted checkpoint folder."""
+    def load(self, model_dir, target="CPU", dtype="auto", buckets=None, mode=None, quantize="none"):
+        """The VLMPipeline of a hub or converted checkpoint folder (quantize: "none" or "int8", models/quantize.py)."""
         from ms_ocr.models.loading import load_pipeline
         t0 = time.perf_counter()
         host = self.host_side(model_dir, mode)
         cfg = host["cfg"]
         return load_pipeline(self.name, model_dir, cfg, host["processor"], self.build(cfg), self.name_table(cfg),
                              host["vision_inputs"], cfg.num_pos_axes, t0, target, dtype, buckets,
-                             postprocess=host["postprocess"])
+                             postprocess=host["postprocess"], quantize=quantize)

@@ -6,6 +6,7 @@ in the order the functions take them.
 
 from mindspore import Tensor, nn
 
+from ms_ocr import ops as K
 from ms_ocr.nn import functional as F
 from ms_ocr.nn.attention import KVCacheAttention, VisionSelfAttention
 from ms_ocr.nn.layers import LayerNorm, RMSNorm
@@ -82,11 +83,16 @@ class DecoderLayer(nn.Cell, WeightOrder):
         attn_in = F.DECODER_ATTN_IN_WEIGHTS + (F.QK_NORM_WEIGHTS if qk_norm else ())
         # MoE layers run their FFN outside the shared prefill layer graph (see runtime.VLMRuntime.moe_prefill)
         self.weight_names = attn_in + (F.DECODER_OUT_WEIGHTS[:2] if self.moe else F.DECODER_OUT_WEIGHTS)
+        # --quantize int8 (models/quantize.py): the matrices int8, each Linear with its weight_scale, and q8_scales
+        self.quantized = False
 
     def construct(self, x, cos, sin, write_idx, mask):
         """Cached step (decode): attends over the cache after writing this step's k/v into it."""
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, write_idx, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def _dequantized(self, linear):
+        return K.dequant_q8(linear.weight, linear.weight_scale)
 
     def read_only_step(self, x, cos, sin, mask, k_cache=None, v_cache=None):
         """`construct` over a cache it does not write, through the same F.decoder_attention_decode as the
@@ -103,7 +109,19 @@ class DecoderLayer(nn.Cell, WeightOrder):
         if not self.moe:
             mlp = (self.mlp.gate_proj.weight, self.mlp.up_proj.weight, self.mlp.down_proj.weight)
             if decode_layer.available(x, k_cache, weights + mlp, self.silu_mlp):
-                return decode_layer.decoder_layer_decode(x, cos, sin, mask, k_cache, v_cache, weights + mlp, attn.eps)
+                return decode_layer.decoder_layer_decode(x, cos, sin, mask, k_cache, v_cache, weights + mlp, attn.eps,
+                                                         self.q8_scales if self.quantized else None)
+        if self.quantized:  # int8 matrices off the kernel (more than 8 sequences): dequantised
+            dq = self._dequantized
+            weights = (self.input_layernorm.weight, dq(attn.q_proj), dq(attn.k_proj), dq(attn.v_proj))
+            if attn.qk_norm:
+                weights = weights + (attn.query_layernorm.weight, attn.key_layernorm.weight)
+            weights = weights + (dq(attn.o_proj), self.post_attention_layernorm.weight)
+            mlp = (dq(self.mlp.gate_proj), dq(self.mlp.up_proj), dq(self.mlp.down_proj))
+            x, h, k, v = F.decoder_attention_decode(x, cos, sin, mask, k_cache, v_cache, weights,
+                                                    attn.num_heads, attn.num_kv_heads, attn.head_dim, attn.eps,
+                                                    attn.paired)
+            return x + F.gated_mlp(h, *F.widen(mlp, h), self.mlp.act), k, v
         x, h, k, v = F.decoder_attention_decode(x, cos, sin, mask, k_cache, v_cache, weights,
                                                 attn.num_heads, attn.num_kv_heads, attn.head_dim, attn.eps,
                                                 attn.paired)

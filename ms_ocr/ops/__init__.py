@@ -4,7 +4,8 @@ from ms_ocr.ops.activation import gelu_erf, gelu_tanh, get_activation, quick_gel
 from ms_ocr.ops.attention import attention, attention_mask, attention_with_new, causal_attention, native_causal_ok
 from ms_ocr.ops.backend import configure, configured_target
 from ms_ocr.ops.conv import conv2d
-from ms_ocr.ops.linear import embedding_rows, expert_rows, interp_rows, keeps_bf16, matmul_t, widen
+from ms_ocr.ops.linear import (dequant_q8, embedding_rows, expert_rows, interp_rows, keeps_bf16, matmul_t, matmul_t_q8,
+                              widen)
 from ms_ocr.ops.moe import expert_ends, grouped_matmul, token_permute, token_unpermute
 from ms_ocr.ops.norm import layer_norm, rms_norm
 from ms_ocr.ops.rope import apply_rope

@@ -32,6 +32,9 @@ NATIVE_INTERP_ROWS = None
 # weight in bf16 with fp32 accumulation (ops/linear.py matmul_t: GemmBf16 over MindSpore's oneDNN), and 2-D bf16
 # weights are no longer widened for them (ops/linear.py keeps_bf16). None: every product computes in fp32.
 BF16_PRODUCTS = None
+# (MatMulTQ8, DequantQ8): --quantize int8's products (ops/linear.py matmul_t_q8, dequant_q8); set wherever the
+# library is loaded on the CPU, like the bf16 ops.
+NATIVE_Q8 = None
 _native_ops = {}  # library path -> its Custom ops, made once per process
 _configured = None
 
@@ -81,7 +84,7 @@ class portable:
 
 # every native op above: what `without_native` clears
 _NATIVE_NAMES = ("NATIVE_MATMUL_T", "NATIVE_DECODE_LAYER", "NATIVE_ATTENTION", "NATIVE_CAUSAL_ATTENTION", "NATIVE_GELU",
-                 "NATIVE_GATHER_ROWS", "NATIVE_WIDEN", "NATIVE_INTERP_ROWS", "BF16_PRODUCTS")
+                 "NATIVE_GATHER_ROWS", "NATIVE_WIDEN", "NATIVE_INTERP_ROWS", "BF16_PRODUCTS", "NATIVE_Q8")
 
 
 class without_native:
@@ -122,11 +125,12 @@ def configure(device_target=None):
     Called once by the model loader after the MindSpore context is set. Returns the target used.
     """
     global FUSED, NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS, NATIVE_WIDEN
-    global NATIVE_CAUSAL_ATTENTION, NATIVE_INTERP_ROWS, _configured
+    global NATIVE_CAUSAL_ATTENTION, NATIVE_INTERP_ROWS, NATIVE_Q8, _configured
     target = device_target or ms.get_context("device_target")
     FUSED = target == "Ascend"
     kernels = native.load() if target == "CPU" else None
     NATIVE_GATHER_ROWS, NATIVE_WIDEN, NATIVE_INTERP_ROWS = bf16_ops(kernels) if kernels is not None else (None,) * 3
+    NATIVE_Q8 = int8_ops(kernels) if kernels is not None else None
     chosen = (None,) * len(KERNELS)
     if kernels is not None:
         routes = native_routes(kernels.isa_level)

@@ -30,14 +30,17 @@ def available(x, k_cache, weights, silu_mlp):
     ok = ok and x.shape[0] <= MAX_ROWS and k_cache.shape[-1] <= MAX_HEAD_DIM
     ok = ok and x.dtype == ms.float32 and k_cache.dtype == ms.float32
     for w in weights:
-        ok = ok and w.dtype in (ms.float32, ms.bfloat16)
+        ok = ok and w.dtype in (ms.float32, ms.bfloat16, ms.int8)
     return ok
 
 
-def decoder_layer_decode(x, cos, sin, mask, k_cache, v_cache, weights, eps):
+def decoder_layer_decode(x, cos, sin, mask, k_cache, v_cache, weights, eps, q8_scales=None):
     """x [B, 1, H]; cos, sin [B|1, 1, 1, D]; mask [B|1, 1, 1, T] (fp32 additive, ops.attention_mask);
     k_cache, v_cache [B, Hkv, T, D]; weights = (input_layernorm, q_proj, k_proj, v_proj[, query_layernorm,
     key_layernorm], o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj). Returns x after the
-    layer and this token's k, v [B, Hkv, 1, D] (after the rope and q/k norm) for the host to store."""
+    layer and this token's k, v [B, Hkv, 1, D] (after the rope and q/k norm) for the host to store. With int8
+    matrices (--quantize int8), q8_scales holds their per-row scales packed in the order q, k, v, o, gate, up,
+    down."""
     op = backend.NATIVE_DECODE_LAYER[1 if len(weights) == 11 else 0]  # with q/k norms: 11 weights
-    return op(x, cos, sin, mask, k_cache, v_cache, *weights, Tensor(np.array([eps], np.float32)))
+    scales = () if q8_scales is None else (q8_scales,)
+    return op(x, cos, sin, mask, k_cache, v_cache, *weights, *scales, Tensor(np.array([eps], np.float32)))

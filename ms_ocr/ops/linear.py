@@ -42,6 +42,22 @@ def matmul_t(x, w):
     return _mm(x, w)
 
 
+def matmul_t_q8(x, q, scale):
+    """x [M, K] times an int8 weight q [N, K] with per-row scales [N] (--quantize int8), transposed: [M, N] =
+    (x q^T) * scale. A decode step's few rows: the native MatMulTQ8 reading q as it is; more rows: against the
+    weight dequantised to fp32."""
+    if backend.NATIVE_Q8 is not None and x.shape[0] <= NATIVE_MAX_ROWS and x.dtype == ms.float32:
+        return backend.NATIVE_Q8[0](x, q, scale)
+    return _mm(x, dequant_q8(q, scale))
+
+
+def dequant_q8(q, scale):
+    """An int8 weight [N, K] with per-row scales [N] as fp32: q * scale (the native DequantQ8 on the CPU)."""
+    if backend.NATIVE_Q8 is not None:
+        return backend.NATIVE_Q8[1](q, scale)
+    return q.astype(ms.float32) * scale[:, None]
+
+
 def keeps_bf16(w):
     """Whether a graph that computes in fp32 passes bf16-resident weight `w` to its products as it is (products in
     bf16 on: a matrix, read by matmul_t) instead of widening it."""

@@ -8,7 +8,7 @@ import time
 os.environ.setdefault("GLOG_v", "3")
 
 from ms_ocr import models  # noqa: E402
-from ms_ocr.cli import CliError, Parser, add_sampling_args, cli_main  # noqa: E402
+from ms_ocr.cli import CliError, Parser, add_device_args, add_sampling_args, cli_main  # noqa: E402
 
 
 def build_parser():
@@ -33,9 +33,7 @@ def build_parser():
                    help="also put headers, footers, page numbers, footnotes and side text into the Markdown")
     p.add_argument("--max-batch-size", type=int, default=8, help="regions recognised at once")
     p.add_argument("--max-new-tokens", type=int, default=4096, help="per region")
-    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "ascend"])
-    p.add_argument("--threads", type=int, default=None)
+    add_device_args(p)
     add_sampling_args(p)
     p.add_argument("--overwrite", action="store_true",
                    help="OUT holds another job's results (other recogniser, checkpoints, options or generation "
@@ -82,7 +80,7 @@ def load(args, pages=None):
     from ms_ocr.pipeline.markdown import IGNORED_LABELS
     return DocumentPipeline.load(args.recognizer, args.model_path, args.layout_model_path, args.device, args.dtype,
                                  args.threads, sampling=lambda spec, vlm: sampling_config(args, spec, vlm),
-                                 layout_mode=args.layout_mode, pages=pages, charts=args.charts,
+                                 layout_mode=args.layout_mode, pages=pages, quantize=args.quantize, charts=args.charts,
                                  max_batch_size=args.max_batch_size,
                                  ignore=() if args.keep_all_labels else IGNORED_LABELS)
 

@@ -18,9 +18,10 @@ from ms_ocr.runtime.kvcache import KVCache
 from ms_ocr.runtime.moe import HostMoE
 from ms_ocr.runtime.tensors import host_tensor
 from ms_ocr.runtime.vision import VisionEncoder
+from ms_ocr.nn.blocks import graph_input
 from ms_ocr.steps import (AllLogitsStep, CacheWriteStep, DecoderAttentionPrefillStep, DecoderPrefillLayerStep,
-                          DecoderQKNormPrefillLayerStep, DecodeStep, LastLogitsStep, PrefillPrepStep, ReadOnlyDecodeStep,
-                          ReadOnlyRowsDecodeStep)
+                          DecoderQKNormPrefillLayerStep, DecodeStep, DequantStep, LastLogitsStep, PrefillPrepStep,
+                          ReadOnlyDecodeStep, ReadOnlyRowsDecodeStep)
 
 # Prompt rows per prefill attention call; block i attends keys [0, (i+1)*chunk) only, skipping the masked
 # upper triangle of the causal scores.
@@ -123,6 +124,25 @@ class VLMRuntime:
             image_feats = rows[0] if len(rows) == 1 else ops.concat(rows, 0)
         return Tensor(ids), image_feats, Tensor(image_index), Tensor(pos)
 
+    def prefill_weights(self, layer):
+        """A dense layer's weights for the shared prefill layer graph: as they are, or for a layer quantised by
+        --quantize int8, its int8 matrices dequantised to fp32 in one graph call (DequantStep)."""
+        weights = layer.weights(layer.weight_names)
+        if not layer.quantized:
+            return weights
+        if self.dequant_step is None:
+            self.dequant_step = DequantStep()
+        linears = {}
+        for name in layer.weight_names:
+            linear = layer
+            for part in name.split(".")[:-1]:
+                linear = getattr(linear, part)
+            if getattr(linear, "weight_scale", None) is not None and linear.weight.dtype == ms.int8:
+                linears[name] = linear
+        pairs = [graph_input(p) for linear in linears.values() for p in (linear.weight, linear.weight_scale)]
+        wide = dict(zip(linears, self.compiler.call("prefill", self.dequant_step, *pairs)))
+        return tuple(wide.get(name, w) for name, w in zip(layer.weight_names, weights))
+
     def _prefill_hidden(self, preps, feats, padded_len, slots, cache_rows):
         """Run the prompts [B, padded_len] through every layer (shared layer graphs), writing each layer's k/v
         to the cache rows of sequence slots `cache_rows` (one per prompt) of a cache of `slots` positions."""
@@ -140,7 +160,7 @@ class VLMRuntime:
                     x = x + self.moe.prefill(layer.mlp, h)
             else:
                 x, k, v = self.compiler.call("prefill", self.prefill_layer_step, x, cos, sin,
-                                             *layer.weights(layer.weight_names))
+                                             *self.prefill_weights(layer))
             if self.cache.host_written:  # host-written caches: store now, keep nothing
                 self.cache.store(index, k.asnumpy(), v.asnumpy(), cache_rows, [0] * len(cache_rows))
             else:
@@ -158,6 +178,7 @@ class VLMRuntime:
         t = self.tspec
         step = DecoderQKNormPrefillLayerStep if t["qk_norm"] else DecoderPrefillLayerStep
         self.prefill_layer_step = step(t["heads"], t["kv_heads"], t["dim"], t["eps"], t["act"], rows, t["paired"])
+        self.dequant_step = None  # built on first use (--quantize int8)
         self.attention_prefill_step = DecoderAttentionPrefillStep(t["heads"], t["kv_heads"], t["dim"], t["eps"], rows,
                                                                   t["paired"])
 

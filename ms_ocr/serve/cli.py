@@ -15,7 +15,7 @@ os.environ.setdefault("GLOG_v", "3")
 import uvicorn  # noqa: E402
 
 from ms_ocr import models  # noqa: E402
-from ms_ocr.cli import CliError, Parser, add_mode_arg, cli_main, model_spec  # noqa: E402
+from ms_ocr.cli import CliError, Parser, add_device_args, add_mode_arg, cli_main, model_spec  # noqa: E402
 
 DEFAULT_MAX_MODEL_LEN = 12288  # room for PaddleX's default 8,192 completion tokens after a large page
 
@@ -46,9 +46,7 @@ def build_parser():
     p.add_argument("--max-image-bytes", type=int, default=32 * 2 ** 20, help="largest encoded image accepted")
     p.add_argument("--max-image-pixels", type=int, default=64 * 10 ** 6, help="largest decoded width x height")
     add_mode_arg(p)
-    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "ascend"])
-    p.add_argument("--threads", type=int, default=None, help="CPU runtime threads")
+    add_device_args(p)
     p.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
                    help="compile the graphs with one small request before serving (default on)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
@@ -118,7 +116,7 @@ def run(argv):
     model_dir = locate(args.model, args.model_path)
     from ms_ocr.device import setup
     target = setup(args.device, args.threads)
-    pipe = spec.load(model_dir, target, args.dtype)
+    pipe = spec.load(model_dir, target, args.dtype, quantize=args.quantize)
     if args.mode:
         pipe.processor.set_mode(args.mode)
     t0 = time.perf_counter()

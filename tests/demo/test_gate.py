@@ -1,8 +1,9 @@
 """Accuracy gate of the embedded demo checkpoint: held-out lines rendered now from a fixed seed (text the training
 never drew, one font it never saw) go through the CLI; CER <= 2 % on the training fonts, the unseen font's CER is
 reported, and transformers' generate on the same checkpoint gives identical tokens (real-weight parity). The same
-lines with `--dtype bf16` (products in bf16 where the CPU has bf16 dot products) gate the reduced precision: CER
-within MAX_CER_DRIFT of the exact path's on each set, and no output running on past twice its truth."""
+lines with `--dtype bf16` (products in bf16 where the CPU has bf16 dot products) and with `--quantize int8` gate the
+reduced precisions: CER within MAX_CER_DRIFT of the exact path's on each set, and no output running on past twice
+its truth."""
 
 import json
 
@@ -67,6 +68,17 @@ def gate_bf16(tmp_path_factory):
     return _held_out(tmp_path_factory, "--dtype", "bf16")
 
 
+@pytest.fixture(scope="module")
+def gate_int8(tmp_path_factory):
+    return _held_out(tmp_path_factory, "--quantize", "int8")
+
+
+@pytest.fixture(params=["bf16", "int8"])
+def reduced(request):
+    """(name, records) of a reduced-precision run: --dtype bf16 or --quantize int8."""
+    return request.param, request.getfixturevalue(f"gate_{request.param}")
+
+
 def test_cer_on_training_fonts(gate):
     items = gate["train_fonts"]
     value = _cer([r["text"] for _, r in items], [text for (_, text), _ in items])
@@ -99,15 +111,16 @@ def test_tokens_match_transformers_generate(gate):
 
 
 @pytest.mark.parametrize("name", ["train_fonts", "unseen_font"])
-def test_bf16_cer_within_drift_of_the_exact_path(name, gate, gate_bf16):
-    exact, bf16 = (_cer([r["text"] for _, r in g[name]], [text for (_, text), _ in g[name]]) for g in (gate, gate_bf16))
-    same = sum(a["token_ids"] == b["token_ids"] for (_, a), (_, b) in zip(gate[name], gate_bf16[name]))
-    print(f"demo CER {name}: exact {100 * exact:.2f} %, --dtype bf16 {100 * bf16:.2f} %; identical tokens on "
+def test_reduced_precision_cer_within_drift_of_the_exact_path(name, gate, reduced):
+    mode, records = reduced
+    exact, low = (_cer([r["text"] for _, r in g[name]], [text for (_, text), _ in g[name]]) for g in (gate, records))
+    same = sum(a["token_ids"] == b["token_ids"] for (_, a), (_, b) in zip(gate[name], records[name]))
+    print(f"demo CER {name}: exact {100 * exact:.2f} %, {mode} {100 * low:.2f} %; identical tokens on "
           f"{same}/{len(gate[name])} lines")
-    assert abs(bf16 - exact) <= MAX_CER_DRIFT
+    assert abs(low - exact) <= MAX_CER_DRIFT
 
 
-def test_no_output_runs_past_twice_its_truth(gate, gate_bf16):
-    long = [(r["image"], r["text"]) for g in (gate, gate_bf16) for items in g.values() for (_, text), r in items
+def test_no_output_runs_past_twice_its_truth(gate, reduced):
+    long = [(r["image"], r["text"]) for g in (gate, reduced[1]) for items in g.values() for (_, text), r in items
             if len(r["text"]) > 2 * len(text)]
     assert not long, long[:3]

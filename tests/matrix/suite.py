@@ -310,3 +310,60 @@ def test_bf16_logits_agree_with_transformers_autocast(bf16_model, matrix_checkpo
         assert np.abs(first - exact).max() > 1e-4 * scale
     else:
         assert "--dtype bf16: products stay fp32" in proc.stderr
+
+
+# ---- --quantize int8: weight-only int8 decoder -------------------------------------------------------------------
+
+INT8_TOKENS = 24
+
+
+def test_int8_matches_transformers_on_the_dequantised_weights(bf16_model, matrix_checkpoint, matrix_images,
+                                                               tmp_path, graph_mode):
+    """`infer --quantize int8` computes what transformers computes in fp32 on the dequantised weights (each int8
+    matrix times its row scales, written into a copy of the checkpoint): the first step's logits within 1e-4 of
+    max|logit| and the same greedy tokens, INT8_TOKENS of them."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from ms_ocr import models
+    from ms_ocr.convert.safetensors_io import weight_files
+    matrix = MATRICES[bf16_model]
+    # a variant whose decoder has something to quantise: DeepSeek-OCR-2's MoE layers stay as they are, so its head
+    # must be its own
+    variant = next(v for v, spec in matrix.variants.items() if not spec.get("slow") and spec.get("head") != "tied")
+    spec = matrix.variants[variant]
+    folder = matrix_checkpoint(bf16_model, variant)
+    net = models.get(matrix.cli).load(folder, "CPU", "auto", quantize="int8").runtime.model
+    params = {p.name: p for p in net.get_parameters()}
+    quantized = {n: params[n] for n, p in params.items() if str(p.dtype) == "Int8"}
+    assert quantized and all(f"{n}_scale" in params for n in quantized)
+    names = sorted(quantized)
+    ref_dir = tmp_path / "dequantised"
+    shutil.copytree(folder, ref_dir)
+    for path in weight_files(str(ref_dir)):
+        state = load_file(path)
+        for name in set(state) & set(quantized):
+            q, s = quantized[name].asnumpy().astype(np.float32), params[f"{name}_scale"].asnumpy()
+            state[name] = torch.tensor(q * s[:, None]).to(state[name].dtype)
+            quantized.pop(name)
+        os.remove(path)
+        save_file(state, path, metadata={"format": "pt"})
+    assert not quantized, sorted(quantized)  # every int8 matrix is a tensor of the checkpoint
+    path = matrix_images(matrix.images[spec["images"][0]])
+    prompt = matrix.prompts[spec["prompt"]]
+    model, inputs = matrix.reference_model(str(ref_dir), [Image.open(path).convert("RGB")], prompt)
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=INT8_TOKENS, do_sample=False, output_logits=True,
+                             return_dict_in_generate=True)
+    want = out.sequences[0, inputs["input_ids"].shape[1]:].tolist()
+    want_first = out.logits[0][0].float().numpy()
+    mode = ("--mode", spec["mode"]) if "mode" in spec else ()
+    proc = run_module("ms_ocr.infer", "--model", matrix.cli, "--model-path", folder, "--image", path, "--prompt",
+                      prompt, "--max-new-tokens", str(INT8_TOKENS), "--quantize", "int8", "--json", "--dump",
+                      str(tmp_path / "dump"), *mode, *matrix.cli_args)
+    assert proc.returncode == 0, proc.stderr
+    (got,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    first = np.load(os.path.join(got["dump"], "logits.npy"))[0]
+    err = np.abs(first - want_first).max() / np.abs(want_first).max()
+    assert err <= 1e-4, (err, names, got["token_ids"], want)
+    assert got["token_ids"] == want

@@ -702,7 +702,7 @@ int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const c
     scales += shapes[i][0];
     return Weight{params[i], false, s};
   };
-  if (quant && (!is_int8(dtypes[7]) || ndims[n_in - 2] != 1)) return 1;
+  if (quant ? (!is_int8(dtypes[7]) || ndims[n_in - 2] != 1) : is_int8(dtypes[7])) return 1;  // int8 needs scales
   std::vector<float> norm_bufs[4];
   auto vec = [&](int i, std::vector<float>& buf) {
     if (!is_bf16(dtypes[i])) return in(i);
