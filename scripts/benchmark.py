@@ -63,6 +63,7 @@ def add_run_args(p, region=None):
                    help="ms_ocr's --dtype: auto keeps a bf16 checkpoint's text weights in bf16 on the CPU, as users "
                         "run it (docs/native-kernels.md); fp32 widens every weight at load (transformers always runs "
                         "fp32)")
+    p.add_argument("--quantize", choices=["none", "int8"], default="none", help="ms_ocr's --quantize")
     p.add_argument("--out", default=os.path.join(REPO, "bench_out"))
 
 
@@ -124,7 +125,7 @@ def worker_ms_ocr(args):
     simd = {"isa_level": kernels.isa_level if kernels else None,
             "march": native.build_arch() if kernels else None, "routed": list(backend.routed())}
     t0 = time.perf_counter()
-    pipe = model_spec(args.model).load(args.ckpt, "CPU", args.dtype, Buckets())
+    pipe = model_spec(args.model).load(args.ckpt, "CPU", args.dtype, Buckets(), quantize=args.quantize)
     load_s = time.perf_counter() - t0
     import mindspore as ms
     bf16_weights = any(p.dtype == ms.bfloat16 for p in pipe.runtime.model.get_parameters())
@@ -246,7 +247,8 @@ def fp32_weight_bytes(ckpt, bytes_per_weight=4):
 def run_worker(framework, args):
     return run_json_worker(__file__, ["--worker", framework, "--model", args.model, "--ckpt", args.ckpt, "--image",
                                       args.image, "--new-tokens", args.new_tokens, "--threads", args.threads,
-                                      "--prompt", args.prompt, "--dtype", args.dtype], args.threads, framework)
+                                      "--prompt", args.prompt, "--dtype", args.dtype, "--quantize", args.quantize],
+                           args.threads, framework)
 
 
 def simd_line(results, cpu):
@@ -296,6 +298,12 @@ def report(results, bound_ms, rounds=(), cpu=None, bf16_bound_ms=None):
               + ", ".join(f"{k} {v:.1f}" for k, v in ms["compile_s"].items()))
 
 
+def precision_tag(args, sep):
+    """What ms_ocr runs in when it is not the default: "" or e.g. " bf16", " int8", " bf16+int8" (sep first)."""
+    parts = ([args.dtype] if args.dtype != "auto" else []) + ([args.quantize] if args.quantize != "none" else [])
+    return sep + "+".join(parts) if parts else ""
+
+
 def cli_process(args, cache_dir, fresh):
     """`python -m ms_ocr.infer --json` as a user runs it, in its own process: process wall and peak RSS from the
     kernel (wait4), the rest from its --json timings. `fresh`: an empty compile cache (a first run on the machine);
@@ -306,7 +314,7 @@ def cli_process(args, cache_dir, fresh):
         shutil.rmtree(cache_dir, ignore_errors=True)
     cmd = [sys.executable, "-m", "ms_ocr.infer", "--model", args.model, "--model-path", args.ckpt, "--image",
            args.image, "--prompt", args.prompt, "--max-new-tokens", str(args.new_tokens), "--dtype", args.dtype,
-           "--threads", str(args.threads), "--json"]
+           "--quantize", args.quantize, "--threads", str(args.threads), "--json"]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=REPO, MS_OCR_COMPILE_CACHE="1",
                MS_OCR_COMPILE_CACHE_DIR=cache_dir, GLOG_v="3")
     if args.isa != "native":  # ms_ocr's native kernels built for that level (MindSpore's own kernels stay as they are)
@@ -318,7 +326,8 @@ def cli_process(args, cache_dir, fresh):
     if code or not lines:
         raise SystemExit(f"ms_ocr CLI failed ({code}):\n{out[-3000:]}")
     t = json.loads(lines[-1])["timings"]
-    return {"framework": "ms_ocr CLI " + ("first run" if fresh else "second run"), "wall_s": wall,
+    return {"framework": "ms_ocr CLI " + ("first run" if fresh else "second run") + precision_tag(args, " "),
+            "wall_s": wall,
             "load_s": t["load_ms"] / 1000, "compile_s": sum(t["compile_ms"].values()) / 1000,
             "startup_s": t.get("startup_ms", 0) / 1000, "vision_ms": t["vision_ms"], "prefill_ms": t["prefill_ms"],
             "decode_ms_per_token": 1000 / t["decode_tokens_per_s"] if t["decode_tokens_per_s"] else None,
@@ -421,7 +430,7 @@ def peers(args):
     print(f"CPU: {cpu_model()}; kernels built for: {args.isa}; {args.threads} threads; {args.model}; "
           f"{args.new_tokens} new tokens; medians of {args.repeat} round(s)")
     med = process_report(columns)
-    suffix = "" if args.isa == "native" else f"_{args.isa}"
+    suffix = ("" if args.isa == "native" else f"_{args.isa}") + precision_tag(args, "_")
     write_json(args.out, f"benchmark_{args.model}_processes{suffix}.json",
                {"model": args.model, "cpu": cpu_model(), "isa": args.isa, "threads": args.threads,
                 "new_tokens": args.new_tokens, "medians": med, "runs": columns})

@@ -15,9 +15,10 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "scripts"))
 from tests.helpers.bench_report import print_table, write_json  # noqa: E402
 from tests.helpers.pages import layout_page  # noqa: E402
-from benchmark import add_run_args, parse_main_args, run_json_worker  # noqa: E402 - scripts/, beside this file
+from benchmark import add_run_args, parse_main_args, run_json_worker  # noqa: E402
 os.environ.setdefault("GLOG_v", "3")
 
 
