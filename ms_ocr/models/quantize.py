@@ -23,16 +23,32 @@ def quantize_rows(w):
     return q, scale.astype(np.float32)
 
 
-def _as_float32(param):
-    import mindspore as ms
-    return param.astype(ms.float32).asnumpy() if param.dtype != ms.float32 else param.asnumpy()
+CHUNK_ROWS = 8192  # rows widened to fp32 at a time (a 103,424-row head would be a 424 MB fp32 copy at once)
+
+
+def quantize_param(param):
+    """A Parameter [N, K] (fp32, or bf16 read as its raw words without a whole fp32 copy) -> quantize_rows, row
+    chunk by row chunk."""
+    import numpy as np
+    raw = param.asnumpy()  # a CPU Parameter's own buffer (no copy); bf16 as NumPy's bfloat16 (numpy<2)
+    if raw.dtype.name == "bfloat16":
+        raw = raw.view(np.uint16)
+    qs, scales = [], []
+    for start in range(0, param.shape[0], CHUNK_ROWS):
+        rows = raw[start:start + CHUNK_ROWS]
+        if rows.dtype == np.uint16:  # bf16 words widened exactly
+            rows = (rows.astype(np.uint32) << 16).view(np.float32)
+        q, s = quantize_rows(rows)
+        qs.append(q)
+        scales.append(s)
+    return np.concatenate(qs), np.concatenate(scales)
 
 
 def _quantize_linear(linear):
     """Replace linear.weight by its int8 form and add linear.weight_scale; returns the scales."""
     from mindspore import Parameter, Tensor
     name = linear.weight.name
-    q, scale = quantize_rows(_as_float32(linear.weight))
+    q, scale = quantize_param(linear.weight)
     linear.weight = Parameter(Tensor(q), name=name, requires_grad=False)
     linear.weight_scale = Parameter(Tensor(scale), name=f"{name}_scale", requires_grad=False)
     return scale

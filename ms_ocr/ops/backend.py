@@ -230,15 +230,17 @@ def bf16_ops(kernels):
 
 
 def int8_ops(kernels):
-    """(MatMulTQ8, DequantQ8) of a kernel library, made once: a few rows against an int8 weight with per-row scales
-    ((x q^T) * scale), and an int8 weight dequantised to fp32 (q * scale)."""
+    """(MatMulTQ8, DequantQ8, DequantQ8 to bf16) of a kernel library, made once: a few rows against an int8 weight
+    with per-row scales ((x q^T) * scale), and an int8 weight dequantised to fp32 (q * scale) or to bf16."""
     key = (kernels.path, "int8")
     if key not in _native_ops:
         _native_ops[key] = (
             ops.Custom(kernels.func("MatMulTQ8"), out_shape=lambda x, q, s: [x[0], q[0]],
                        out_dtype=lambda *dtypes: ms.float32, func_type="aot"),
             ops.Custom(kernels.func("DequantQ8"), out_shape=lambda q, s: list(q),
-                       out_dtype=lambda *dtypes: ms.float32, func_type="aot"))
+                       out_dtype=lambda *dtypes: ms.float32, func_type="aot"),
+            ops.Custom(kernels.func("DequantQ8"), out_shape=lambda q, s: list(q),
+                       out_dtype=lambda *dtypes: ms.bfloat16, func_type="aot"))
     return _native_ops[key]
 
 

@@ -48,13 +48,14 @@ def matmul_t_q8(x, q, scale):
     weight dequantised to fp32."""
     if backend.NATIVE_Q8 is not None and x.shape[0] <= NATIVE_MAX_ROWS and x.dtype == ms.float32:
         return backend.NATIVE_Q8[0](x, q, scale)
-    return _mm(x, dequant_q8(q, scale))
+    return matmul_t(x, dequant_q8(q, scale))
 
 
 def dequant_q8(q, scale):
-    """An int8 weight [N, K] with per-row scales [N] as fp32: q * scale (the native DequantQ8 on the CPU)."""
+    """An int8 weight [N, K] with per-row scales [N] as fp32: q * scale (the native DequantQ8 on the CPU); with
+    products in bf16 on (backend.BF16_PRODUCTS), rounded to bf16 for them."""
     if backend.NATIVE_Q8 is not None:
-        return backend.NATIVE_Q8[1](q, scale)
+        return backend.NATIVE_Q8[2 if backend.BF16_PRODUCTS is not None else 1](q, scale)
     return q.astype(ms.float32) * scale[:, None]
 
 

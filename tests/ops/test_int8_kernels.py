@@ -5,10 +5,12 @@ machine builds."""
 
 import numpy as np
 import pytest
+import mindspore as ms
 from mindspore import Tensor, nn
 
 from ms_ocr.ops import backend
 from tests.helpers.native import needs_compiler
+from tests.ops.test_gemm_bf16 import rne_bf16
 from tests.ops.test_decode_layer import CASES, make_case, reference
 
 
@@ -53,6 +55,9 @@ def test_dequant_q8_is_q_times_scale(graph_cpu, isa_kernels):
     q, s = quantize(rng.standard_normal((70, 333)))
     got = _Op(backend.int8_ops(isa_kernels)[1])(Tensor(q), Tensor(s)).asnumpy()
     assert np.array_equal(got, q.astype(np.float32) * s[:, None])
+    # for products in bf16: the same values rounded to bf16, nearest-even
+    bf16 = _Op(backend.int8_ops(isa_kernels)[2])(Tensor(q), Tensor(s)).astype(ms.float32).asnumpy()
+    assert np.array_equal(bf16, rne_bf16(q.astype(np.float32) * s[:, None]))
 
 
 def test_quantization_error_is_half_a_step():

@@ -110,6 +110,13 @@ inline float to_float(bf16 b) {
   return f;
 }
 inline float to_float(float f) { return f; }
+// fp32 -> bf16 rounded to nearest, ties to even (NaN stays NaN), as torch / MindSpore convert.
+inline uint16_t round_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 inline void vstore(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
 // makes the compiler hold v in a vector register from here on (an empty asm that "changes" it), so that it
 // cannot fold the load that produced v into each instruction using it
@@ -660,8 +667,9 @@ int MatMulTQ8(int nparam, void** params, int* ndims, int64_t** shapes, const cha
   return 0;
 }
 
-// DequantQ8: q [N, K] int8, scale [N] -> w [N, K] fp32 = q * scale (the prefill graphs' products over int8
-// weights: one layer's fp32 copy at a time, as for bf16 weights).
+// DequantQ8: q [N, K] int8, scale [N] -> w [N, K] = q * scale, fp32 or (an output of dtype bfloat16, for products
+// in bf16) rounded to bf16, nearest-even (the prefill graphs' products over int8 weights: one layer's copy at a
+// time, as for bf16 weights).
 int DequantQ8(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
               void* extra) {
   (void)stream; (void)extra;
@@ -669,6 +677,13 @@ int DequantQ8(int nparam, void** params, int* ndims, int64_t** shapes, const cha
   const int64_t n = shapes[0][0], k = shapes[0][1];
   const int8_t* q = static_cast<const int8_t*>(params[0]);
   const float* scale = static_cast<const float*>(params[1]);
+  if (is_bf16(dtypes[2])) {
+    uint16_t* w = static_cast<uint16_t*>(params[2]);
+#pragma omp parallel for num_threads(n * k >= (1 << 16) ? g_threads : 1) schedule(static)
+    for (int64_t o = 0; o < n; ++o)
+      for (int64_t i = 0; i < k; ++i) w[o * k + i] = round_bf16(static_cast<float>(q[o * k + i]) * scale[o]);
+    return 0;
+  }
   float* w = static_cast<float*>(params[2]);
 #pragma omp parallel for num_threads(n * k >= (1 << 16) ? g_threads : 1) schedule(static)
   for (int64_t o = 0; o < n; ++o)
@@ -972,13 +987,6 @@ typedef int (*dnnl_gemm_bf16_fn)(char, char, int64_t, int64_t, int64_t, float, c
 dnnl_gemm_bf16_fn g_dnnl_gemm_bf16 = nullptr;
 std::atomic<int64_t> g_gemm_bf16_calls{0};
 
-// fp32 -> bf16 rounded to nearest, ties to even (NaN stays NaN), as torch / MindSpore convert.
-inline uint16_t round_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 
 }  // namespace
 
