@@ -44,13 +44,27 @@ def quantize_param(param):
     return np.concatenate(qs), np.concatenate(scales)
 
 
+def pool_parameter(arr, name):
+    """A Parameter holding `arr` in MindSpore's memory pool, as the loader stores weights (convert/loader.py
+    device_tensor: a Parameter over host memory is copied into every graph that reads it)."""
+    import numpy as np
+    import mindspore as ms
+    from mindspore import Parameter, Tensor
+
+    from ms_ocr.convert.loader import adopt, device_tensor
+    dtype = {np.dtype(np.int8): ms.int8, np.dtype(np.float32): ms.float32}[arr.dtype]
+    param = Parameter(Tensor(np.zeros((1,) * arr.ndim, arr.dtype)), name=name, requires_grad=False)
+    adopt(param, device_tensor(arr, dtype))
+    return param
+
+
 def _quantize_linear(linear):
     """Replace linear.weight by its int8 form and add linear.weight_scale; returns the scales."""
-    from mindspore import Parameter, Tensor
     name = linear.weight.name
     q, scale = quantize_param(linear.weight)
-    linear.weight = Parameter(Tensor(q), name=name, requires_grad=False)
-    linear.weight_scale = Parameter(Tensor(scale), name=f"{name}_scale", requires_grad=False)
+    linear.weight = None  # the bf16 / fp32 matrix goes back to the pool before its int8 form is allocated
+    linear.weight = pool_parameter(q, name)
+    linear.weight_scale = pool_parameter(scale, f"{name}_scale")
     return scale
 
 
@@ -64,7 +78,6 @@ def quantize_int8(net):
     returns how many matrices. Each quantised layer gets `quantized = True` and `q8_scales` (its seven matrices'
     scales in MATRICES order)."""
     import numpy as np
-    from mindspore import Parameter, Tensor
     count = 0
     layers = net.text_layers()
     for layer in layers if all(quantizable(layer) for layer in layers) else []:
@@ -75,7 +88,7 @@ def quantize_int8(net):
             owner, attr = path.split(".")
             scales.append(_quantize_linear(getattr(getattr(layer, owner), attr)))
         prefix = layer.self_attn.q_proj.weight.name.rsplit("self_attn.", 1)[0]
-        layer.q8_scales = Parameter(Tensor(np.concatenate(scales)), name=f"{prefix}q8_scales", requires_grad=False)
+        layer.q8_scales = pool_parameter(np.concatenate(scales), f"{prefix}q8_scales")
         layer.quantized = True
         count += len(MATRICES)
     if not net.tied and not net.head_quantized:
