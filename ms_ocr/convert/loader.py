@@ -157,7 +157,7 @@ class _Stack:
 
 
 def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=None, source="", keep_bf16=(),
-                 only=None):
+                 only=None, int8=None):
     """Set every weight Parameter of `net` from (hf_name, array, tag) triples.
 
     `convert_name(hf_name)` gives the local name or None for keys the reference ignores. Float tensors
@@ -165,10 +165,15 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=
     to that precision, which is how half-precision inference is emulated on CPU. Parameters named in
     `keep_bf16` are stored in bf16 instead when their values are bf16 (a BF16 tensor, or rounded to bf16):
     exactly the same values at half the memory (device.bf16_resident). `only`: load just these Parameters
-    (strictly: each must be found) and pass over tensors of the others, for a load in stages. Returns the set of
-    source dtype tags seen.
+    (strictly: each must be found) and pass over tensors of the others, for a load in stages. `int8`: an Int8Plan
+    (models/quantize.py prepare_int8): the weights it names are quantised as they are read (after
+    `round_to`), stored int8 with their per-row scales; the scale Parameters are not checkpoint tensors. Returns the
+    set of source dtype tags seen.
     """
-    params = {p.name: p for p in net.get_parameters() if not is_state(p.name)}
+    from ms_ocr.models.quantize import Int8Plan, quantize_array
+    plan = int8 or Int8Plan()
+    int8 = plan.scales
+    params = {p.name: p for p in net.get_parameters() if not is_state(p.name) and p.name not in plan.made}
     elsewhere = set()
     if only is not None:
         elsewhere = set(params) - set(only)
@@ -219,7 +224,13 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=
             raise CheckpointError(f"{source}: {hf_name} has shape {tuple(arr.shape)}, the model expects "
                                   f"{tuple(param.shape)} (checkpoint and config.json disagree)")
         tags.add(tag)
-        if tag == "BF16" and arr.dtype == np.uint16:  # raw bf16 bits (iter_checkpoint(raw_bf16=True))
+        if local in int8:  # --quantize int8: straight from the checkpoint's values to int8 + row scales
+            raw = arr.dtype == np.uint16 and round_to in (None, "bf16")
+            q, scale = quantize_array(arr if raw else round_weights(widen_bf16(arr) if arr.dtype == np.uint16
+                                                                    else arr, round_to))
+            adopt(param, device_tensor(q, ms.int8))
+            adopt(int8[local], device_tensor(scale, ms.float32))
+        elif tag == "BF16" and arr.dtype == np.uint16:  # raw bf16 bits (iter_checkpoint(raw_bf16=True))
             if round_to in (None, "bf16") and (compute_dtype == ms.bfloat16 or _keeps_bf16(local, keep_bf16, True,
                                                                                          round_to)):
                 _store(param, arr, ms.bfloat16)  # the checkpoint's bits as they are: no widening

@@ -12,7 +12,7 @@ from ms_ocr.config_utils import read_json
 from ms_ocr.convert.loader import is_state, load_weights
 from ms_ocr.convert.safetensors_io import checkpoint_dtypes, has_weights, iter_checkpoint, same_values, tensor_index
 from ms_ocr.device import bf16_products, bf16_resident, resolve_dtype
-from ms_ocr.models.quantize import MODES as QUANT_MODES, quantize_int8
+from ms_ocr.models.quantize import MODES as QUANT_MODES, finish_int8, prepare_int8
 from ms_ocr.vlm import VLMPipeline
 from ms_ocr.runtime import Buckets, VLMRuntime
 
@@ -82,14 +82,17 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
     keep = net.bf16_weight_names() if bf16_resident(dtype, target, tags) else set()
     if keep:
         bf16_products(dtype, target)  # before any graph of the model is built
+    int8 = prepare_int8(net) if quantize == "int8" else {}
+    if quantize == "int8" and not int8:
+        print(f"[ms_ocr] --quantize int8: nothing to quantise in {name} (a MoE decoder's layers stay as they are; "
+              "a tied head is the embedding table)", file=sys.stderr)
 
     def load(only=None):
         load_weights(net, iter_checkpoint(model_dir, raw_bf16=True), table, compute_dtype, round_to,
-                     source=model_dir, keep_bf16=keep, only=only)
+                     source=model_dir, keep_bf16=keep, only=only, int8=int8)
         net.widen_embeddings = net.model.embed_tokens.weight.dtype == ms.bfloat16 and compute_dtype == ms.float32
-        if quantize == "int8" and (only is None or only & text) and not quantize_int8(net):
-            print(f"[ms_ocr] --quantize int8: nothing to quantise in {name} (a MoE decoder's layers stay as they "
-                  "are; a tied head is the embedding table)", file=sys.stderr)
+        if int8 and (only is None or only & text):
+            finish_int8(net)
 
     staged = bool(_STAGED)
     text = text_parameter_names(net)

@@ -26,16 +26,12 @@ def quantize_rows(w):
 CHUNK_ROWS = 8192  # rows widened to fp32 at a time (a 103,424-row head would be a 424 MB fp32 copy at once)
 
 
-def quantize_param(param):
-    """A Parameter [N, K] (fp32, or bf16 read as its raw words without a whole fp32 copy) -> quantize_rows, row
-    chunk by row chunk."""
+def quantize_array(arr):
+    """A checkpoint tensor [N, K] (float, or raw bf16 words as uint16) -> quantize_rows, row chunk by row chunk."""
     import numpy as np
-    raw = param.asnumpy()  # a CPU Parameter's own buffer (no copy); bf16 as NumPy's bfloat16 (numpy<2)
-    if raw.dtype.name == "bfloat16":
-        raw = raw.view(np.uint16)
     qs, scales = [], []
-    for start in range(0, param.shape[0], CHUNK_ROWS):
-        rows = raw[start:start + CHUNK_ROWS]
+    for start in range(0, arr.shape[0], CHUNK_ROWS):
+        rows = arr[start:start + CHUNK_ROWS]
         if rows.dtype == np.uint16:  # bf16 words widened exactly
             rows = (rows.astype(np.uint32) << 16).view(np.float32)
         q, s = quantize_rows(rows)
@@ -44,55 +40,67 @@ def quantize_param(param):
     return np.concatenate(qs), np.concatenate(scales)
 
 
-def pool_parameter(arr, name):
-    """A Parameter holding `arr` in MindSpore's memory pool, as the loader stores weights (convert/loader.py
-    device_tensor: a Parameter over host memory is copied into every graph that reads it)."""
-    import numpy as np
-    import mindspore as ms
-    from mindspore import Parameter, Tensor
-
-    from ms_ocr.convert.loader import adopt, device_tensor
-    dtype = {np.dtype(np.int8): ms.int8, np.dtype(np.float32): ms.float32}[arr.dtype]
-    param = Parameter(Tensor(np.zeros((1,) * arr.ndim, arr.dtype)), name=name, requires_grad=False)
-    adopt(param, device_tensor(arr, dtype))
-    return param
-
-
-def _quantize_linear(linear):
-    """Replace linear.weight by its int8 form and add linear.weight_scale; returns the scales."""
-    name = linear.weight.name
-    q, scale = quantize_param(linear.weight)
-    linear.weight = None  # the bf16 / fp32 matrix goes back to the pool before its int8 form is allocated
-    linear.weight = pool_parameter(q, name)
-    linear.weight_scale = pool_parameter(scale, f"{name}_scale")
-    return scale
-
-
 def quantizable(layer):
     return not layer.moe and layer.silu_mlp
 
 
-def quantize_int8(net):
-    """Quantise `net`'s decoder layers when all are dense SiLU-gated ones (a MoE decoder's dense layers run in its
-    host-routed layer graphs, which read no int8: they stay as they are) and its head when untied, in place;
-    returns how many matrices. Each quantised layer gets `quantized = True` and `q8_scales` (its seven matrices'
-    scales in MATRICES order)."""
+class Int8Plan:
+    """What prepare_int8 marked: `scales` {weight Parameter name: its scale Parameter}, `made` (the names of the
+    scale Parameters it added). Empty (false) when there is nothing to quantise."""
+
+    def __init__(self, scales=None, made=()):
+        self.scales, self.made = dict(scales or {}), set(made)
+
+    def __bool__(self):
+        return bool(self.scales)
+
+
+def _placeholder(name):
     import numpy as np
-    count = 0
+    from mindspore import Parameter, Tensor
+    return Parameter(Tensor(np.zeros((1,), np.float32)), name=name, requires_grad=False)
+
+
+def prepare_int8(net):
+    """Mark what --quantize int8 makes int8 in `net`, before its weights are loaded: the layers of a decoder whose
+    layers are all dense SiLU-gated ones (a MoE decoder's dense layers run in its host-routed layer graphs, which
+    read no int8: they stay as they are) and an untied head. Each such Linear gets a `weight_scale` Parameter, each
+    such layer `quantized = True` and a `q8_scales` Parameter (filled by finish_int8). Returns an Int8Plan: {weight
+    Parameter name: its scale Parameter}, which the loader quantises as it reads them (convert/loader.py), so the
+    bf16 / fp32 matrices are never allocated, and the names of the Parameters made here (no checkpoint has them)."""
+    scales, made = {}, set()
+
+    def mark(linear):
+        linear.weight_scale = _placeholder(f"{linear.weight.name}_scale")
+        scales[linear.weight.name] = linear.weight_scale
+        made.add(linear.weight_scale.name)
+
     layers = net.text_layers()
     for layer in layers if all(quantizable(layer) for layer in layers) else []:
-        if layer.quantized:
-            continue
-        scales = []
         for path in MATRICES:
             owner, attr = path.split(".")
-            scales.append(_quantize_linear(getattr(getattr(layer, owner), attr)))
+            mark(getattr(getattr(layer, owner), attr))
         prefix = layer.self_attn.q_proj.weight.name.rsplit("self_attn.", 1)[0]
-        layer.q8_scales = pool_parameter(np.concatenate(scales), f"{prefix}q8_scales")
+        layer.q8_scales = _placeholder(f"{prefix}q8_scales")
+        made.add(layer.q8_scales.name)
         layer.quantized = True
-        count += len(MATRICES)
-    if not net.tied and not net.head_quantized:
-        _quantize_linear(net.lm_head)
+    if not net.tied:
+        mark(net.lm_head)
         net.head_quantized = True
-        count += 1
-    return count
+    return Int8Plan(scales, made)
+
+
+def finish_int8(net):
+    """Fill each quantised layer's q8_scales (its seven matrices' scales in MATRICES order, for DecodeLayer) once
+    the weights are loaded."""
+    import numpy as np
+    import mindspore as ms
+
+    from ms_ocr.convert.loader import adopt, device_tensor
+    for layer in net.text_layers():
+        if layer.quantized:
+            parts = []
+            for path in MATRICES:
+                owner, attr = path.split(".")
+                parts.append(getattr(getattr(layer, owner), attr).weight_scale.asnumpy())
+            adopt(layer.q8_scales, device_tensor(np.concatenate(parts), ms.float32))
