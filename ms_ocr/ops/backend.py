@@ -32,6 +32,7 @@ NATIVE_INTERP_ROWS = None
 # weight in bf16 with fp32 accumulation (ops/linear.py matmul_t: GemmBf16 over MindSpore's oneDNN), and 2-D bf16
 # weights are no longer widened for them (ops/linear.py keeps_bf16). None: every product computes in fp32.
 BF16_PRODUCTS = None
+BF16_PRODUCTS_ENV = "MS_OCR_BF16_PRODUCTS"  # "0": --dtype bf16 keeps the exact path (fp32 products on bf16 weights)
 # (MatMulTQ8, DequantQ8): --quantize int8's products (ops/linear.py matmul_t_q8, dequant_q8); set wherever the
 # library is loaded on the CPU, like the bf16 ops.
 NATIVE_Q8 = None
@@ -157,6 +158,8 @@ def enable_bf16_products():
         return None
     if _configured != "CPU":
         return "not a CPU target"
+    if os.environ.get(BF16_PRODUCTS_ENV) == "0":
+        return f"{BF16_PRODUCTS_ENV}=0"
     kernels = native.load()
     if kernels is None or NATIVE_WIDEN is None:
         return "the native kernel library is unavailable"

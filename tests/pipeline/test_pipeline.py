@@ -1,5 +1,5 @@
-"""The document pipeline on a synthetic page drawn from its blocks (header, title, paragraphs, a section title, a formula, a
-table, a picture with its caption, a page number) with tiny checkpoints: blocks, reading numbers and JSON; each
+"""The document pipeline on a synthetic page drawn from its blocks (header, title, paragraphs, a section title, a
+formula, a table, a picture with its caption, a page number) with tiny checkpoints: blocks, reading numbers and JSON; each
 region kind recognised as one batch with the same tokens as recognising the region alone; the Markdown assembly;
 the command line on images and PDFs, including a page without detections and a corrupt PDF page."""
 
@@ -143,8 +143,8 @@ def test_cli_image(tiny_dir, layout_dir, layout_detector, vlm, tmp_path, monkeyp
     from ms_ocr.pipeline import layout_filter
     calls = []
     real_load = type(paddleocr_vl).load  # ModelSpec.load: the spec itself is frozen
-    monkeypatch.setattr(type(paddleocr_vl), "load",
-                        lambda spec, *a: calls.append(a) or vlm if spec is paddleocr_vl else real_load(spec, *a))
+    monkeypatch.setattr(type(paddleocr_vl), "load", lambda spec, *a, **k: calls.append(a) or vlm
+                        if spec is paddleocr_vl else real_load(spec, *a, **k))
     monkeypatch.setattr(pp_doclayout_v2, "LayoutDetector",
                         lambda path, mode: calls.append((path, mode)) or layout_detector)
     detections = []  # the detector's blocks at full precision (page.json rounds boxes and scores, which can tie)
