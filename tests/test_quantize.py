@@ -33,3 +33,41 @@ def test_every_command_line_takes_the_option(module):
     proc = run_module(module, "--help")
     assert proc.returncode == 0 and "--quantize {none,int8}" in proc.stdout
     assert_one_line_error(run_module(module, "--quantize", "int4"), "--quantize")
+
+
+@pytest.fixture(scope="module")
+def int8_paddle(graph_mode, tiny_checkpoint):
+    from ms_ocr.models.paddleocr_vl import SPEC
+    from ms_ocr.runtime import Buckets
+    folder = tiny_checkpoint("hub", "json", "bfloat16", "100KB")
+    return SPEC.load(folder, "CPU", "auto", Buckets(prefill=32, slots=64), quantize="int8")
+
+
+def test_more_sequences_than_the_kernel_takes_decode_the_same(int8_paddle):
+    """9 sequences decode through the composed layers over the dequantised matrices, 3 through DecodeLayer over the
+    int8 ones: the same logits for the same sequences (to fp32 summation order), step after step."""
+    from ms_ocr.ops import backend
+    from tests.helpers.pages import text_page
+    pipe = int8_paddle
+    rt = pipe.runtime
+    assert all(layer.quantized for layer in rt.model.text_layers()) and str(rt.model.text_layers()[0]
+                                                                              .mlp.up_proj.weight.dtype) == "Int8"
+    preps = [pipe.prepare([text_page(84, 112, f"row {i % 3}")], "OCR:")[0] for i in range(9)]
+    kernels = backend.native_kernels()
+    out = {}
+    for batch in (9, 3):
+        group = preps[:batch]
+        slots = max(rt.plan_slots(p.input_ids.shape[0], 5) for p in group)
+        rt.reset_cache(batch, slots)
+        logits = [rt.prefill_batch(group, [pipe.encode_images(p) for p in group], list(range(batch)), slots).asnumpy()]
+        pos = np.array([p.input_ids.shape[0] for p in group])
+        before = kernels.decode_layer_calls if kernels is not None else 0
+        for i in range(4):
+            toks = [int(t) for t in np.argmax(logits[-1], -1)]
+            logits.append(rt.decode_batch(toks, pos + i, [p.rope_delta for p in group], pipe.num_pos_axes).asnumpy())
+        if kernels is not None:  # 9 rows: composed; 3 rows: the kernel, every layer, every step
+            layers = len(rt.model.text_layers())
+            assert kernels.decode_layer_calls - before == (0 if batch == 9 else 4 * layers)
+        out[batch] = [step[:3] for step in logits]
+    for i, (a, b) in enumerate(zip(out[9], out[3])):
+        assert np.abs(a - b).max() <= 1e-4 * np.abs(b).max(), f"step {i}"
