@@ -8,9 +8,6 @@ they are. CPU only: on Ascend the corresponding path is MindSpore Golden Stick's
 NPU's quantised matmul, not run yet. The command lines read MODES without importing the framework."""
 
 MODES = ("none", "int8")
-# the matrices of a dense decoder layer, in the order DecodeLayer reads their packed scales
-MATRICES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-            "mlp.up_proj", "mlp.down_proj")
 
 
 def quantize_rows(w):
@@ -29,12 +26,12 @@ CHUNK_ROWS = 8192  # rows widened to fp32 at a time (a 103,424-row head would be
 def quantize_array(arr):
     """A checkpoint tensor [N, K] (float, or raw bf16 words as uint16) -> quantize_rows, row chunk by row chunk."""
     import numpy as np
+
+    from ms_ocr.convert.safetensors_io import widen_bf16
     qs, scales = [], []
     for start in range(0, arr.shape[0], CHUNK_ROWS):
         rows = arr[start:start + CHUNK_ROWS]
-        if rows.dtype == np.uint16:  # bf16 words widened exactly
-            rows = (rows.astype(np.uint32) << 16).view(np.float32)
-        q, s = quantize_rows(rows)
+        q, s = quantize_rows(widen_bf16(rows) if rows.dtype == np.uint16 else rows)
         qs.append(q)
         scales.append(s)
     return np.concatenate(qs), np.concatenate(scales)
@@ -77,9 +74,8 @@ def prepare_int8(net):
 
     layers = net.text_layers()
     for layer in layers if all(quantizable(layer) for layer in layers) else []:
-        for path in MATRICES:
-            owner, attr = path.split(".")
-            mark(getattr(getattr(layer, owner), attr))
+        for linear in layer.matrices():
+            mark(linear)
         prefix = layer.self_attn.q_proj.weight.name.rsplit("self_attn.", 1)[0]
         layer.q8_scales = _placeholder(f"{prefix}q8_scales")
         made.add(layer.q8_scales.name)
@@ -91,16 +87,13 @@ def prepare_int8(net):
 
 
 def finish_int8(net):
-    """Fill each quantised layer's q8_scales (its seven matrices' scales in MATRICES order, for DecodeLayer) once
-    the weights are loaded."""
+    """Fill each quantised layer's q8_scales (its seven matrices' scales in DecoderLayer.matrices() order, the order
+    DecodeLayer reads them) once the weights are loaded."""
     import numpy as np
     import mindspore as ms
 
     from ms_ocr.convert.loader import adopt, device_tensor
     for layer in net.text_layers():
         if layer.quantized:
-            parts = []
-            for path in MATRICES:
-                owner, attr = path.split(".")
-                parts.append(getattr(getattr(layer, owner), attr).weight_scale.asnumpy())
-            adopt(layer.q8_scales, device_tensor(np.concatenate(parts), ms.float32))
+            scales = [linear.weight_scale.asnumpy() for linear in layer.matrices()]
+            adopt(layer.q8_scales, device_tensor(np.concatenate(scales), ms.float32))

@@ -60,6 +60,12 @@ class WeightOrder:
         return tuple(out)
 
 
+# A dense decoder layer's matrices in the order the native DecodeLayer takes them (and --quantize int8 packs their
+# scales): q, k, v, o, gate, up, down.
+MATRIX_PATHS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+                "mlp.up_proj", "mlp.down_proj")
+
+
 class DecoderLayer(nn.Cell, WeightOrder):
     """input_layernorm -> self_attn -> residual -> post_attention_layernorm -> mlp -> residual.
 
@@ -91,8 +97,31 @@ class DecoderLayer(nn.Cell, WeightOrder):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, write_idx, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def _dequantized(self, linear):
-        return K.dequant_q8(linear.weight, linear.weight_scale)
+    def matrices(self):
+        """The seven Linears of a dense layer (MATRIX_PATHS), in the order DecodeLayer takes them."""
+        out = []
+        for path in MATRIX_PATHS:
+            owner, attr = path.split(".")
+            out.append(getattr(getattr(self, owner), attr))
+        return out
+
+    def _matrix(self, linear, dequantise):
+        """A Linear's weight for a product: as it is, or an int8 one dequantised (dequantise True)."""
+        return K.dequant_q8(linear.weight, linear.weight_scale) if dequantise else linear.weight
+
+    def _decode_weights(self, dequantise=False):
+        """(attention weights, gated-MLP weights or ()) in the order F.decoder_attention_decode / DecodeLayer take
+        them; `dequantise`: int8 matrices as fp32 (the composed path of a layer quantised by --quantize int8)."""
+        attn, m = self.self_attn, self._matrix
+        weights = (self.input_layernorm.weight, m(attn.q_proj, dequantise), m(attn.k_proj, dequantise),
+                   m(attn.v_proj, dequantise))
+        if attn.qk_norm:
+            weights = weights + (attn.query_layernorm.weight, attn.key_layernorm.weight)
+        weights = weights + (m(attn.o_proj, dequantise), self.post_attention_layernorm.weight)
+        if self.moe:
+            return weights, ()
+        return weights, tuple(m(linear, dequantise) for linear in (self.mlp.gate_proj, self.mlp.up_proj,
+                                                                   self.mlp.down_proj))
 
     def read_only_step(self, x, cos, sin, mask, k_cache=None, v_cache=None):
         """`construct` over a cache it does not write, through the same F.decoder_attention_decode as the
@@ -102,30 +131,17 @@ class DecoderLayer(nn.Cell, WeightOrder):
         attn = self.self_attn
         if k_cache is None:
             k_cache, v_cache = attn.k_cache, attn.v_cache
-        weights = (self.input_layernorm.weight, attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight)
-        if attn.qk_norm:
-            weights = weights + (attn.query_layernorm.weight, attn.key_layernorm.weight)
-        weights = weights + (attn.o_proj.weight, self.post_attention_layernorm.weight)
-        if not self.moe:
-            mlp = (self.mlp.gate_proj.weight, self.mlp.up_proj.weight, self.mlp.down_proj.weight)
-            if decode_layer.available(x, k_cache, weights + mlp, self.silu_mlp):
-                return decode_layer.decoder_layer_decode(x, cos, sin, mask, k_cache, v_cache, weights + mlp, attn.eps,
-                                                         self.q8_scales if self.quantized else None)
+        weights, mlp = self._decode_weights()
+        if not self.moe and decode_layer.available(x, k_cache, weights + mlp, self.silu_mlp):
+            return decode_layer.decoder_layer_decode(x, cos, sin, mask, k_cache, v_cache, weights + mlp, attn.eps,
+                                                     self.q8_scales if self.quantized else None)
         if self.quantized:  # int8 matrices off the kernel (more than 8 sequences): dequantised
-            dq = self._dequantized
-            weights = (self.input_layernorm.weight, dq(attn.q_proj), dq(attn.k_proj), dq(attn.v_proj))
-            if attn.qk_norm:
-                weights = weights + (attn.query_layernorm.weight, attn.key_layernorm.weight)
-            weights = weights + (dq(attn.o_proj), self.post_attention_layernorm.weight)
-            mlp = (dq(self.mlp.gate_proj), dq(self.mlp.up_proj), dq(self.mlp.down_proj))
-            x, h, k, v = F.decoder_attention_decode(x, cos, sin, mask, k_cache, v_cache, weights,
-                                                    attn.num_heads, attn.num_kv_heads, attn.head_dim, attn.eps,
-                                                    attn.paired)
-            return x + F.gated_mlp(h, *F.widen(mlp, h), self.mlp.act), k, v
+            weights, mlp = self._decode_weights(dequantise=True)
         x, h, k, v = F.decoder_attention_decode(x, cos, sin, mask, k_cache, v_cache, weights,
                                                 attn.num_heads, attn.num_kv_heads, attn.head_dim, attn.eps,
                                                 attn.paired)
-        if not self.moe and self.mlp.gate_proj.weight.dtype != h.dtype:  # bf16-resident weights off the kernel
+        # bf16-resident or int8 weights off the kernel: the MLP over the (widened / dequantised) weights
+        if not self.moe and (self.quantized or self.mlp.gate_proj.weight.dtype != h.dtype):
             return x + F.gated_mlp(h, *F.widen(mlp, h), self.mlp.act), k, v
         return x + self.mlp(h), k, v
 

@@ -18,7 +18,7 @@ from ms_ocr.runtime.kvcache import KVCache
 from ms_ocr.runtime.moe import HostMoE
 from ms_ocr.runtime.tensors import host_tensor
 from ms_ocr.runtime.vision import VisionEncoder
-from ms_ocr.nn.blocks import graph_input
+from ms_ocr.nn.blocks import MATRIX_PATHS, graph_input
 from ms_ocr.steps import (AllLogitsStep, CacheWriteStep, DecoderAttentionPrefillStep, DecoderPrefillLayerStep,
                           DecoderQKNormPrefillLayerStep, DecodeStep, DequantStep, LastLogitsStep, PrefillPrepStep,
                           ReadOnlyDecodeStep, ReadOnlyRowsDecodeStep)
@@ -132,13 +132,7 @@ class VLMRuntime:
             return weights
         if self.dequant_step is None:
             self.dequant_step = DequantStep()
-        linears = {}
-        for name in layer.weight_names:
-            linear = layer
-            for part in name.split(".")[:-1]:
-                linear = getattr(linear, part)
-            if getattr(linear, "weight_scale", None) is not None and linear.weight.dtype == ms.int8:
-                linears[name] = linear
+        linears = {f"{path}.weight": linear for path, linear in zip(MATRIX_PATHS, layer.matrices())}
         pairs = [graph_input(p) for linear in linears.values() for p in (linear.weight, linear.weight_scale)]
         wide = dict(zip(linears, self.compiler.call("prefill", self.dequant_step, *pairs)))
         return tuple(wide.get(name, w) for name, w in zip(layer.weight_names, weights))

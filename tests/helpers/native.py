@@ -93,3 +93,18 @@ def run_harness(runner, kernel, inputs, out_shapes, work_dir, threads=2):
     outs = [np.fromfile(os.path.join(work_dir, f"out{j}.bin"), np.float32).reshape(s)
             for j, s in enumerate(out_shapes)]
     return outs, proc.stdout.strip()
+
+
+def op_cell(op):
+    """A Cell that calls `op` on its inputs: a Custom op run as a graph."""
+    from mindspore import nn
+
+    class OpCell(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.op = op
+
+        def construct(self, *args):
+            return self.op(*args)
+
+    return OpCell()

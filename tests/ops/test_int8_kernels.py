@@ -6,26 +6,17 @@ machine builds."""
 import numpy as np
 import pytest
 import mindspore as ms
-from mindspore import Tensor, nn
+from mindspore import Tensor
 
 from ms_ocr.models.quantize import quantize_rows as quantize  # per-row symmetric int8 (tests/test_quantize.py)
 from ms_ocr.ops import backend
-from tests.helpers.native import needs_compiler
+from tests.helpers.native import needs_compiler, op_cell
 from tests.ops.test_gemm_bf16 import rne_bf16
 from tests.ops.test_decode_layer import CASES, make_case, reference
 
 
 def dequantized(q, scale):
     return q.astype(np.float64) * scale.astype(np.float64)[:, None]
-
-
-class _Op(nn.Cell):
-    def __init__(self, op):
-        super().__init__()
-        self.op = op
-
-    def construct(self, *args):
-        return self.op(*args)
 
 
 @needs_compiler
@@ -36,7 +27,7 @@ def test_matmul_t_q8_at_every_isa_level(m, graph_cpu, isa_kernels):
     x = rng.standard_normal((m, 1003)).astype(np.float32)
     want = x.astype(np.float64) @ dequantized(q, s).T
     before = isa_kernels.matmul_t_calls
-    got = _Op(backend.int8_ops(isa_kernels)[0])(Tensor(x), Tensor(q), Tensor(s)).asnumpy()
+    got = op_cell(backend.int8_ops(isa_kernels)[0])(Tensor(x), Tensor(q), Tensor(s)).asnumpy()
     assert isa_kernels.matmul_t_calls == before + 1
     assert got.shape == (m, 301) and np.abs(got - want).max() <= 2e-5 * np.abs(want).max(), isa_kernels.isa_level
 
@@ -45,10 +36,10 @@ def test_matmul_t_q8_at_every_isa_level(m, graph_cpu, isa_kernels):
 def test_dequant_q8_is_q_times_scale(graph_cpu, isa_kernels):
     rng = np.random.default_rng(4)
     q, s = quantize(rng.standard_normal((70, 333)))
-    got = _Op(backend.int8_ops(isa_kernels)[1])(Tensor(q), Tensor(s)).asnumpy()
+    got = op_cell(backend.int8_ops(isa_kernels)[1])(Tensor(q), Tensor(s)).asnumpy()
     assert np.array_equal(got, q.astype(np.float32) * s[:, None])
     # for products in bf16: the same values rounded to bf16, nearest-even
-    bf16 = _Op(backend.int8_ops(isa_kernels)[2])(Tensor(q), Tensor(s)).astype(ms.float32).asnumpy()
+    bf16 = op_cell(backend.int8_ops(isa_kernels)[2])(Tensor(q), Tensor(s)).astype(ms.float32).asnumpy()
     assert np.array_equal(bf16, rne_bf16(q.astype(np.float32) * s[:, None]))
 
 
@@ -66,7 +57,7 @@ def test_decode_layer_over_int8_matrices(case, graph_cpu, isa_kernels):
         scales.append(s)
     op = backend.native_ops(isa_kernels)[1][1 if qk_norm else 0]
     before = isa_kernels.decode_layer_calls
-    outs = _Op(op)(*(Tensor(a) for a in tensors), *(Tensor(w) for w in args), Tensor(np.concatenate(scales)),
+    outs = op_cell(op)(*(Tensor(a) for a in tensors), *(Tensor(w) for w in args), Tensor(np.concatenate(scales)),
                    Tensor(np.array([1e-6], np.float32)))
     assert isa_kernels.decode_layer_calls == before + 1
     for got, want in zip(outs, reference(*tensors, deq, 1e-6)):

@@ -4,23 +4,13 @@ weights widened to fp32, and match float64 NumPy, at every SIMD level this machi
 build: tests/ops/test_native_isa.py)."""
 
 import numpy as np
-import pytest
 import mindspore as ms
-from mindspore import Tensor, nn
+from mindspore import Tensor
 
 from ms_ocr.convert.loader import round_to_bf16
 from ms_ocr.ops import backend, linear
-from tests.helpers.native import needs_compiler
+from tests.helpers.native import needs_compiler, op_cell
 from tests.ops import test_decode_layer
-
-
-class _Call(nn.Cell):
-    def __init__(self, op):
-        super().__init__()
-        self.op = op
-
-    def construct(self, *args):
-        return self.op(*args)
 
 
 def _bits(t):
@@ -39,7 +29,7 @@ def test_matmul_t_bf16_weights_at_every_isa_level(graph_cpu, isa_kernels):
         x, w = rng.standard_normal((m, k)).astype(np.float32), round_to_bf16(rng.standard_normal((n, k)))
         w_bf16 = Tensor(w).astype(ms.bfloat16)
         assert w_bf16.dtype == ms.bfloat16
-        got, want = _Call(op)(Tensor(x), w_bf16), _Call(op)(Tensor(x), Tensor(w))
+        got, want = op_cell(op)(Tensor(x), w_bf16), op_cell(op)(Tensor(x), Tensor(w))
         assert got.dtype == ms.float32
         assert np.array_equal(_bits(got), _bits(want))
         ref = x.astype(np.float64) @ w.astype(np.float64).T
@@ -57,8 +47,8 @@ def test_decode_layer_bf16_weights_at_every_isa_level(graph_cpu, isa_kernels):
         op = ops_by_qk_norm[1 if len(weights) == 11 else 0]
         eps = Tensor(np.array([1e-5], np.float32))
         args = [Tensor(a) for a in tensors]
-        got = _Call(op)(*args, *(Tensor(w).astype(ms.bfloat16) for w in weights), eps)
-        want = _Call(op)(*args, *(Tensor(w) for w in weights), eps)
+        got = op_cell(op)(*args, *(Tensor(w).astype(ms.bfloat16) for w in weights), eps)
+        want = op_cell(op)(*args, *(Tensor(w) for w in weights), eps)
         ref = test_decode_layer.reference(*tensors, weights, 1e-5)
         for g, w_, r in zip(got, want, ref):
             assert g.dtype == ms.float32 and np.array_equal(_bits(g), _bits(w_))
@@ -74,7 +64,7 @@ def test_matmul_t_routes_bf16_weights(graph_cpu, all_routes):
     rng = np.random.default_rng(5)
     n = linear.NATIVE_MIN_WEIGHT // 256
     x, w = rng.standard_normal((2, 256)).astype(np.float32), round_to_bf16(rng.standard_normal((n, 256)) * 0.1)
-    f = _Call(linear.matmul_t)
+    f = op_cell(linear.matmul_t)
     before = kernels.matmul_t_calls
     got = f(Tensor(x), Tensor(w).astype(ms.bfloat16))
     assert kernels.matmul_t_calls == before + 1
@@ -107,15 +97,15 @@ def test_gather_rows_and_widen_at_every_isa_level(graph_cpu, isa_kernels):
     ids = np.array([[3, 0, 49], [7, 7, 60]], np.int32)  # 60: out of range, a zero row
     want = np.where((ids < 50)[..., None], table[np.minimum(ids, 49)], 0.0).astype(np.float32)
     for id_dtype in (np.int32, np.int64):
-        got = _Call(gather)(Tensor(table).astype(ms.bfloat16), Tensor(ids.astype(id_dtype)))
+        got = op_cell(gather)(Tensor(table).astype(ms.bfloat16), Tensor(ids.astype(id_dtype)))
         assert got.dtype == ms.float32 and np.array_equal(_bits(got), want.view(np.uint32))
     stack = round_to_bf16(rng.standard_normal((6, 5, 7)))  # an expert stack [E, I, H]: a row is [I, H]
     picked = np.array([4, 0, 4, 9], np.int32)
     want = np.where((picked < 6)[:, None, None], stack[np.minimum(picked, 5)], 0.0).astype(np.float32)
-    got = _Call(gather)(Tensor(stack).astype(ms.bfloat16), Tensor(picked))
+    got = op_cell(gather)(Tensor(stack).astype(ms.bfloat16), Tensor(picked))
     assert got.shape == (4, 5, 7) and np.array_equal(_bits(got), want.view(np.uint32))
     x = round_to_bf16(rng.standard_normal((3, 70001)))  # several chunks of the parallel loop and a tail
-    got = _Call(widen)(Tensor(x).astype(ms.bfloat16))
+    got = op_cell(widen)(Tensor(x).astype(ms.bfloat16))
     assert got.dtype == ms.float32 and np.array_equal(_bits(got), x.view(np.uint32))
 
 
@@ -130,12 +120,12 @@ def test_widen_routes(graph_cpu):
     x = round_to_bf16(np.random.default_rng(4).standard_normal((64, 33)))
     xb = Tensor(x).astype(ms.bfloat16)
     assert backend.NATIVE_WIDEN is not None
-    assert np.array_equal(_bits(_Call(_widen_fp32)(xb)), x.view(np.uint32))
+    assert np.array_equal(_bits(op_cell(_widen_fp32)(xb)), x.view(np.uint32))
     with backend.without_native():
         assert backend.NATIVE_WIDEN is None
-        assert np.array_equal(_bits(_Call(_widen_fp32)(xb)), x.view(np.uint32))
+        assert np.array_equal(_bits(op_cell(_widen_fp32)(xb)), x.view(np.uint32))
     xf = Tensor(x)
-    assert np.array_equal(_bits(_Call(_widen_fp32)(xf)), x.view(np.uint32))
+    assert np.array_equal(_bits(op_cell(_widen_fp32)(xf)), x.view(np.uint32))
 
 
 @needs_compiler
