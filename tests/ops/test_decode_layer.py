@@ -97,6 +97,9 @@ CASES = [
     (1, 40, 6, 3, 24, 70, 33, True, 1, [0]),     # widths off the 16-lane grid; an empty cache (first step)
     (3, 48, 4, 1, 32, 64, 20, False, 3, [20, 5, 1]),  # per-sequence rope rows and masks, MQA
     (8, 32, 2, 2, 16, 48, 9, True, 1, [9, 8, 7, 6, 5, 4, 3, 2]),
+    # the attention loops' blocks: 8 query heads per kv group (two blocks of four), PaddleOCR-VL's head_dim
+    (2, 64, 16, 2, 128, 96, 70, False, 1, [70, 33]),
+    (1, 48, 5, 1, 40, 64, 30, False, 1, [29]),  # five heads (a block of four and one), odd slot count
 ]
 
 

@@ -20,9 +20,14 @@
 #include <omp.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #if defined(__AVX512F__)
@@ -239,16 +244,126 @@ inline void dots(const float* q, const float* k, int64_t d, float* out) {
   for (int j = 0; j < J; ++j) out[j] = vsum(acc[j]);
 }
 
-// out[j * stride] = dot(q + j * d, k, d) + bias for `count` query rows, four at a time
-inline void dots_strided(const float* q, int64_t count, const float* k, int64_t d, float bias, float* out,
-                         int64_t stride) {
-  float r[4];
-  int64_t j = 0;
-  for (; j + 4 <= count; j += 4) {
-    dots<4>(q + j * d, k, d, r);
-    for (int u = 0; u < 4; ++u) out[(j + u) * stride] = r[u] + bias;
+// out[j * stride + i] = dot(q + j * d, k_i, d) + bias_i for `count` query rows against the n key rows
+// k_i = keys + rows[i] * d, bias_i = mask[rows[i]]: the scores of one attention group over the slots it sees.
+// Two key rows at a time, four query rows each (eight independent accumulator chains: one row's four chains of
+// d / kVL dependent FMAs left the loop bound by FMA latency); each dot's products and sums are those of dot(),
+// in the same order (bit-identical).
+constexpr int64_t kAhead = 8;  // key/value rows prefetched ahead of the attention loops
+
+template <int J>
+inline void dots_pair(const float* q, const float* k0, const float* k1, int64_t d, float* out0, float* out1,
+                      int64_t stride) {
+  vf a0[J] = {}, a1[J] = {};
+  int64_t i = 0;
+  for (; i + kVL <= d; i += kVL) {
+    const vf kv0 = vload(k0 + i), kv1 = vload(k1 + i);
+    for (int j = 0; j < J; ++j) {
+      const vf qv = vload(q + j * d + i);
+      a0[j] = vfma(qv, kv0, a0[j]);
+      a1[j] = vfma(qv, kv1, a1[j]);
+    }
   }
-  for (; j < count; ++j) out[j * stride] = dot(q + j * d, k, d) + bias;
+  if (i < d) {
+    const vf kv0 = vload_tail(k0 + i, d - i), kv1 = vload_tail(k1 + i, d - i);
+    for (int j = 0; j < J; ++j) {
+      const vf qv = vload_tail(q + j * d + i, d - i);
+      a0[j] = vfma(qv, kv0, a0[j]);
+      a1[j] = vfma(qv, kv1, a1[j]);
+    }
+  }
+  for (int j = 0; j < J; ++j) {
+    out0[j * stride] = vsum(a0[j]);
+    out1[j * stride] = vsum(a1[j]);
+  }
+}
+
+inline void attention_scores(const float* q, int64_t count, const float* keys, const float* mask,
+                             const int64_t* rows, int64_t n, int64_t d, float* out, int64_t stride) {
+  for (int64_t j = 0; j < count; j += 4) {
+    const int64_t jn = count - j < 4 ? count - j : 4;
+    const float* qj = q + j * d;
+    float* oj = out + j * stride;
+    int64_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+      const float *k0 = keys + rows[i] * d, *k1 = keys + rows[i + 1] * d;
+      if (i + kAhead + 1 < n) {
+        const char *f0 = reinterpret_cast<const char*>(keys + rows[i + kAhead] * d),
+                   *f1 = reinterpret_cast<const char*>(keys + rows[i + kAhead + 1] * d);
+        for (int64_t l = 0; l < d * 4; l += 64) {
+          __builtin_prefetch(f0 + l, 0, 3);
+          __builtin_prefetch(f1 + l, 0, 3);
+        }
+      }
+      switch (jn) {
+        case 4: dots_pair<4>(qj, k0, k1, d, oj + i, oj + i + 1, stride); break;
+        case 3: dots_pair<3>(qj, k0, k1, d, oj + i, oj + i + 1, stride); break;
+        case 2: dots_pair<2>(qj, k0, k1, d, oj + i, oj + i + 1, stride); break;
+        default: dots_pair<1>(qj, k0, k1, d, oj + i, oj + i + 1, stride); break;
+      }
+      for (int64_t u = 0; u < jn; ++u) {
+        oj[u * stride + i] += mask[rows[i]];
+        oj[u * stride + i + 1] += mask[rows[i + 1]];
+      }
+    }
+    for (; i < n; ++i)
+      for (int64_t u = 0; u < jn; ++u) oj[u * stride + i] = dot(qj + u * d, keys + rows[i] * d, d) + mask[rows[i]];
+  }
+}
+
+// out[j] = sum_i p[j * stride + i] * inv[j] * values_i + p[j * stride + n] * inv[j] * v_new (i < n in order,
+// values_i = values + rows[i] * d) for `count` query rows: the attention-weighted sum of one group's value rows.
+// The sums stay in registers, J rows x C vectors of columns at a time (one pass over the value rows per column
+// block, each value row read once overall); the same FMAs in the same order as accumulating each row's sum in
+// memory one value row at a time (bit-identical), without that loop's store per FMA.
+template <int J, int C>
+inline void weighted_block(const float* p, int64_t stride, const float* inv, const float* values,
+                           const int64_t* rows, int64_t n, const float* v_new, int64_t d, int64_t e, float* out) {
+  vf acc[J][C] = {};
+  for (int64_t i = 0; i <= n; ++i) {
+    const float* row = (i < n ? values + rows[i] * d : v_new) + e;
+    if (i + kAhead < n)
+      for (int64_t l = 0; l < C * kVL * 4; l += 64)
+        __builtin_prefetch(reinterpret_cast<const char*>(values + rows[i + kAhead] * d + e) + l, 0, 3);
+    vf v[C];
+    for (int c = 0; c < C; ++c) v[c] = vload(row + c * kVL);
+    for (int j = 0; j < J; ++j) {
+      const vf a = vset(p[j * stride + i] * inv[j]);
+      for (int c = 0; c < C; ++c) acc[j][c] = vfma(a, v[c], acc[j][c]);
+    }
+  }
+  for (int j = 0; j < J; ++j)
+    for (int c = 0; c < C; ++c) vstore(out + j * d + e + c * kVL, acc[j][c]);
+}
+
+template <int J>
+inline void weighted_rows(const float* p, int64_t stride, const float* inv, const float* values,
+                          const int64_t* rows, int64_t n, const float* v_new, int64_t d, float* out) {
+  constexpr int C = kVRegs >= 32 ? 4 : 2;
+  int64_t e = 0;
+  for (; e + C * kVL <= d; e += C * kVL) weighted_block<J, C>(p, stride, inv, values, rows, n, v_new, d, e, out);
+  for (; e + kVL <= d; e += kVL) weighted_block<J, 1>(p, stride, inv, values, rows, n, v_new, d, e, out);
+  for (; e < d; ++e)  // columns past the last full vector (head dims that are no multiple of kVL)
+    for (int j = 0; j < J; ++j) {
+      float acc = 0.f;
+      for (int64_t i = 0; i <= n; ++i)
+        acc = std::fma(p[j * stride + i] * inv[j], (i < n ? values + rows[i] * d : v_new)[e], acc);
+      out[j * d + e] = acc;
+    }
+}
+
+inline void attention_values(const float* p, int64_t count, int64_t stride, const float* inv, const float* values,
+                             const int64_t* rows, int64_t n, const float* v_new, int64_t d, float* out) {
+  for (int64_t j = 0; j < count; j += 4) {
+    const float *pj = p + j * stride, *ij = inv + j;
+    float* oj = out + j * d;
+    switch (count - j < 4 ? count - j : 4) {
+      case 4: weighted_rows<4>(pj, stride, ij, values, rows, n, v_new, d, oj); break;
+      case 3: weighted_rows<3>(pj, stride, ij, values, rows, n, v_new, d, oj); break;
+      case 2: weighted_rows<2>(pj, stride, ij, values, rows, n, v_new, d, oj); break;
+      default: weighted_rows<1>(pj, stride, ij, values, rows, n, v_new, d, oj); break;
+    }
+  }
 }
 
 // ---- matrix-vector products ---------------------------------------------------------------------------------
@@ -332,18 +447,175 @@ void gemv_rows_m(const float* x, const W* w, float* y, int64_t out, int64_t in, 
   }
 }
 
+// ---- the decode kernels' thread team ---------------------------------------------------------------------
+// A decode step is ~20 kernel calls of ~1 ms, each with up to nine points where its threads wait for each
+// other. libgomp spins only ~100 times at such a point once the process holds more OpenMP threads than CPUs
+// (MindSpore launches some kernels from its own threads, each of which gets an OpenMP pool), then sleeps in the
+// kernel: measured in a PaddleOCR-VL decode, ~88 sleeps per token per thread, and each DecodeLayer 0.3 ms slower
+// than the same layer in a process of its own. The decode kernels (DecodeLayer, the head's MatMulT) therefore run
+// on this team instead: g_threads - 1 workers that spin between jobs for up to kIdleSpin, then sleep, and a
+// spinning barrier. The caller is thread 0. A call while the team is busy (another thread's kernel) runs alone.
+
+inline void cpu_pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+constexpr int kBarrierPauses = 1 << 14;  // then yield: a team thread may have lost its CPU
+constexpr auto kIdleSpin = std::chrono::milliseconds(2);  // between jobs: covers a step's host work
+
+template <typename Done>
+inline void spin_until(Done done) {
+  for (int i = 0; !done(); ++i) {
+    if (i < kBarrierPauses) cpu_pause();
+    else std::this_thread::yield();
+  }
+}
+
+class SpinBarrier {
+ public:
+  explicit SpinBarrier(int n) : n_(n) {}
+  void wait() {
+    if (n_ <= 1) return;
+    const int gen = gen_.load(std::memory_order_acquire);
+    if (count_.fetch_add(1, std::memory_order_acq_rel) == n_ - 1) {
+      count_.store(0, std::memory_order_relaxed);
+      gen_.fetch_add(1, std::memory_order_release);
+      return;
+    }
+    spin_until([&] { return gen_.load(std::memory_order_acquire) != gen; });
+  }
+
+ private:
+  const int n_;
+  std::atomic<int> count_{0}, gen_{0};
+};
+
+// A job's view of the team: this thread's index, the team size and the team's barrier.
+struct TeamCtx {
+  int tid, n;
+  SpinBarrier* barrier;
+  void sync() const { barrier->wait(); }
+};
+
+class SpinTeam {
+ public:
+  using Fn = void (*)(void*, const TeamCtx&);
+
+  explicit SpinTeam(int size) : size_(size) {}
+
+  static void start(const std::shared_ptr<SpinTeam>& team) {
+    for (int tid = 1; tid < team->size_; ++tid) std::thread(work, team, tid).detach();
+  }
+
+  void stop() {
+    stop_.store(true);
+    epoch_.fetch_add(1);
+    std::lock_guard<std::mutex> lk(m_);
+    cv_.notify_all();
+  }
+
+  int size() const { return size_; }
+
+  // Runs fn(ctx, team context) on min(n, size) threads (the caller is thread 0); false, without running it,
+  // when another caller holds the team.
+  bool run(int n, Fn fn, void* ctx) {
+    if (busy_.exchange(true, std::memory_order_acquire)) return false;
+    SpinBarrier barrier(n < size_ ? n : size_);
+    fn_ = fn;
+    ctx_ = ctx;
+    barrier_ = &barrier;
+    job_n_ = n < size_ ? n : size_;
+    pending_.store(size_ - 1, std::memory_order_relaxed);
+    epoch_.fetch_add(1);  // seq_cst: ordered before the sleepers_ load below (see work())
+    if (sleepers_.load() > 0) {
+      std::lock_guard<std::mutex> lk(m_);
+      cv_.notify_all();
+    }
+    fn(ctx, TeamCtx{0, job_n_, &barrier});
+    spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; });
+    busy_.store(false, std::memory_order_release);
+    return true;
+  }
+
+ private:
+  static void work(std::shared_ptr<SpinTeam> t, int tid) {
+    uint64_t seen = 0;  // the epoch the team starts at: a job run before this thread got here is still ahead
+    for (;;) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 1; t->epoch_.load(std::memory_order_acquire) == seen; ++i) {
+        cpu_pause();
+        if (i % 1024 == 0 && std::chrono::steady_clock::now() - t0 > kIdleSpin) {
+          std::unique_lock<std::mutex> lk(t->m_);
+          t->sleepers_.fetch_add(1);  // seq_cst: a run() that misses it has already advanced epoch_
+          t->cv_.wait(lk, [&] { return t->epoch_.load() != seen; });
+          t->sleepers_.fetch_sub(1);
+        }
+      }
+      seen = t->epoch_.load(std::memory_order_acquire);
+      if (t->stop_.load()) return;
+      if (tid < t->job_n_) t->fn_(t->ctx_, TeamCtx{tid, t->job_n_, t->barrier_});
+      t->pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+
+  const int size_;
+  std::atomic<uint64_t> epoch_{0};
+  std::atomic<int> pending_{0}, sleepers_{0};
+  std::atomic<bool> busy_{false}, stop_{false};
+  Fn fn_ = nullptr;
+  void* ctx_ = nullptr;
+  SpinBarrier* barrier_ = nullptr;
+  int job_n_ = 1;
+  std::mutex m_;
+  std::condition_variable cv_;
+};
+
+std::mutex g_team_mutex;
+std::shared_ptr<SpinTeam> g_team;
+
+// The team of g_threads threads (made on first use, or again after the thread count changed). Like MindSpore's
+// own runtime, it does not survive a fork: a forked child must not run kernels.
+std::shared_ptr<SpinTeam> decode_team() {
+  std::lock_guard<std::mutex> lk(g_team_mutex);
+  if (!g_team || g_team->size() != g_threads) {
+    if (g_team) g_team->stop();
+    g_team = std::make_shared<SpinTeam>(g_threads);
+    SpinTeam::start(g_team);
+  }
+  return g_team;
+}
+
+// Runs f(const TeamCtx&) on up to n threads of the decode team (alone when n is 1 or the team is busy).
+template <typename F>
+void team_run(int n, F&& f) {
+  if (n > 1) {
+    const auto team = decode_team();
+    if (team->size() > 1 &&
+        team->run(n, [](void* c, const TeamCtx& t) { (*static_cast<F*>(c))(t); }, &f))
+      return;
+  }
+  SpinBarrier alone(1);
+  f(TeamCtx{0, 1, &alone});
+}
+
+
 template <int M, typename W>
 void gemv(const float* x, const W* w, float* y, int64_t out, int64_t in) {
   // Chunks of rows handed out as threads ask: the calling thread may be niced below MindSpore's kernel threads
   // (device.lower_launcher_priority), and a static split would wait for its half.
   constexpr int64_t kChunk = 32 * kBlockRows<kPassRows<M>>;
   const int64_t chunks = (out + kChunk - 1) / kChunk;
-  const int threads = chunks > 1 ? g_threads : 1;
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t o1 = (c + 1) * kChunk < out ? (c + 1) * kChunk : out;
-    gemv_rows_m<M, W>(x, w, y, out, in, c * kChunk, o1);
-  }
+  std::atomic<int64_t> next{0};
+  team_run(chunks > 1 ? g_threads : 1, [&](const TeamCtx&) {
+    for (int64_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
+      const int64_t o1 = (c + 1) * kChunk < out ? (c + 1) * kChunk : out;
+      gemv_rows_m<M, W>(x, w, y, out, in, c * kChunk, o1);
+    }
+  });
 }
 
 template <typename W>
@@ -354,11 +626,6 @@ constexpr GemvFn<W> kGemv[] = {nullptr, gemv<1, W>, gemv<2, W>, gemv<3, W>, gemv
 
 
 // ---- the fused decoder layer of one decode step ----------------------------------------------------------
-
-// y += a * x
-void axpy(float a, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
 
 // out = w * x / sqrt(mean(x^2) + eps)
 void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps) {
@@ -439,14 +706,13 @@ struct Product {
   const float* res;
 };
 
-// Runs the products of a group over the threads of the enclosing parallel region, in chunks of rows handed
-// out on demand (the niced launcher thread takes fewer); ends with the worksharing loop's barrier.
-void parallel_products(int m, const Product* ps, int n) {
+// Runs the products of a group over the team, in chunks of rows handed out on demand through `next` (the
+// niced launcher thread takes fewer); ends with the team's barrier.
+void parallel_products(int m, const Product* ps, int n, const TeamCtx& team, std::atomic<int64_t>& next) {
   constexpr int64_t kChunk = 64;
   int64_t first[4] = {0, 0, 0, 0};
   for (int j = 0; j < n; ++j) first[j + 1] = first[j] + (ps[j].out + kChunk - 1) / kChunk;
-#pragma omp for schedule(dynamic, 1)
-  for (int64_t c = 0; c < first[n]; ++c) {
+  for (int64_t c = next.fetch_add(1); c < first[n]; c = next.fetch_add(1)) {
     int j = 0;
     while (c >= first[j + 1]) ++j;
     const Product& p = ps[j];
@@ -463,6 +729,7 @@ void parallel_products(int m, const Product* ps, int n) {
       for (int r = 0; r < m; ++r)
         for (int64_t i = o; i < o1; ++i) p.y[r * p.out + i] += p.res[r * p.out + i];
   }
+  team.sync();
 }
 
 // ---- bidirectional attention (vision encoders) -------------------------------------------------------------
@@ -624,12 +891,13 @@ void interp_row(const T* table, int64_t p, int64_t c, const int32_t* idx, const 
 extern "C" {
 
 // Threads the kernels use (set once from the runtime's thread count).
-// The first parallel region creates the OpenMP pool of the calling thread; its threads keep the priority
-// they start with.
+// The first parallel region creates the OpenMP pool of the calling thread, and the decode team its workers;
+// their threads keep the priority they start with.
 void ms_ocr_set_threads(int n) {
   g_threads = n > 0 ? n : 1;
 #pragma omp parallel num_threads(g_threads)
   { }
+  decode_team();
 }
 int64_t ms_ocr_matmul_t_calls() { return g_matmul_t_calls.load(); }
 
@@ -747,89 +1015,91 @@ int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const c
 
   // this token's k and v ([B, Hkv, 1, D] = [B, Hkv * D]) are computed in the output buffers themselves
   float *k = k_out, *v = v_out;
-  std::vector<float> h(b * hidden), q(b * hq * d), attn(b * hq * d), x1(b * hidden), g(b * inter), u(b * inter);
+  std::vector<float> q(b * hq * d), attn(b * hq * d), x1(b * hidden), g(b * inter), u(b * inter);
   const int m = static_cast<int>(b);
-#pragma omp parallel num_threads(g_threads)
-  {
-#pragma omp single
-    for (int64_t r = 0; r < b; ++r) rms_norm(x + r * hidden, inw, h.data() + r * hidden, hidden, eps);
+  // the attention's tasks: split until there are two per thread (the launcher thread may be niced)
+  int64_t splits = 1;
+  while (b * hkv * splits < 2 * g_threads && rep % (splits * 2) == 0) splits *= 2;
+  std::atomic<int64_t> next[5] = {};  // the work-sharing phases' next chunk / task
+  team_run(g_threads, [&](const TeamCtx& team) {
+    // each thread normalises the rows for itself (no barrier): h_own feeds its share of the products
+    std::vector<float> h_own(b * hidden);
+    for (int64_t r = 0; r < b; ++r) rms_norm(x + r * hidden, inw, h_own.data() + r * hidden, hidden, eps);
     {
-      const Product ps[] = {{h.data(), qw, q.data(), hq * d, hidden, nullptr},
-                            {h.data(), kw, k, hkv * d, hidden, nullptr},
-                            {h.data(), vw, v, hkv * d, hidden, nullptr}};
-      parallel_products(m, ps, 3);
+      const Product ps[] = {{h_own.data(), qw, q.data(), hq * d, hidden, nullptr},
+                            {h_own.data(), kw, k, hkv * d, hidden, nullptr},
+                            {h_own.data(), vw, v, hkv * d, hidden, nullptr}};
+      parallel_products(m, ps, 3, team, next[0]);
     }
-#pragma omp single
-    for (int64_t r = 0; r < b; ++r) {
-      const float *c = cos + r * rope_stride, *s = sin + r * rope_stride;
-      for (int64_t i = 0; i < hq; ++i) {
-        float* qi = q.data() + (r * hq + i) * d;
-        rope(qi, c, s, d);
-        if (qk_norm) rms_norm(qi, qnw, qi, d, eps);
-        for (int64_t j = 0; j < d; ++j) qi[j] *= scale;
-      }
-      for (int64_t i = 0; i < hkv; ++i) {
-        float* ki = k + (r * hkv + i) * d;
-        rope(ki, c, s, d);
-        if (qk_norm) rms_norm(ki, knw, ki, d, eps);
+    if (team.tid == team.n - 1) {  // a worker, not the (possibly niced) launcher
+      for (int64_t r = 0; r < b; ++r) {
+        const float *c = cos + r * rope_stride, *s = sin + r * rope_stride;
+        for (int64_t i = 0; i < hq; ++i) {
+          float* qi = q.data() + (r * hq + i) * d;
+          rope(qi, c, s, d);
+          if (qk_norm) rms_norm(qi, qnw, qi, d, eps);
+          for (int64_t j = 0; j < d; ++j) qi[j] *= scale;
+        }
+        for (int64_t i = 0; i < hkv; ++i) {
+          float* ki = k + (r * hkv + i) * d;
+          rope(ki, c, s, d);
+          if (qk_norm) rms_norm(ki, knw, ki, d, eps);
+        }
       }
     }
+    team.sync();
     {
       // softmax over [q k_cache^T + mask, q k_new] and the matching sum of [v_cache, v_new]; slots the mask hides
       // (NEG_BIAS) would weigh exactly 0 and are skipped. One task = `per` query heads of one kv group of one
       // sequence (GQA): each cached key and value row is read once for all of them, while it is in L1, instead of
       // once per head; per head the dot products, softmax and sums are the same, in the same order, as one head
-      // alone. Tasks are split until there are two per thread (the launcher thread may be niced).
-      int64_t splits = 1;
-      while (b * hkv * splits < 2 * g_threads && rep % (splits * 2) == 0) splits *= 2;
-      const int64_t per = rep / splits, stride = t + 1;
+      // alone.
+      const int64_t per = rep / splits, stride = t + 1, tasks = b * hkv * splits;
       std::vector<float> scores(stride * per), inv(per);
       std::vector<int64_t> seen(t);
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t task = 0; task < b * hkv * splits; ++task) {
+      for (int64_t task = next[1].fetch_add(1); task < tasks; task = next[1].fetch_add(1)) {
         const int64_t r = task / (hkv * splits), gi = task / splits % hkv, h0 = gi * rep + task % splits * per;
         const int64_t g_kv = r * hkv + gi;
         const float *qs = q.data() + (r * hq + h0) * d, *kcache = kc + g_kv * t * d, *vcache = vc + g_kv * t * d;
         const float* mrow = mask + r * mask_stride;
         int64_t n = 0;
         for (int64_t s = 0; s < t; ++s)
-          if (mrow[s] > -1e38f) {
-            seen[n] = s;
-            dots_strided(qs, per, kcache + s * d, d, mrow[s], scores.data() + n, stride);
-            ++n;
-          }
-        float* outs = attn.data() + (r * hq + h0) * d;
+          if (mrow[s] > -1e38f) seen[n++] = s;
+        attention_scores(qs, per, kcache, mrow, seen.data(), n, d, scores.data(), stride);
         for (int64_t j = 0; j < per; ++j) {
           float* sj = scores.data() + j * stride;
           sj[n] = dot(qs + j * d, k + g_kv * d, d);
           float mx = sj[n];
           for (int64_t i = 0; i < n; ++i) mx = sj[i] > mx ? sj[i] : mx;
           inv[j] = 1.f / exp_sum(sj, n + 1, mx);
-          for (int64_t e = 0; e < d; ++e) outs[j * d + e] = 0.f;
         }
-        for (int64_t i = 0; i < n; ++i)
-          for (int64_t j = 0; j < per; ++j) axpy(scores[j * stride + i] * inv[j], vcache + seen[i] * d, outs + j * d, d);
-        for (int64_t j = 0; j < per; ++j) axpy(scores[j * stride + n] * inv[j], v + g_kv * d, outs + j * d, d);
+        attention_values(scores.data(), per, stride, inv.data(), vcache, seen.data(), n, v + g_kv * d, d,
+                         attn.data() + (r * hq + h0) * d);
       }
+      team.sync();
     }
     {
       const Product ps[] = {{attn.data(), ow, x1.data(), hidden, hq * d, x}};
-      parallel_products(m, ps, 1);
+      parallel_products(m, ps, 1, team, next[2]);
     }
-#pragma omp single
-    for (int64_t r = 0; r < b; ++r) rms_norm(x1.data() + r * hidden, postw, h.data() + r * hidden, hidden, eps);
+    for (int64_t r = 0; r < b; ++r) rms_norm(x1.data() + r * hidden, postw, h_own.data() + r * hidden, hidden, eps);
     {
-      const Product ps[] = {{h.data(), gw, g.data(), inter, hidden, nullptr},
-                            {h.data(), uw, u.data(), inter, hidden, nullptr}};
-      parallel_products(m, ps, 2);
+      const Product ps[] = {{h_own.data(), gw, g.data(), inter, hidden, nullptr},
+                            {h_own.data(), uw, u.data(), inter, hidden, nullptr}};
+      parallel_products(m, ps, 2, team, next[3]);
     }
-#pragma omp single
-    silu_mul(g.data(), u.data(), g.data(), b * inter);
+    {  // silu(gate) * up, a contiguous share per thread (kVL-aligned, so each element's arithmetic is the same)
+      const int64_t total = b * inter, share = (total / team.n + kVL - 1) / kVL * kVL;
+      const int64_t lo = team.tid * share < total ? team.tid * share : total;
+      const int64_t hi = lo + share < total ? lo + share : total;
+      silu_mul(g.data() + lo, u.data() + lo, g.data() + lo, hi - lo);
+      team.sync();
+    }
     {
       const Product ps[] = {{g.data(), dw, x_out, hidden, inter, x1.data()}};
-      parallel_products(m, ps, 1);
+      parallel_products(m, ps, 1, team, next[4]);
     }
-  }
+  });
   return 0;
 }
 
