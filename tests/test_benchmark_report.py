@@ -79,3 +79,68 @@ def test_write_json_makes_the_folder(tmp_path, capsys):
     path = write_json(str(tmp_path / "out" / "deeper"), "b.json", {"rows": [1, 2]})
     assert json.load(open(path)) == {"rows": [1, 2]}
     assert capsys.readouterr().out == f"wrote {path}\n"
+
+
+def _benchmark_module(monkeypatch, name):
+    import importlib
+    import os
+    import sys
+    scripts = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
+    monkeypatch.syspath_prepend(scripts)
+    benchmark = importlib.import_module("benchmark")
+    monkeypatch.setattr(benchmark, "ensure_checkpoint", lambda model, ckpt: "ckpt-dir")
+    module = importlib.import_module(name)
+    assert sys.modules[name] is module
+    return module
+
+
+def _batch_row(b):
+    return {"batch": b, "pages_per_s": 1.0, "tokens_per_s": 2.0, "decode_tokens_per_s": 3.0, "decode_ms_per_step": 4.0,
+            "avg_first_token_ms": 5.0, "compile_s": 0.0, "peak_rss_gb": 1.0}
+
+
+@pytest.mark.parametrize("name", ["benchmark_batch", "benchmark_serve"])
+def test_benchmarks_pass_the_precision_options_on(monkeypatch, tmp_path, name):
+    """--dtype and --quantize reach every ms_ocr process a benchmark starts (both were accepted, and --quantize was
+    dropped, by the batch and serve benchmarks)."""
+    module = _benchmark_module(monkeypatch, name)
+    calls, servers = [], []
+
+    def fake_worker(script, argv, threads, label):
+        calls.append([str(a) for a in argv])
+        if name == "benchmark_batch":
+            return _batch_row(int(argv[argv.index("--batch") + 1]))
+        return {"mode": "infer", "concurrency": 1, "requests": 1, "tokens": 8, "wall_s": 1.0, "ttft_s": [0.5],
+                "latency_s": [1.0]}
+
+    def fake_server(args):
+        servers.append((args.dtype, args.quantize))
+        return []
+
+    monkeypatch.setattr(module, "run_json_worker", fake_worker)
+    if name == "benchmark_serve":
+        monkeypatch.setattr(module, "run_server", fake_server)
+    monkeypatch.setattr("sys.argv", [name, "--dtype", "bf16", "--quantize", "int8", "--out", str(tmp_path)])
+    module.main()
+    assert calls
+    for argv in calls:
+        assert argv[argv.index("--dtype") + 1] == "bf16" and argv[argv.index("--quantize") + 1] == "int8"
+    saved = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert saved["dtype"] == "bf16" and saved["quantize"] == "int8"
+    if name == "benchmark_serve":
+        assert servers == [("bf16", "int8")]
+
+        class Started(Exception):
+            pass
+
+        def fake_popen(cmd, **kwargs):
+            calls.append(cmd)
+            raise Started
+
+        monkeypatch.setattr(module.subprocess, "Popen", fake_popen)
+        args = type("Args", (), dict(model="paddleocr-vl", ckpt="ckpt-dir", max_num_seqs=8, max_model_len=512,
+                                     dtype="bf16", quantize="int8", threads=2, requests=4))
+        with pytest.raises(Started):
+            module.start_server(args, 8000)
+        cmd = calls[-1]
+        assert cmd[cmd.index("--dtype") + 1] == "bf16" and cmd[cmd.index("--quantize") + 1] == "int8"
