@@ -464,7 +464,9 @@ inline void cpu_pause() {
 #endif
 }
 
-constexpr int kBarrierPauses = 1 << 14;  // then yield: a team thread may have lost its CPU
+// A waiting team thread spins, then yields its CPU between checks (a partner may have lost its CPU to another
+// process: the test suite runs two processes on two cores), and between jobs sleeps after kIdleSpin.
+constexpr int kBarrierPauses = 1 << 11;
 constexpr auto kIdleSpin = std::chrono::milliseconds(2);  // between jobs: covers a step's host work
 
 template <typename Done>
@@ -547,7 +549,8 @@ class SpinTeam {
     for (;;) {
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 1; t->epoch_.load(std::memory_order_acquire) == seen; ++i) {
-        cpu_pause();
+        if (i % 256) cpu_pause();
+        else std::this_thread::yield();
         if (i % 1024 == 0 && std::chrono::steady_clock::now() - t0 > kIdleSpin) {
           std::unique_lock<std::mutex> lk(t->m_);
           t->sleepers_.fetch_add(1);  // seq_cst: a run() that misses it has already advanced epoch_
