@@ -227,23 +227,6 @@ float dot(const float* a, const float* b, int64_t n) {
   return vsum(acc);
 }
 
-// out[j] = dot(q + j * d, k, d) for J query rows against one key row: the same products and sums, in the same
-// order, as J calls of dot (bit-identical), with J independent accumulator chains instead of one at a time
-template <int J>
-inline void dots(const float* q, const float* k, int64_t d, float* out) {
-  vf acc[J] = {};
-  int64_t i = 0;
-  for (; i + kVL <= d; i += kVL) {
-    const vf kv = vload(k + i);
-    for (int j = 0; j < J; ++j) acc[j] = vfma(vload(q + j * d + i), kv, acc[j]);
-  }
-  if (i < d) {
-    const vf kv = vload_tail(k + i, d - i);
-    for (int j = 0; j < J; ++j) acc[j] = vfma(vload_tail(q + j * d + i, d - i), kv, acc[j]);
-  }
-  for (int j = 0; j < J; ++j) out[j] = vsum(acc[j]);
-}
-
 // out[j * stride + i] = dot(q + j * d, k_i, d) + bias_i for `count` query rows against the n key rows
 // k_i = keys + rows[i] * d, bias_i = mask[rows[i]]: the scores of one attention group over the slots it sees.
 // Two key rows at a time, four query rows each (eight independent accumulator chains: one row's four chains of
