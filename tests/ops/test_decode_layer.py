@@ -100,6 +100,7 @@ CASES = [
     # the attention loops' blocks: 8 query heads per kv group (two blocks of four), PaddleOCR-VL's head_dim
     (2, 64, 16, 2, 128, 96, 70, False, 1, [70, 33]),
     (1, 48, 5, 1, 40, 64, 30, False, 1, [29]),  # five heads (a block of four and one), odd slot count
+    (1, 32, 4, 2, 16, 33, 12, False, 1, [12]),  # an odd MLP width: the threads' SiLU shares cover all of it
 ]
 
 

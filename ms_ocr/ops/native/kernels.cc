@@ -1075,7 +1075,7 @@ int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const c
       parallel_products(m, ps, 2, team, next[3]);
     }
     {  // silu(gate) * up, a contiguous share per thread (kVL-aligned, so each element's arithmetic is the same)
-      const int64_t total = b * inter, share = (total / team.n + kVL - 1) / kVL * kVL;
+      const int64_t total = b * inter, share = ((total + team.n - 1) / team.n + kVL - 1) / kVL * kVL;
       const int64_t lo = team.tid * share < total ? team.tid * share : total;
       const int64_t hi = lo + share < total ? lo + share : total;
       silu_mul(g.data() + lo, u.data() + lo, g.data() + lo, hi - lo);
