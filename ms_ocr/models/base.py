@@ -20,7 +20,7 @@ class VLMCell(nn.Cell):
         # set by the loader when the text weights stay bf16 on the CPU (bf16_weight_names): embeddings are
         # gathered in bf16 and widened
         self.widen_embeddings = False
-        self.head_quantized = False  # --quantize int8 (models/quantize.py): lm_head int8 with lm_head.weight_scale
+        self.head_quantized = False  # --quantize int8 (models/quantize.py): the head's matrix int8, with weight_scale
 
     def bf16_weight_names(self):
         """The Parameters a bf16 checkpoint keeps in bf16 on the CPU (device.bf16_resident): the decoder layers'
@@ -44,6 +44,9 @@ class VLMCell(nn.Cell):
         return list(self.model.layers)
 
     def embed(self, input_ids):
+        if self.head_quantized and self.tied:  # --quantize int8, tied head: an int8 table, rows dequantised
+            table = self.model.embed_tokens
+            return K.embedding_rows_q8(table.weight, table.weight_scale, input_ids)
         if self.widen_embeddings:  # a bf16 table on the CPU: rows widened to fp32 (native GatherRows)
             return K.embedding_rows(self.model.embed_tokens.weight, input_ids)
         return self.model.embed_tokens(input_ids)
@@ -65,7 +68,8 @@ class VLMCell(nn.Cell):
 
     def logits(self, h):
         if self.head_quantized:
-            return K.matmul_t_q8(h, self.lm_head.weight, self.lm_head.weight_scale)
+            head = self.model.embed_tokens if self.tied else self.lm_head
+            return K.matmul_t_q8(h, head.weight, head.weight_scale)
         weight = self.model.embed_tokens.weight if self.tied else self.lm_head.weight
         return K.matmul_t(h, weight)
 

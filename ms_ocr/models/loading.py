@@ -2,7 +2,6 @@
 
 import contextlib
 import os
-import sys
 import time
 
 import mindspore as ms
@@ -70,7 +69,7 @@ def text_parameter_names(net):
 def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, num_pos_axes, t0, target="CPU",
                   dtype="auto", buckets=None, postprocess=None, quantize="none"):
     """Load the checkpoint of `model_dir` into `net` (strict, via the rename `table`) and wrap it. quantize="int8":
-    the decoder's dense layers and an untied head in weight-only int8, made from the loaded values
+    the decoder's dense layers and the head (a tied one's embedding table) in weight-only int8, made from the loaded values
     (models/quantize.py; CPU only)."""
     if quantize not in QUANT_MODES:
         raise ValueError(f"unknown --quantize {quantize!r} ({', '.join(QUANT_MODES)})")
@@ -83,9 +82,6 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
     if keep:
         bf16_products(dtype, target)  # before any graph of the model is built
     int8 = prepare_int8(net) if quantize == "int8" else Int8Plan()
-    if quantize == "int8" and not int8:
-        print(f"[ms_ocr] --quantize int8: nothing to quantise in {name} (a MoE decoder's layers stay as they are; "
-              "a tied head is the embedding table)", file=sys.stderr)
 
     def load(only=None):
         load_weights(net, iter_checkpoint(model_dir, raw_bf16=True), table, compute_dtype, round_to,

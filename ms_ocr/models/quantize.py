@@ -3,8 +3,9 @@ files). Each matrix of a dense SiLU-gated decoder layer (q, k, v, o, gate, up, d
 kernel serves) and an untied head become int8 with one fp32 scale per output row (symmetric: scale = max|row| / 127,
 q = round(w / scale)); a row of a product is scale * (x . q). A decode step reads the int8 matrices as they are
 (DecodeLayer, MatMulTQ8: half the bytes of bf16); prefill dequantises a layer's matrices to fp32 as it runs them
-(DequantQ8), so prompts compute on the dequantised values. Vision, the embeddings, norms and MoE layers stay as
-they are. CPU only: on Ascend the corresponding path is MindSpore Golden Stick's weight-only quantisation with the
+(DequantQ8), so prompts compute on the dequantised values. A tied head is the embedding table: that table becomes
+int8 (the head reads it through MatMulTQ8, the lookup gathers int8 rows and scales them), so prompt and decode both
+see the dequantised table. Vision, an untied model's embeddings, norms and MoE layers stay as they are. CPU only: on Ascend the corresponding path is MindSpore Golden Stick's weight-only quantisation with the
 NPU's quantised matmul, not run yet. The command lines read MODES without importing the framework."""
 
 MODES = ("none", "int8")
@@ -61,7 +62,7 @@ def _placeholder(name):
 def prepare_int8(net):
     """Mark what --quantize int8 makes int8 in `net`, before its weights are loaded: the layers of a decoder whose
     layers are all dense SiLU-gated ones (a MoE decoder's dense layers run in its host-routed layer graphs, which
-    read no int8: they stay as they are) and an untied head. Each such Linear gets a `weight_scale` Parameter, each
+    read no int8: they stay as they are) and the head (a tied head's embedding table). Each such Linear gets a `weight_scale` Parameter, each
     such layer `quantized = True` and a `q8_scales` Parameter (filled by finish_int8). Returns an Int8Plan: {weight
     Parameter name: its scale Parameter}, which the loader quantises as it reads them (convert/loader.py), so the
     bf16 / fp32 matrices are never allocated, and the names of the Parameters made here (no checkpoint has them)."""
@@ -80,9 +81,9 @@ def prepare_int8(net):
         layer.q8_scales = _placeholder(f"{prefix}q8_scales")
         made.add(layer.q8_scales.name)
         layer.quantized = True
-    if not net.tied:
-        mark(net.lm_head)
-        net.head_quantized = True
+    # the head: its own matrix, or the embedding table it is tied to (the lookup then dequantises: VLMCell.embed)
+    mark(net.model.embed_tokens if net.tied else net.lm_head)
+    net.head_quantized = True
     return Int8Plan(scales, made)
 
 

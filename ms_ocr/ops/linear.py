@@ -73,6 +73,12 @@ def embedding_rows(table, ids):
     return ops.gather(table, ids, 0)
 
 
+def embedding_rows_q8(q, scale, ids):
+    """Rows of an int8 table q [V, H] with per-row scales [V] (--quantize int8 with a tied head) at ids ([...] int)
+    -> [..., H] fp32: q[ids] * scale[ids], the dequantised rows (a prompt's ids are few next to the table)."""
+    return ops.gather(q, ids, 0).astype(ms.float32) * ops.gather(scale, ids, 0)[..., None]
+
+
 def interp_rows(table, idx, w):
     """sum_k w[:, k] * table[idx[:, k]]: table [P, C] rows resampled by K weighted taps per output row (idx, w
     [N, K]) -> [N, C] (a position table bilinearly resampled to a patch grid). On the CPU (fp32 taps) the native

@@ -14,7 +14,9 @@ from training.demo import data as demo_data
 from tests.cli_util import run_module
 
 GATE_SEED = 9100  # the training draws seeds 0 (lines) and 1000 (tokenizer corpus); its own eval uses 7000/7001
-LINES, UNSEEN_LINES = 100, 50
+# 150 unseen-font lines: with 50, three lines changing under --quantize int8 moved that set's CER by 0.35 points
+# (2026-11-27; on 300 lines the same change moved it 0.10)
+LINES, UNSEEN_LINES = 100, 150
 MAX_CER = 0.02
 MAX_NEW_TOKENS = 64
 PAD_TO = 224  # right margins to a multiple of 224 px: a handful of image shapes, so few graph compilations

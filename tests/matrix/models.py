@@ -204,7 +204,7 @@ HUNYUAN = ModelMatrix(
     prompts={"plain": "Extract the text in the image.",
              "special": "Spot the text <｜hy_place▁holder▁no▁110｜>and its box."},
     variants={
-        "save_pretrained": dict(layout="transformers", images=["page", "tall"], prompt="plain"),
+        "save_pretrained": dict(layout="transformers", head="tied", images=["page", "tall"], prompt="plain"),
         "hub_flat_bf16_sharded": dict(layout="hub", weights=("bfloat16", "60KB"), images=["wide", "small"],
                                       prompt="plain"),
         "hub_own_head": dict(layout="hub", head="own_head_flag_tied", images=["large", "page"], prompt="special"),

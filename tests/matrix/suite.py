@@ -315,37 +315,48 @@ def test_bf16_logits_agree_with_transformers_autocast(bf16_model, matrix_checkpo
 # ---- --quantize int8: weight-only int8 decoder -------------------------------------------------------------------
 
 INT8_TOKENS = 24
+HEADS = {"own": ("untied", "own_head_flag_tied"), "tied": ("tied",)}  # the variants' head layouts (layouts.set_head)
 
 
-def test_int8_matches_transformers_on_the_dequantised_weights(bf16_model, matrix_checkpoint, matrix_images,
+@pytest.mark.parametrize("head", ["own", "tied"])
+def test_int8_matches_transformers_on_the_dequantised_weights(bf16_model, head, matrix_checkpoint, matrix_images,
                                                                tmp_path, graph_mode):
     """`infer --quantize int8` computes what transformers computes in fp32 on the dequantised weights (each int8
-    matrix times its row scales, written into a copy of the checkpoint): the first step's logits within 1e-4 of
-    max|logit| and the same greedy tokens, INT8_TOKENS of them."""
+    matrix times its row scales, written in fp32 into a copy of the checkpoint): the first step's logits within
+    1e-4 of max|logit| and the same greedy tokens, INT8_TOKENS of them. For a model with its own head and for a
+    tied one, whose embedding table is the int8 matrix (the prompt's embeddings are its dequantised rows)."""
     import torch
     from safetensors.torch import load_file, save_file
 
     from ms_ocr import models
     from ms_ocr.convert.safetensors_io import weight_files
     matrix = MATRICES[bf16_model]
-    # a variant whose decoder has something to quantise: DeepSeek-OCR-2's MoE layers stay as they are, so its head
-    # must be its own
-    variant = next(v for v, spec in matrix.variants.items() if not spec.get("slow") and spec.get("head") != "tied")
+    spec_of = models.get(matrix.cli)
+    variant = next((v for v, spec in matrix.variants.items()
+                    if not spec.get("slow") and spec.get("head") in HEADS[head]), None)
+    if variant is None:
+        pytest.skip(f"no {head}-head variant in the {bf16_model} matrix")
     spec = matrix.variants[variant]
     folder = matrix_checkpoint(bf16_model, variant)
-    net = models.get(matrix.cli).load(folder, "CPU", "auto", quantize="int8").runtime.model
+    net = spec_of.load(folder, "CPU", "auto", quantize="int8").runtime.model
+    assert net.tied == (head == "tied") and net.head_quantized
     params = {p.name: p for p in net.get_parameters()}
     quantized = {n: params[n] for n, p in params.items() if str(p.dtype) == "Int8"}
     assert quantized and all(f"{n}_scale" in params for n in quantized)
+    head_name = "model.embed_tokens.weight" if net.tied else "lm_head.weight"
+    assert head_name in quantized
     names = sorted(quantized)
+    ours = spec_of.name_table(spec_of.config_from_dir(folder))
     ref_dir = tmp_path / "dequantised"
     shutil.copytree(folder, ref_dir)
     for path in weight_files(str(ref_dir)):
         state = load_file(path)
-        for name in set(state) & set(quantized):
-            q, s = quantized[name].asnumpy().astype(np.float32), params[f"{name}_scale"].asnumpy()
-            state[name] = torch.tensor(q * s[:, None]).to(state[name].dtype)
-            quantized.pop(name)
+        for name in list(state):
+            local = ours(name)
+            if local in quantized:
+                q, s = quantized[local].asnumpy().astype(np.float32), params[f"{local}_scale"].asnumpy()
+                state[name] = torch.tensor(q * s[:, None])  # fp32: bf16 would round the dequantised values
+                quantized.pop(local)
         os.remove(path)
         save_file(state, path, metadata={"format": "pt"})
     assert not quantized, sorted(quantized)  # every int8 matrix is a tensor of the checkpoint

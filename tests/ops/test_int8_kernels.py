@@ -43,6 +43,18 @@ def test_dequant_q8_is_q_times_scale(graph_cpu, isa_kernels):
     assert np.array_equal(bf16, rne_bf16(q.astype(np.float32) * s[:, None]))
 
 
+def test_int8_embedding_rows_are_the_dequantised_rows(graph_cpu):
+    """A tied head's int8 table (--quantize int8): the lookup gives q[ids] * scale[ids] exactly, ids of any shape,
+    repeated ids and the table's last row included."""
+    from ms_ocr.ops import embedding_rows_q8
+    rng = np.random.default_rng(6)
+    q, s = quantize(rng.standard_normal((517, 96)) * rng.uniform(0.01, 2, (517, 1)))
+    ids = np.array([[0, 516, 7, 7], [300, 1, 516, 42]], np.int32)
+    got = op_cell(embedding_rows_q8)(Tensor(q), Tensor(s), Tensor(ids)).asnumpy()
+    assert got.dtype == np.float32 and got.shape == (2, 4, 96)
+    assert np.array_equal(got, q[ids].astype(np.float32) * s[ids][..., None])
+
+
 @needs_compiler
 @pytest.mark.parametrize("case", CASES)
 def test_decode_layer_over_int8_matrices(case, graph_cpu, isa_kernels):
