@@ -1,6 +1,6 @@
 """--quantize int8: weight-only int8 for the decoder, made at load time from the checkpoint's own values (no new
 files). Each matrix of a dense SiLU-gated decoder layer (q, k, v, o, gate, up, down: the layers the native decode
-kernel serves) and an untied head become int8 with one fp32 scale per output row (symmetric: scale = max|row| / 127,
+kernel serves) and the head become int8 with one fp32 scale per output row (symmetric: scale = max|row| / 127,
 q = round(w / scale)); a row of a product is scale * (x . q). A decode step reads the int8 matrices as they are
 (DecodeLayer, MatMulTQ8: half the bytes of bf16); prefill dequantises a layer's matrices to fp32 as it runs them
 (DequantQ8), so prompts compute on the dequantised values. A tied head is the embedding table: that table becomes
