@@ -20,6 +20,22 @@ def test_rows_are_symmetric_int8_within_half_a_step():
     assert (np.abs(q.astype(np.float64) * s[:, None] - w) <= 0.5 * s[:, None] * (1 + 1e-6)).all()
 
 
+def test_array_quantised_in_chunks_into_a_given_buffer_is_the_whole_matrix_quantised(monkeypatch):
+    """quantize_array (the loader: raw bf16 words, row chunks written into the pool tensor's memory) gives what
+    quantize_rows gives for the whole widened matrix, across chunk boundaries and a short last chunk."""
+    from ms_ocr.convert.safetensors_io import widen_bf16
+    from ms_ocr.models import quantize
+    monkeypatch.setattr(quantize, "CHUNK_ROWS", 16)
+    rng = np.random.default_rng(5)
+    words = (rng.standard_normal((53, 40), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    want_q, want_s = quantize_rows(widen_bf16(words))
+    out = np.full((53, 40), 99, np.int8)
+    q, s = quantize.quantize_array(words, out)
+    assert q is out and np.array_equal(out, want_q) and np.array_equal(s, want_s)
+    q2, s2 = quantize.quantize_array(words)
+    assert np.array_equal(q2, want_q) and np.array_equal(s2, want_s)
+
+
 def test_refused_on_ascend_and_unknown_modes():
     args = ("x", "/nonexistent", None, None, None, None, None, 1, 0.0)
     with pytest.raises(ValueError, match="CPU-only"):

@@ -92,6 +92,19 @@ def device_tensor(arr, dtype):
     return Tensor(arr).astype(dtype)
 
 
+def pool_array(shape, dtype, np_dtype):
+    """(Tensor in MindSpore's memory pool, a writable numpy view of its memory): fill the view, adopt the Tensor,
+    and a weight made on the host (an int8 matrix quantised row chunk by chunk) never needs a second copy. Older
+    MindSpore without mint.empty: (None, a numpy array) to pass to device_tensor."""
+    if not _HAVE_EMPTY:
+        return None, np.empty(shape, np_dtype)
+    t = mint.empty(tuple(shape), dtype=dtype)
+    nbytes = int(np.prod(shape)) * np.dtype(np_dtype).itemsize
+    _prefault(t.data_ptr(), nbytes)
+    buf = (ctypes.c_char * nbytes).from_address(t.data_ptr()) if nbytes else bytearray()
+    return t, np.frombuffer(buf, np_dtype).reshape(shape)
+
+
 def adopt(param, tensor):
     """Make `tensor` the Parameter's data as it is. Parameter.set_data would cast to the Parameter's declared
     dtype (a copy through a MindSpore op) and set_dtype materialises the lazy zeros first (~4 s of PaddleOCR-VL's
@@ -226,9 +239,10 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=
         tags.add(tag)
         if local in int8:  # --quantize int8: straight from the checkpoint's values to int8 + row scales
             raw = arr.dtype == np.uint16 and round_to in (None, "bf16")
+            pooled, view = pool_array(arr.shape, ms.int8, np.int8)
             q, scale = quantize_array(arr if raw else round_weights(widen_bf16(arr) if arr.dtype == np.uint16
-                                                                    else arr, round_to))
-            adopt(param, device_tensor(q, ms.int8))
+                                                                    else arr, round_to), view)
+            adopt(param, pooled if pooled is not None else device_tensor(q, ms.int8))
             adopt(int8[local], device_tensor(scale, ms.float32))
         elif tag == "BF16" and arr.dtype == np.uint16:  # raw bf16 bits (iter_checkpoint(raw_bf16=True))
             if round_to in (None, "bf16") and (compute_dtype == ms.bfloat16 or _keeps_bf16(local, keep_bf16, True,

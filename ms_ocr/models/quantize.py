@@ -11,31 +11,39 @@ NPU's quantised matmul, not run yet. The command lines read MODES without import
 MODES = ("none", "int8")
 
 
-def quantize_rows(w):
-    """w [N, K] (float) -> (q int8 [N, K], scale fp32 [N]): per-row symmetric int8, rounding to nearest even."""
+def quantize_rows(w, out=None):
+    """w [N, K] (float) -> (q int8 [N, K], scale fp32 [N]): per-row symmetric int8, rounding to nearest even. `out`:
+    an int8 array [N, K] to write q into (returned as q)."""
     import numpy as np
-    w = np.asarray(w, np.float32)
-    scale = np.abs(w).max(1) / 127
+    w = np.array(w, np.float32)  # a copy, worked on in place
+    scale = np.maximum(w.max(1), -w.min(1)) / np.float32(127)
     scale[scale == 0] = 1
-    q = np.clip(np.rint(w / scale[:, None]), -127, 127).astype(np.int8)
-    return q, scale.astype(np.float32)
+    np.divide(w, scale[:, None], out=w)
+    np.rint(w, out=w)
+    np.clip(w, -127, 127, out=w)
+    if out is None:
+        return w.astype(np.int8), scale.astype(np.float32)
+    out[...] = w
+    return out, scale.astype(np.float32)
 
 
-CHUNK_ROWS = 8192  # rows widened to fp32 at a time (a 103,424-row head would be a 424 MB fp32 copy at once)
+CHUNK_ROWS = 4096  # rows widened to fp32 at a time (a 103,424-row head would be a 424 MB fp32 copy at once)
 
 
-def quantize_array(arr):
-    """A checkpoint tensor [N, K] (float, or raw bf16 words as uint16) -> quantize_rows, row chunk by row chunk."""
+def quantize_array(arr, out=None):
+    """A checkpoint tensor [N, K] (float, or raw bf16 words as uint16) -> quantize_rows, row chunk by row chunk,
+    into `out` (an int8 array [N, K], e.g. a view of the pool tensor it is for: no second copy of the matrix) or
+    a new array."""
     import numpy as np
 
     from ms_ocr.convert.safetensors_io import widen_bf16
-    qs, scales = [], []
+    out = np.empty(arr.shape, np.int8) if out is None else out
+    scales = np.empty(arr.shape[0], np.float32)
     for start in range(0, arr.shape[0], CHUNK_ROWS):
         rows = arr[start:start + CHUNK_ROWS]
-        q, s = quantize_rows(widen_bf16(rows) if rows.dtype == np.uint16 else rows)
-        qs.append(q)
-        scales.append(s)
-    return np.concatenate(qs), np.concatenate(scales)
+        _, scales[start:start + len(rows)] = quantize_rows(widen_bf16(rows) if rows.dtype == np.uint16 else rows,
+                                                           out[start:start + len(rows)])
+    return out, scales
 
 
 def quantizable(layer):
