@@ -83,10 +83,77 @@ def test_margin_adds_blank_paper_on_the_right_only_when_asked():
     assert 0.4 < share < 0.6  # about half the lines (a few margins are narrower than the renderer's own pad)
 
 
-def test_unseen_font_is_not_a_training_font():
-    assert demo_data.UNSEEN_FONT not in demo_data.TRAIN_FONTS
-    for name in demo_data.TRAIN_FONTS + (demo_data.UNSEEN_FONT,):
+def test_unseen_fonts_are_not_training_fonts():
+    assert demo_data.UNSEEN_FONT == demo_data.UNSEEN_FONTS[0] and len(set(demo_data.UNSEEN_FONTS)) == 2
+    assert not set(demo_data.UNSEEN_FONTS) & set(demo_data.TRAIN_FONTS)
+    for name in demo_data.TRAIN_FONTS + demo_data.UNSEEN_FONTS:
         assert os.path.isfile(demo_data.font_path(name))
+
+
+def _kinds(seed, count):
+    rng = random.Random(seed)
+    return [demo_data.sample_crop(rng) for _ in range(count)]
+
+
+def test_crops_are_deterministic_and_their_centres_follow_the_text():
+    a, b = _kinds(21, 12), _kinds(21, 12)
+    assert [t for _, t, _ in a] == [t for _, t, _ in b]
+    assert all(np.array_equal(np.asarray(x[0]), np.asarray(y[0])) for x, y in zip(a, b))
+    for img, text, centres in a:
+        assert img.mode == "RGB" and len(centres) == len(text)
+        for ch, c in zip(text, centres):
+            assert (c is None) == (ch == "\n")
+            if c is not None:  # inside the crop
+                assert 0 < c[0] < img.width and 0 < c[1] < img.height, (text, c, img.size)
+
+
+def test_crop_kinds_cover_the_geometry_users_bring():
+    rng = random.Random(5)
+    lines = [demo_data.sample_crop(rng, kind="line") for _ in range(300)]
+    heights = np.array([img.height for img, _, _ in lines])
+    assert heights.min() >= demo_data.CROP_HEIGHT[0] - 1 and heights.max() <= demo_data.CROP_HEIGHT[1] + 1
+    assert (heights <= 40).mean() > 0.2 and (heights > 100).mean() > 0.2  # log-uniform: every band drawn
+    assert all(img.width * img.height <= demo_data.CROP_MAX_AREA * 1.05 for img, _, _ in lines)
+    assert all("\n" not in text for _, text, _ in lines)
+    # paper above and below the text: the first and last rows of most tall crops hold no ink
+    tall = [np.asarray(img.convert("L"), np.float32) for img, _, _ in lines if img.height > 100]
+    blank = [abs(a[0].mean() - np.median(a)) < 20 and abs(a[-1].mean() - np.median(a)) < 20 for a in tall]
+    assert np.mean(blank) > 0.8
+    blocks = [demo_data.sample_crop(rng, kind="block") for _ in range(60)]
+    counts = [text.count("\n") + 1 for _, text, _ in blocks]
+    assert set(counts) == set(range(demo_data.BLOCK_LINES[0], demo_data.BLOCK_LINES[1] + 1))
+    for img, text, centres in blocks:  # reading order: each line's characters below the previous line's
+        rows = [[c[1] for c in centres[i:j] if c] for i, j in _line_spans(text)]
+        assert all(max(a) < min(b) for a, b in zip(rows, rows[1:]))
+    screens = [demo_data.sample_crop(rng, kind="screen") for _ in range(60)]
+    assert all(img.height <= 40 + 24 for img, _, _ in screens)
+    arrays = [np.asarray(img) for img, _, _ in screens]
+    assert np.mean([(a[..., 0] != a[..., 2]).any() for a in arrays]) > 0.3  # coloured text or paper
+    rng = random.Random(6)
+    drawn = [demo_data.sample_crop(rng)[1] for _ in range(400)]
+    share = np.mean(["\n" in t for t in drawn])
+    assert abs(share - dict(demo_data.CROP_KINDS)["block"]) < 0.07
+
+
+def _line_spans(text):
+    start = 0
+    for i, ch in enumerate(text + "\n"):
+        if ch == "\n":
+            yield start, i
+            start = i + 1
+
+
+def test_crop_centres_sit_on_the_glyphs():
+    font = demo_data.font_path("DejaVuSansMono.ttf")
+    img, centres = demo_data.render_crop(["W", "  W"], font, random.Random(0), 30, (7, 5, 9, 11), pitch=1.4,
+                                         screen=True)
+    grey = np.asarray(img.convert("L"), np.float32)
+    ink = grey < grey.max() - 100
+    for c in (centres[0], centres[4]):  # the two W's; centres[1] is the newline
+        ys, xs = np.nonzero(ink[int(c[1]) - 8:int(c[1]) + 8])
+        assert abs((xs.min() + xs.max()) / 2 - c[0]) <= 1.5
+    assert centres[1] is None and centres[4][1] - centres[0][1] == round(sum(demo_data._font(font, 30).getmetrics())
+                                                                         * 1.4)
 
 
 def test_examples_folder_is_reproducible(tmp_path):

@@ -127,3 +127,27 @@ def test_minutes_bound_the_whole_run(tmp_path):
     # the loop (its own clock, log["seconds"]) stopped inside the 24 s counted from launch, and the checkpoint
     # was written after it
     assert log["seconds"] < 24.0 and os.path.isfile(os.path.join(out, "config.json"))
+
+
+def test_guide_points_at_the_image_token_under_each_character():
+    """The attention guide for crops (x, y centres): the token's row from y and column from x through
+    smart_resize's factors, nothing for a newline; x-only centres (the renderer's lines) the middle row, as the
+    committed checkpoint was trained."""
+    from training.demo.model import SPECIAL_IDS, Batcher
+
+    image = SPECIAL_IDS["image_token_id"]
+    prompt = [7, 8, image] + [image] * 11 + [9]  # 12 image tokens: 3 rows x 4 columns of merged tokens
+    grid = [1, 6, 8]  # patch rows / columns before the 2x2 merge
+    size = (112 * 2, 84 * 2)  # the image twice the resized 112 x 84: factors 1/2
+    offsets = [(0, 1), (1, 2), (2, 3), (3, 5)]  # the last token spans two characters
+    centres = [(10.0, 10.0), None, (120.0, 120.0), (100.0, 160.0), (140.0, 160.0)]
+    guide = Batcher._guide(prompt, offsets, centres, size, grid)
+    first = 2
+    answer = len(prompt) - 1  # the position that predicts answer token j is len(prompt) + j - 1
+    assert guide[answer] == first + 0 * 4 + 0  # (5, 5) resized: row 0, column 0
+    assert guide[answer + 1] == -1  # the newline
+    assert guide[answer + 2] == first + 2 * 4 + 2  # (60, 60): row 2, column 2
+    assert guide[answer + 3] == first + 2 * 4 + 2  # mean of (50, 80) and (70, 80): (60, 80)
+    assert [g for i, g in enumerate(guide) if i not in range(answer, answer + 4)] == [-1] * (len(guide) - 4)
+    lines = Batcher._guide(prompt, offsets[:3], [10.0, 150.0, 300.0], size, grid)
+    assert lines[answer:answer + 3] == [first + 4 + 0, first + 4 + 2, first + 4 + 3]  # the middle row (1 of 3)

@@ -22,6 +22,7 @@ TRAIN_FONTS = ("DejaVuSans.ttf", "DejaVuSans-Bold.ttf", "DejaVuSerif.ttf", "Deja
                "DejaVuSansMono.ttf", "DejaVuSansMono-Bold.ttf", "DejaVuSansCondensed.ttf",
                "DejaVuSerifCondensed.ttf", "DejaVuSans-Oblique.ttf")
 UNSEEN_FONT = "LiberationSans-Regular.ttf"  # an Arial-metric design the training never renders
+UNSEEN_FONTS = (UNSEEN_FONT, "LiberationSerif-Regular.ttf")  # and a Times-metric one
 FONT_PACKAGES = "fonts-dejavu-core fonts-dejavu-extra fonts-liberation2"
 
 LINE_HEIGHT = (28, 40)  # rendered line heights: smart_resize maps all of them to one 28-px row of patches
@@ -52,8 +53,8 @@ def font_path(name):
 
 
 def missing_fonts():
-    """The font files of TRAIN_FONTS and UNSEEN_FONT that are not installed."""
-    return [name for name in TRAIN_FONTS + (UNSEEN_FONT,)
+    """The font files of TRAIN_FONTS and UNSEEN_FONTS that are not installed."""
+    return [name for name in TRAIN_FONTS + UNSEEN_FONTS
             if not any(os.path.isfile(os.path.join(folder, name)) for folder in FONT_DIRS)]
 
 
@@ -204,6 +205,142 @@ def held_out(seed, count, fonts=TRAIN_FONTS, augment=True, pad_to=None):
     rng = random.Random(seed)
     items = [sample(rng, fonts, augment) for _ in range(count)]
     return [(pad_width(img, pad_to), text) for img, text in items] if pad_to else items
+
+
+# ---- crops as users bring them (--data crops): any height, paper on every side, screenshots, short blocks -------
+
+CROP_HEIGHT = (20, 200)  # a single line's crop: a small screenshot line up to a heading scanned with paper around
+SCREEN_SIZE = (11, 16)  # screenshot text sizes in px: no blur, noise or JPEG, sharp anti-aliasing
+BLOCK_LINES = (2, 4)  # a block: 2-4 lines, answer lines joined by "\n" in reading order
+BLOCK_CHARS = 32
+BLOCK_SIZE = (11, 40)  # a block's font size in px (log-uniform)
+CROP_KINDS = (("line", 0.55), ("screen", 0.15), ("block", 0.30))
+# A crop is rendered at most this many pixels (its font and margins scaled down together): the demo processor
+# downscales anything above its max_pixels (training/demo/model.py MAX_PIXELS) anyway, and a 200-px line of 40
+# characters would be a 200 x 3,700 canvas to blur, noise and compress. Twice the processor's limit, so the
+# processor's own downscaling is still part of training.
+CROP_MAX_AREA = 2 * 28 * 28 * 80
+
+
+def _log_uniform(rng, lo, hi):
+    import math
+    return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+
+
+def _screen_colours(rng):
+    """(paper, ink) RGB of a screenshot: white or a light tint behind dark, possibly coloured text."""
+    paper = (255, 255, 255) if rng.random() < 0.5 else tuple(rng.randint(225, 255) for _ in range(3))
+    while True:
+        ink = (0, 0, 0) if rng.random() < 0.3 else tuple(rng.randint(0, 140) for _ in range(3))
+        if sum(paper) - sum(ink) >= 3 * 150:  # readable contrast
+            return paper, ink
+
+
+def render_crop(lines, font_file, rng, size, margins, pitch=1.0, centred=False, screen=False):
+    """An RGB crop of `lines` (one or more) in font `font_file` at `size` px, lines `pitch` x the font's line height
+    apart, left-aligned or `centred`, with blank paper `margins` (left, top, right, bottom) px around the text.
+    Scan style (grey paper and ink, rotation, blur, noise, JPEG) unless `screen` (flat colours, sharp, no
+    augmentation). Returns (image, centres): centres[i] is the (x, y) centre of character i of "\n".join(lines) in
+    image pixels, None for the newlines (the training's attention guide)."""
+    font = _font(font_file, size)
+    ascent, descent = font.getmetrics()
+    line_h = ascent + descent
+    step = max(line_h, round(line_h * pitch))
+    widths = [font.getlength(line) for line in lines]
+    text_w = max(widths)
+    left, top, right, bottom = margins
+    width = int(round(text_w)) + left + right
+    height = step * (len(lines) - 1) + line_h + top + bottom
+    if screen:
+        paper, ink = _screen_colours(rng)
+        img = Image.new("RGB", (width, height), paper)
+    else:
+        paper, ink = rng.randint(200, 255), rng.randint(0, 70)
+        img = Image.new("L", (width, height), paper)
+    draw = ImageDraw.Draw(img)
+    centres = []
+    for k, (line, w) in enumerate(zip(lines, widths)):
+        x0 = left + ((text_w - w) / 2 if centred else 0.0)
+        y0 = top + k * step
+        draw.text((x0, y0), line, font=font, fill=ink)
+        ends = [font.getlength(line[:i]) for i in range(len(line) + 1)]
+        if k:
+            centres.append(None)  # the newline between two lines
+        centres.extend((x0 + (ends[i] + ends[i + 1]) / 2, y0 + line_h / 2) for i in range(len(line)))
+    if not screen:
+        angle = rng.uniform(-1.2, 1.2)
+        if abs(angle) > 0.2:
+            img = img.rotate(angle, resample=Image.BICUBIC, expand=False, fillcolor=paper)
+        if rng.random() < 0.5:
+            img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0.2, 0.9)))
+        if rng.random() < 0.5:
+            noise = np.random.default_rng(rng.getrandbits(32)).normal(0.0, rng.uniform(3, 12), (height, width))
+            img = Image.fromarray(np.clip(np.asarray(img, np.float32) + noise, 0, 255).astype(np.uint8))
+        if rng.random() < 0.5:
+            buf = io.BytesIO()
+            img.save(buf, format="JPEG", quality=rng.randint(30, 90))
+            img = Image.open(io.BytesIO(buf.getvalue())).convert("L")
+        img = img.convert("RGB")
+    return img, centres
+
+
+def _fit_area(size, margins, lines, font_file, pitch):
+    """Scale a crop's font size and margins down together until the crop is at most CROP_MAX_AREA pixels."""
+    for _ in range(8):
+        font = _font(font_file, size)
+        ascent, descent = font.getmetrics()
+        step = max(ascent + descent, round((ascent + descent) * pitch))
+        w = max(font.getlength(line) for line in lines) + margins[0] + margins[2]
+        h = step * (len(lines) - 1) + ascent + descent + margins[1] + margins[3]
+        if w * h <= CROP_MAX_AREA or size <= 8:
+            break
+        f = (CROP_MAX_AREA / (w * h)) ** 0.5 * 0.98
+        size = max(8, int(size * f))
+        margins = tuple(max(1, int(m * f)) for m in margins)
+    return size, margins
+
+
+def sample_crop(rng, fonts=TRAIN_FONTS, max_chars=MAX_CHARS, kind=None):
+    """(image, text, centres) of one crop as users bring them, `kind` "line" / "screen" / "block" or drawn from
+    CROP_KINDS: a scanned line of any height in CROP_HEIGHT with paper on every side (the text anywhere in the
+    crop), a screenshot line of SCREEN_SIZE text, or a block of BLOCK_LINES lines (text: lines joined by "\n")."""
+    if kind is None:
+        r, kind = rng.random(), CROP_KINDS[-1][0]
+        for name, share in CROP_KINDS:
+            if r < share:
+                kind = name
+                break
+            r -= share
+    font_file = font_path(rng.choice(fonts))
+    if kind == "block":
+        lines = [random_text(rng, min(max_chars, BLOCK_CHARS)) for _ in range(rng.randint(*BLOCK_LINES))]
+        size = int(_log_uniform(rng, *BLOCK_SIZE))
+        screen = rng.random() < 0.3
+        pitch, centred = rng.uniform(1.0, 1.5), rng.random() < 0.15
+        margins = tuple(rng.randint(1, max(2, size * k)) for k in (3, 2, 3, 2))
+    elif kind == "screen":
+        lines = [random_text(rng, max_chars)]
+        size, screen, pitch, centred = rng.randint(*SCREEN_SIZE), True, 1.0, False
+        margins = (rng.randint(2, 24), rng.randint(2, 12), rng.randint(2, 24) + (rng.randint(1, MARGIN_PX)
+                                                                                if rng.random() < 0.3 else 0),
+                   rng.randint(2, 12))
+    elif kind == "line":
+        lines = [random_text(rng, max_chars)]
+        height = _log_uniform(rng, *CROP_HEIGHT)
+        size = max(9, int(height * rng.uniform(0.4, 0.92) / 1.17))  # DejaVu's line height is ~1.17 x its size
+        font = _font(font_file, size)
+        line_h = sum(font.getmetrics())
+        spare = max(0, int(height) - line_h)
+        top = rng.randint(0, spare)
+        side = 4 + int(height) // 3
+        margins = (rng.randint(1, side), top, rng.randint(1, side) + (rng.randint(1, MARGIN_PX)
+                                                                      if rng.random() < 0.3 else 0), spare - top)
+        screen, pitch, centred = False, 1.0, False
+    else:
+        raise ValueError(kind)
+    size, margins = _fit_area(size, margins, lines, font_file, pitch)
+    img, centres = render_crop(lines, font_file, rng, size, margins, pitch, centred, screen)
+    return img, "\n".join(lines), centres
 
 
 EXAMPLES = (("invoice.png", "Invoice #2041 due 15 Mar 2026: $1,284.50", "DejaVuSerif.ttf"),

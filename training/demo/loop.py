@@ -10,8 +10,8 @@ import sys
 import time
 
 from training.demo import data as demo_data
-from training.demo.model import (GUIDE_HEAD, GUIDE_LAYER, TEXT, Batcher, cer, export, fast_vision, greedy_texts,
-                                 image_processor, model_config, text_config)
+from training.demo.model import (GUIDE_HEAD, GUIDE_LAYER, MAX_PIXELS, MAX_PIXELS_CROPS, TEXT, Batcher, cer, export,
+                                 fast_vision, greedy_texts, image_processor, model_config, text_config)
 from training.demo.tokenizer import SEEDS, VOCAB_SIZE, _write_json, train_tokenizer
 
 def lr_at(step, steps, peak, warmup):
@@ -20,16 +20,21 @@ def lr_at(step, steps, peak, warmup):
     return peak * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, steps - warmup))))
 
 
-def evaluate(model, batcher, sets):
+def max_pixels(args):
+    return MAX_PIXELS_CROPS if args.data == "crops" else MAX_PIXELS
+
+
+def evaluate(model, batcher, sets, max_new_tokens=64):
     model.eval()
     figures = {}
     for name, items in sets.items():
-        preds = greedy_texts(model, batcher, [img for img, _ in items])
+        preds = greedy_texts(model, batcher, [img for img, _ in items], max_new_tokens)
         figures[name] = cer(preds, [t for _, t in items])
     model.train()
     return figures
 
 
+EVAL_TOKENS = {"lines": 64, "crops": 160}  # a block of four 32-character lines is ~140 tokens
 EVAL_SECONDS = 15.0  # what the final evaluation is given before the first one is timed (~5 s for 3 x 64 lines)
 FINISH_SECONDS = 5.0  # export, figures and the processes' exit after it (~1 s on the 2-core Zen 4)
 STATE_FILE = "train_state.pt"  # resumable state, removed when the checkpoint is written
@@ -89,18 +94,30 @@ class Ranks:
             dist.barrier()
 
 
-def draw_batches(rng, order_rng, per_rank, buckets, max_chars, margin):
+def draw_batches(rng, order_rng, per_rank, buckets, max_chars, margin, data="lines"):
     """`buckets` batches of `per_rank` lines drawn at once and grouped by length (the decoder pads a batch to its
     longest sequence: random batches of lines up to 40 characters are ~45 % padding), in an order that
-    `order_rng`, seeded alike on every rank, shuffles the same way everywhere so the ranks step in lengths."""
-    drawn = [demo_data.sample(rng, max_chars=max_chars, centres=True, margin=margin)
-             for _ in range(per_rank * max(1, buckets))]
-    if buckets > 1:  # sequence length ~ answer characters + image tokens (width / height after resizing)
+    `order_rng`, seeded alike on every rank, shuffles the same way everywhere so the ranks step in lengths.
+    data "crops": crops as users bring them (data.sample_crop) instead of the renderer's 28-40 px lines."""
+    if data == "crops":
+        drawn = [demo_data.sample_crop(rng, max_chars=max_chars) for _ in range(per_rank * max(1, buckets))]
+        if buckets > 1:  # answer characters + image tokens (the processor's budget caps them)
+            drawn.sort(key=lambda item: len(item[1]) + min(item[0].width * item[0].height, MAX_PIXELS_CROPS) / 784)
+    else:
+        drawn = [demo_data.sample(rng, max_chars=max_chars, centres=True, margin=margin)
+                 for _ in range(per_rank * max(1, buckets))]
+    if buckets > 1 and data != "crops":  # sequence length ~ answer characters + image tokens (width / height)
         drawn.sort(key=lambda item: len(item[1]) + item[0].width / item[0].height)
     groups = [drawn[i * per_rank:(i + 1) * per_rank] for i in range(max(1, buckets))]
     order = list(range(len(groups)))
     order_rng.shuffle(order)
     return [groups[i] for i in order]
+
+
+def held_out_crops(seed, count, fonts=demo_data.TRAIN_FONTS):
+    """[(image, text)] of `count` crops of every kind from `seed` (a seed the training never draws)."""
+    rng = random.Random(seed)
+    return [demo_data.sample_crop(rng, fonts)[:2] for _ in range(count)]
 
 
 def train(args, ranks=None):
@@ -111,7 +128,7 @@ def train(args, ranks=None):
     torch.set_num_threads(max(1, args.threads // ranks.world))
     torch.manual_seed(args.seed)  # the same initial weights on every rank
     tok = train_tokenizer()
-    batcher = Batcher(tok, image_processor())
+    batcher = Batcher(tok, image_processor(max_pixels(args)))
     model = PaddleOCRVLForConditionalGeneration(model_config(text_config(args)))
     if args.init:  # a second stage: the weights of a checkpoint this script wrote, fresh optimizer and schedule
         trained = PaddleOCRVLForConditionalGeneration.from_pretrained(args.init, dtype=torch.float32)
@@ -142,6 +159,9 @@ def train(args, ranks=None):
                  # the training-font lines again, right margins to a multiple of 224 px as the accuracy gate has them
                  "train_fonts_margin": demo_data.held_out(SEEDS["held_out"], args.eval_lines,
                                                           pad_to=demo_data.MARGIN_PX)}
+    if args.data == "crops":  # crops of every kind, training fonts and the unseen ones
+        eval_sets.update(crops=held_out_crops(SEEDS["held_out"] + 2, args.eval_lines),
+                         crops_unseen=held_out_crops(SEEDS["held_out"] + 3, args.eval_lines, demo_data.UNSEEN_FONTS))
     rng = random.Random(args.seed + 7919 * ranks.rank)  # each rank draws its own lines
     order_rng = random.Random(args.seed + 104729)  # the bucket order, alike on every rank
     per_rank = args.batch // ranks.world
@@ -187,8 +207,9 @@ def train(args, ranks=None):
         # curriculum: short lines first, so the text-to-image alignment is found early
         max_chars = round(8 + (demo_data.MAX_CHARS - 8) * min(1.0, step / args.curriculum)) if args.curriculum \
             else demo_data.MAX_CHARS
-        if not queue:
-            queue = draw_batches(rng, order_rng, per_rank, args.buckets, max_chars, args.margin)
+        if not queue:  # --crops-from: the renderer's lines first, crops from that step on
+            data = "lines" if step < args.crops_from else args.data
+            queue = draw_batches(rng, order_rng, per_rank, args.buckets, max_chars, args.margin, data)
         images, texts, xs = zip(*queue.pop(0))
         inputs = batcher.train_inputs(list(images), list(texts), list(xs))
         guide, aux_index, aux_target = inputs.pop("guide"), inputs.pop("aux_index"), inputs.pop("aux_target")
@@ -228,7 +249,7 @@ def train(args, ranks=None):
         if (args.eval_every and step and step % args.eval_every == 0) or last:
             if ranks.rank == 0:
                 began = time.time()
-                figures = evaluate(model, batcher, eval_sets)
+                figures = evaluate(model, batcher, eval_sets, EVAL_TOKENS[args.data])
                 reserve = FINISH_SECONDS + time.time() - began
                 log["eval"].append({"step": step, "seconds": round(time.time() - start, 1), **figures})
                 print(f"step {step} held-out CER {figures}", flush=True)
@@ -265,14 +286,16 @@ def save_figures(log, out_dir):
 
     d.line([xy(s_, (math.log10(max(v, 1e-3)) - lo) / max(hi - lo, 1e-6)) for s_, v, _ in log["loss"]],
            fill="steelblue", width=1)
-    for key, colour in (("train_fonts", "firebrick"), ("unseen_font", "darkorange"), ("train_fonts_margin", "green")):
+    for key, colour in (("train_fonts", "firebrick"), ("unseen_font", "darkorange"), ("train_fonts_margin", "green"),
+                        ("crops", "purple"), ("crops_unseen", "gray")):
         points = [xy(e["step"], min(1.0, e[key])) for e in log["eval"] if key in e]
         if len(points) > 1:
             d.line(points, fill=colour, width=2)
         for x, y in points:
             d.ellipse([x - 3, y - 3, x + 3, y + 3], fill=colour)
     d.text((m, 4), f"train loss (blue, log {10 ** lo:.3g}..{10 ** hi:.3g}); held-out CER 0..100%: train fonts (red), "
-                   f"unseen font (orange), train fonts with margins (green)", fill="black")
+                   f"unseen font (orange), train fonts with margins (green), crops (purple; unseen fonts: grey)",
+           fill="black")
     d.text((m, h - m + 6), "step 0", fill="black")
     d.text((w - m - 60, h - m + 6), f"step {steps}", fill="black")
     img.save(os.path.join(out_dir, "training.png"))
@@ -306,6 +329,11 @@ def main(argv=None):
     p.add_argument("--guide", type=float, default=1.0, help="weight of the guided-attention loss (GUIDE_LAYER, "
                                                             "GUIDE_HEAD; 0: off)")
     p.add_argument("--aux", type=float, default=1.0, help="weight of the per-image-token character loss (0: off)")
+    p.add_argument("--data", choices=("lines", "crops"), default="lines", help="lines: the renderer's 28-40 px lines "
+                   "(the committed checkpoint); crops: crops as users bring them, 20-200 px high with paper on every "
+                   "side, screenshots and 2-4-line blocks (training/demo/data.py sample_crop)")
+    p.add_argument("--crops-from", type=int, default=0, help="with --data crops: train on the renderer's lines "
+                   "until this step (the text-to-image alignment is found on them first), crops after it")
     p.add_argument("--margin", type=float, default=0.5, help="share of training lines given a blank right margin "
                    "(without one, the model reads a margin as more text)")
     p.add_argument("--init", default=None, help="start from the weights of a checkpoint folder this script wrote "
@@ -376,7 +404,7 @@ def _rank_main(rank, args, port):
 
 
 def _finish(args, model, tok, log):
-    export(model, tok, args.out, text_config(args))
+    export(model, tok, args.out, text_config(args), max_pixels(args))
     if os.path.exists(os.path.join(args.out, STATE_FILE)):
         os.remove(os.path.join(args.out, STATE_FILE))
     save_figures(log, args.out)

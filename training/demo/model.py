@@ -8,6 +8,9 @@ import tempfile
 from training.demo.tokenizer import TOKEN_IDS, VOCAB_SIZE, _write_json, prompt_text, write_tokenizer
 
 MIN_PIXELS, MAX_PIXELS = 28 * 28, 28 * 28 * 96  # a line up to 28 x 2688 px keeps its size
+# --data crops: up to 80 image tokens (a block of four 20-px lines keeps its size; 128 made a training step of 32
+# crops ~1.4 s on the 2-core Xeon, 4-5x a step of lines)
+MAX_PIXELS_CROPS = 28 * 28 * 80
 VISION = dict(hidden_size=192, intermediate_size=576, num_hidden_layers=4, num_attention_heads=4, num_channels=3,
               image_size=224, patch_size=14, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6,
               spatial_merge_size=2)
@@ -47,10 +50,10 @@ def model_config(text=TEXT):
                              vision_config=dict(VISION), tie_word_embeddings=True, **SPECIAL_IDS)
 
 
-def image_processor():
+def image_processor(max_pixels=MAX_PIXELS):
     from transformers import PaddleOCRVLImageProcessorPil
 
-    return PaddleOCRVLImageProcessorPil(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS, image_mean=IMAGE_MEAN,
+    return PaddleOCRVLImageProcessorPil(min_pixels=MIN_PIXELS, max_pixels=max_pixels, image_mean=IMAGE_MEAN,
                                         image_std=IMAGE_STD)
 
 
@@ -84,7 +87,7 @@ class Batcher:
             seqs.append(prompt + answer)
             labels.append([-100] * len(prompt) + answer)
             if centres is not None:
-                guides.append(self._guide(prompt, enc.offsets, centres[b], images[b].width, grid[b].tolist()))
+                guides.append(self._guide(prompt, enc.offsets, centres[b], images[b].size, grid[b].tolist()))
                 start = prompt.index(SPECIAL_IDS["image_token_id"])
                 for q, k in enumerate(guides[-1]):
                     if k >= 0:
@@ -103,15 +106,23 @@ class Batcher:
         return out
 
     @staticmethod
-    def _guide(prompt, offsets, xs, image_width, grid_thw):
+    def _guide(prompt, offsets, centres, image_size, grid_thw):
+        """The image token each answer token's characters sit in. `centres`: per character its x (a line: the
+        middle row of tokens) or its (x, y), None for a newline (guides nothing)."""
         _, rows, cols = grid_thw[0], grid_thw[1] // 2, grid_thw[2] // 2  # merged 2x2 tokens
-        first = prompt.index(SPECIAL_IDS["image_token_id"]) + (rows // 2) * cols  # the middle row of tokens
-        scale = grid_thw[2] * 14 / image_width  # smart_resize's horizontal factor
+        first = prompt.index(SPECIAL_IDS["image_token_id"])
+        sx, sy = grid_thw[2] * 14 / image_size[0], grid_thw[1] * 14 / image_size[1]  # smart_resize's factors
         guide = [-1] * (len(prompt) + len(offsets) + 1)
         for j, (start, end) in enumerate(offsets):
-            if end > start:
-                x = sum(xs[start:end]) / (end - start) * scale
-                guide[len(prompt) + j - 1] = first + min(cols - 1, max(0, int(x // 28)))
+            points = [c for c in centres[start:end] if c is not None]
+            if not points:
+                continue
+            if isinstance(points[0], tuple):
+                x = sum(p[0] for p in points) / len(points) * sx
+                row = min(rows - 1, max(0, int(sum(p[1] for p in points) / len(points) * sy // 28)))
+            else:
+                x, row = sum(points) / len(points) * sx, rows // 2
+            guide[len(prompt) + j - 1] = first + row * cols + min(cols - 1, max(0, int(x // 28)))
         return guide
 
     def generate_inputs(self, images):
@@ -142,6 +153,7 @@ def cer(predictions, references):
 
 
 def greedy_texts(model, batcher, images, max_new_tokens=64, batch=16):
+    """Greedy answers of `model` for `images`, `batch` at a time (transformers' generate)."""
     import torch
 
     texts = []
@@ -217,7 +229,7 @@ def flat_config(text=TEXT):
             "use_cache": False, "torch_dtype": "bfloat16", "vision_config": vision}
 
 
-def export(model, tok, out_dir, text=TEXT):
+def export(model, tok, out_dir, text=TEXT, max_pixels=MAX_PIXELS):
     """The checkpoint in the hub's layout, bf16 weights."""
     import torch
     from safetensors.torch import load_file, save_file
@@ -235,7 +247,7 @@ def export(model, tok, out_dir, text=TEXT):
     _write_json(os.path.join(out_dir, "generation_config.json"),
                 {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "use_cache": True})
     _write_json(os.path.join(out_dir, "preprocessor_config.json"),
-                {"min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS, "image_mean": IMAGE_MEAN, "image_std": IMAGE_STD,
+                {"min_pixels": MIN_PIXELS, "max_pixels": max_pixels, "image_mean": IMAGE_MEAN, "image_std": IMAGE_STD,
                  "patch_size": 14, "merge_size": 2, "temporal_patch_size": 1, "resample": 3,
                  "rescale_factor": 1 / 255, "do_convert_rgb": True, "do_normalize": True, "do_rescale": True,
                  "do_resize": True, "image_processor_type": "PaddleOCRVLImageProcessor"})
