@@ -173,7 +173,7 @@ class BatchEngine:
         if _is_cancelled(req):
             raise Cancelled(f"request {req.key} was cancelled")
         (req.sampling or self.sampling).validate()
-        prep = req.prep if req.prep is not None else self.pipe.prepare(req.images, req.prompt)[0]
+        prep = req.prep if req.prep is not None else self.pipe.prepare(req.images, req.prompt, req.task)[0]
         n = prep.input_ids.shape[0]
         if n > self.max_input:
             raise ValueError(f"prompt of {n} tokens exceeds --max-input-length {self.max_input}")

@@ -1,5 +1,7 @@
 """A loaded VLM ready to answer: processor + runtime, model-agnostic; requests run through ms_ocr.engine."""
 
+import copy
+import dataclasses
 import time
 
 import numpy as np
@@ -7,6 +9,35 @@ import numpy as np
 from ms_ocr.compiler import CompileCache
 from ms_ocr.proc import peak_rss_gb, process_age_ms, rss_gb
 from ms_ocr.runtime import Prepared, release_weights
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskInputs:
+    """What a named task changes around the model, as its reference client does (ModelSpec task_pixels,
+    task_image, special_token_tasks): the pixel bounds its images are resized to, the image it sends, and whether
+    the answer keeps its special tokens (boxes written as tokens). Tasks it does not name are left alone."""
+
+    pixels: dict = dataclasses.field(default_factory=dict)  # task -> (min_pixels, max_pixels)
+    image: object = None  # (PIL image, task) -> PIL image
+    special_tokens: tuple = ()
+
+    def processor(self, processor, task):
+        if task not in self.pixels:
+            return processor
+        lo, hi = self.pixels[task]
+        out = copy.copy(processor)
+        out.settings = dataclasses.replace(processor.settings, min_pixels=lo, max_pixels=hi)
+        return out
+
+    def images(self, images, task):
+        return images if task is None or self.image is None else [self.image(img, task) for img in images]
+
+    def keeps_special_tokens(self, task):
+        return task in self.special_tokens
+
+    def max_pixels(self, settings):
+        """The most pixels an image of this model is resized to: the checkpoint's bound or a task's."""
+        return max([settings.max_pixels] + [hi for _, hi in self.pixels.values()])
 
 
 class VLMPipeline:
@@ -18,7 +49,7 @@ class VLMPipeline:
     """
 
     def __init__(self, name, model_dir, cfg, processor, runtime, vision_inputs, eos_ids, num_pos_axes,
-                 image_token_id, load_seconds=0.0, postprocess=None):
+                 image_token_id, load_seconds=0.0, postprocess=None, task_inputs=None):
         self.name = name
         self.model_dir = model_dir
         self.cfg = cfg
@@ -30,6 +61,7 @@ class VLMPipeline:
         self.image_token_id = image_token_id
         self.load_seconds = load_seconds
         self.postprocess = postprocess
+        self.task_inputs = task_inputs or TaskInputs()
         self.load_rss_gb = rss_gb()
         self.runs = 0
         self._load_text, self._vision_params = None, ()
@@ -51,8 +83,10 @@ class VLMPipeline:
         load()
         self.load_seconds += time.perf_counter() - t0
 
-    def prepare(self, images, prompt):
-        out = self.processor(images, prompt)
+    def prepare(self, images, prompt, task=None):
+        """Model inputs for `images` and `prompt`; a named `task` resizes and prepares its images as the model's
+        reference client does (TaskInputs)."""
+        out = self.task_inputs.processor(self.processor, task)(self.task_inputs.images(images, task), prompt)
         prep = Prepared(input_ids=np.asarray(out["input_ids"], np.int64),
                         position_ids=np.asarray(out["position_ids"], np.int64),
                         rope_delta=int(out["rope_delta"]),
@@ -74,7 +108,7 @@ class VLMPipeline:
         sampling.validate()
         compile_before = dict(self.runtime.compiler.seconds)
         t0 = time.perf_counter()
-        prep, _ = self.prepare(images, prompt)
+        prep, _ = self.prepare(images, prompt, task)
         startup = process_age_ms() if self.runs == 0 else None  # launch to the first vision op
         self.runs += 1
         t1 = time.perf_counter()
@@ -126,7 +160,8 @@ class VLMPipeline:
 
     def finish(self, token_ids, finish_reason, task, images):
         """Generated ids -> dict(text, token_ids, finish_reason) plus the model's extras for the task."""
-        text = self.processor.decode([t for t in token_ids if t not in self.eos_ids])
+        text = self.processor.decode([t for t in token_ids if t not in self.eos_ids],
+                                     skip_special_tokens=not self.task_inputs.keeps_special_tokens(task))
         extras = {}
         if self.postprocess is not None:
             text, extras = self.postprocess(text, task, images)

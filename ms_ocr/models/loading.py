@@ -67,7 +67,7 @@ def text_parameter_names(net):
 
 
 def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, num_pos_axes, t0, target="CPU",
-                  dtype="auto", buckets=None, postprocess=None, quantize="none"):
+                  dtype="auto", buckets=None, postprocess=None, quantize="none", task_inputs=None):
     """Load the checkpoint of `model_dir` into `net` (strict, via the rename `table`) and wrap it. quantize="int8":
     the decoder's dense layers and the head (a tied one's embedding table) in weight-only int8, made from the loaded values
     (models/quantize.py; CPU only)."""
@@ -101,7 +101,7 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
                          buckets=buckets)
     pipe = VLMPipeline(name, model_dir, cfg, processor, runtime, vision_inputs,
                        eos_ids(model_dir, cfg.text.eos_token_id), num_pos_axes, cfg.image_token_id,
-                       load_seconds=time.perf_counter() - t0, postprocess=postprocess)
+                       load_seconds=time.perf_counter() - t0, postprocess=postprocess, task_inputs=task_inputs)
     if staged:
         pipe.stage_text_weights(lambda: load(only=text), vision)
     return pipe

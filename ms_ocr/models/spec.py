@@ -40,6 +40,10 @@ class ModelSpec:
     rename: str = "convert:name_table"  # name_table(cfg) -> RenameTable (hub weight names -> ours)
     vision_inputs: str = "host:vision_inputs"  # (cfg, processor output) -> per-image VisionInputs
     postprocess: str = None  # (text, task, images) -> (text, extras)
+    # what a task changes around the model, as the model's reference client does it (vlm.TaskInputs)
+    task_pixels: dict = None  # task -> (min_pixels, max_pixels) its images are resized to
+    task_image: str = None  # "module:function": (PIL image, task) -> the image the reference client sends
+    special_token_tasks: tuple = ()  # tasks whose answer keeps its special tokens (boxes written as tokens)
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -58,9 +62,12 @@ class ModelSpec:
             raise ValueError(f"{where}: default_mode must be one of modes (and only given with modes)")
         if self.no_repeat is not None and set(self.no_repeat) != NO_REPEAT_KEYS:
             raise ValueError(f"{where}: no_repeat needs exactly {sorted(NO_REPEAT_KEYS)}")
-        for ref in ("config", "processor", "model", "rename", "vision_inputs", "postprocess"):
+        for task in tuple(self.task_pixels or ()) + tuple(self.special_token_tasks):
+            if task not in self.tasks:
+                raise ValueError(f"{where}: task {task!r} of task_pixels / special_token_tasks is not a task")
+        for ref in ("config", "processor", "model", "rename", "vision_inputs", "postprocess", "task_image"):
             value = getattr(self, ref)
-            if value is None and ref == "postprocess":
+            if value is None and ref in ("postprocess", "task_image"):
                 continue
             module, _, attr = (value or "").partition(":")
             if not module.isidentifier() or not attr.isidentifier():
@@ -105,8 +112,11 @@ class ModelSpec:
         cfg = self.config_from_dir(model_dir)
         extra = (mode or self.default_mode,) if self.modes else ()
         vision_inputs = self.resolve("vision_inputs")
+        from ms_ocr.vlm import TaskInputs
         return {"cfg": cfg, "processor": self.resolve("processor").from_pretrained(model_dir, cfg, *extra),
-                "vision_inputs": lambda out: vision_inputs(cfg, out), "postprocess": self.resolve("postprocess")}
+                "vision_inputs": lambda out: vision_inputs(cfg, out), "postprocess": self.resolve("postprocess"),
+                "task_inputs": TaskInputs(dict(self.task_pixels or {}), self.resolve("task_image"),
+                                          tuple(self.special_token_tasks))}
 
     def load(self, model_dir, target="CPU", dtype="auto", buckets=None, mode=None, quantize="none"):
         """The VLMPipeline of a hub or converted checkpoint folder (quantize: "none" or "int8", models/quantize.py)."""
@@ -116,4 +126,4 @@ class ModelSpec:
         cfg = host["cfg"]
         return load_pipeline(self.name, model_dir, cfg, host["processor"], self.build(cfg), self.name_table(cfg),
                              host["vision_inputs"], cfg.num_pos_axes, t0, target, dtype, buckets,
-                             postprocess=host["postprocess"], quantize=quantize)
+                             postprocess=host["postprocess"], quantize=quantize, task_inputs=host["task_inputs"])

@@ -68,6 +68,29 @@ def move_image_settings(folder, name):
     write_json(folder, "processor_config.json", {"image_processor": settings})
 
 
+def set_version(folder, version):
+    """A later release's published differences from the files the builder writes. PaddleOCR-VL "1.5"
+    (docs/model-versions.md, section 1): the chat template ends the prompt with "Assistant:\n" instead of
+    "Assistant: " (PaddleX 3.4's PaddleOCR-VL-1.5-0.9B.jinja against PaddleOCR-VL-0.9B.jinja: those two lines), and
+    the hub's preprocessor_config.json names its remote classes in an auto_map."""
+    if version != "1.5":
+        raise ValueError(version)
+    template = chat_template(folder)
+    assert template.count('"Assistant: "') == 2, template
+    for name in ("chat_template.jinja", "chat_template.json"):
+        if _exists(folder, name):
+            os.remove(os.path.join(folder, name))
+    tok = read_json(folder, "tokenizer_config.json")
+    tok.pop("chat_template", None)
+    write_json(folder, "tokenizer_config.json", tok)
+    with open(os.path.join(folder, "chat_template.jinja"), "w", encoding="utf-8") as f:
+        f.write(template.replace('"Assistant: "', '"Assistant:\n"'))
+    settings = read_json(folder, "preprocessor_config.json")
+    settings["auto_map"] = {"AutoImageProcessor": "image_processing_paddleocr_vl.PaddleOCRVLImageProcessor",
+                            "AutoProcessor": "processing_paddleocr_vl.PaddleOCRVLProcessor"}
+    write_json(folder, "preprocessor_config.json", settings)
+
+
 def _text_level(config):
     """The dict that holds the decoder's keys: text_config / language_config, or the root (flat files)."""
     return config.get("text_config") or config.get("language_config") or config
@@ -176,6 +199,8 @@ def apply(folder, variant):
         set_weights(folder, *variant["weights"])
     if "rope" in variant:
         rename_rope(folder, variant["rope"])
+    if "version" in variant:
+        set_version(folder, variant["version"])
     if "template" in variant:
         move_template(folder, variant["template"])
     if "image_settings" in variant:

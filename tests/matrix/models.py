@@ -177,7 +177,7 @@ PADDLE = ModelMatrix(
     components=_paddle_components(),
     # tiny processor: 3,136..50,176 pixels (tests/helpers/tiny_paddle.py)
     images={"page": (96, 128), "small": (30, 22), "wide": (700, 36), "tall": (40, 520), "large": (900, 640)},
-    prompts={"plain": "OCR:", "special": "Chart Recognition: <|LOC_0|> then <|LOC_1|>"},
+    prompts={"plain": "OCR:", "special": "Chart Recognition: <|LOC_0|> then <|LOC_1|>", "spotting": "Spotting:"},
     variants={
         "save_pretrained": dict(layout="transformers", images=["page", "wide"], prompt="plain"),
         # the published file: flat config, tie flag false, lm_head of its own (the flag is what transformers
@@ -192,6 +192,10 @@ PADDLE = ModelMatrix(
         "processor_config_template_in_tokenizer": dict(layout="transformers", image_settings="processor_config.json",
                                                        template="tokenizer_config", rope="rope_parameters",
                                                        images=["page"], prompt="special"),
+        # PaddleOCR-VL-1.5's published differences: "Assistant:\n" in its chat template, an auto_map in its
+        # preprocessor_config.json (layouts.set_version); its weights' layout is 1.0's
+        "hub_v1_5": dict(layout="hub", head="own_head_flag_tied", version="1.5", images=["wide", "page"],
+                         prompt="spotting"),
     })
 
 HUNYUAN = ModelMatrix(
