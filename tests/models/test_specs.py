@@ -71,6 +71,9 @@ def test_reading_the_registry_imports_no_framework():
     (dict(no_repeat={"size": 3}), ValueError),
     (dict(model="ms_ocr.models.other_ocr.model:M"), ValueError),  # another model folder's code
     (dict(rename="convert"), ValueError),  # no attribute
+    (dict(task_pixels={"spotting": (1, 2)}), ValueError),  # task handling for a task that is no task
+    (dict(special_token_tasks=("spotting",)), ValueError),
+    (dict(task_image="ms_ocr.models.other_ocr.host:f"), ValueError),
 ])
 def test_a_wrong_declaration_fails_at_import(change, error):
     assert ModelSpec(**_FIELDS).name == "toy-ocr"
