@@ -69,10 +69,19 @@ def move_image_settings(folder, name):
 
 
 def set_version(folder, version):
-    """A later release's published differences from the files the builder writes. PaddleOCR-VL "1.5"
+    """A later release's published differences from the files the builder writes. HunyuanOCR "hunyuan-1.5"
+    (docs/model-versions.md, section 4.2, as oar-ocr derived it from the files): the nested text_config with its
+    fields also at the root, and vision_config.max_vit_seq_len 65,536. PaddleOCR-VL "1.5"
     (docs/model-versions.md, section 1): the chat template ends the prompt with "Assistant:\n" instead of
     "Assistant: " (PaddleX 3.4's PaddleOCR-VL-1.5-0.9B.jinja against PaddleOCR-VL-0.9B.jinja: those two lines), and
     the hub's preprocessor_config.json names its remote classes in an auto_map."""
+    if version == "hunyuan-1.5":
+        config = read_json(folder, "config.json")
+        for key, value in config["text_config"].items():  # "the text fields remain duplicated at the top level"
+            config.setdefault(key, value)
+        config["vision_config"]["max_vit_seq_len"] = 65536
+        write_json(folder, "config.json", config)
+        return
     if version != "1.5":
         raise ValueError(version)
     template = chat_template(folder)

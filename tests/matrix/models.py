@@ -218,6 +218,10 @@ HUNYUAN = ModelMatrix(
                                                        template="tokenizer_config", images=["wide"], prompt="plain"),
         "hub_rope_parameters_template_jinja": dict(layout="hub", rope="rope_parameters", template="jinja",
                                                    images=["large"], prompt="special"),
+        # HunyuanOCR-1.5 at the hub root: nested text_config (rope_scaling) with the text fields duplicated at the
+        # root, max_vit_seq_len 65,536, chat_template.jinja (layouts.set_version)
+        "v1_5_root": dict(layout="transformers", version="hunyuan-1.5", rope="rope_scaling", template="jinja",
+                          images=["page", "wide"], prompt="plain"),
     })
 
 def _ds2_build(folder, layout):
