@@ -43,12 +43,20 @@ def paddle(tiny_dir, graph_mode):
     pipe.processor = type(proc)(proc.tokenizer, proc.chat_template,
                                 type(proc.settings)(**{**vars(proc.settings), "max_pixels": small}), proc.image_token_id)
     smaller = pipe.run([img], "OCR:", SamplingConfig(max_new_tokens=N))
+    # PaddleX's spotting request: its client upscaled the image already and asks for 112,896..1,605,632 pixels
+    lo, hi = paddleocr_vl.task_pixels["spotting"]
+    pipe.processor = type(proc)(proc.tokenizer, proc.chat_template,
+                                type(proc.settings)(**{**vars(proc.settings), "min_pixels": lo, "max_pixels": hi}),
+                                proc.image_token_id)
+    spotting = pipe.run([img], "Spotting:", SamplingConfig(max_new_tokens=N))
+    spotting["raw"] = pipe.processor.decode([t for t in spotting["token_ids"] if t not in pipe.eos_ids],
+                                            skip_special_tokens=False)
     pipe.processor = proc
     cfg = PaddleOCRVLConfig.from_dict(load_config_json(tiny_dir))
     ref = reference_greedy(tiny_dir, cfg, [img], "OCR:", N)
     server = LiveServer(pipe, "paddleocr-vl", "--max-model-len", "512", "--max-num-seqs", "4")
     yield dict(server=server, url=url, want=want, plain=plain, ngram=ngram, smaller=smaller, small=small, ref=ref, pipe=pipe,
-               pixels=(MIN_PIXELS, MAX_PIXELS))
+               pixels=(MIN_PIXELS, MAX_PIXELS), spotting=spotting)
     server.close()
 
 
@@ -57,15 +65,16 @@ def paddlex_messages(url, query):
                                          {"type": "text", "text": query}]}]
 
 
-async def paddlex_request(base, url, query, max_tokens, mm):
+async def paddlex_request(base, url, query, max_tokens, mm, skip_special_tokens=True):
     """PaddleX GenAIClient (vllm-server backend): AsyncOpenAI, the served model id from GET /models, then one
-    chat completion with a JPEG data URL, temperature 0, max_completion_tokens and extra_body."""
+    chat completion with a JPEG data URL, temperature 0, max_completion_tokens and extra_body (its pipeline sends
+    skip_special_tokens false for spotting)."""
     from openai import AsyncOpenAI
     async with AsyncOpenAI(base_url=base + "/v1", api_key="null", max_retries=0, timeout=600) as client:
         model = (await client.models.list()).data[0].id
         r = await client.chat.completions.create(
             model=model, messages=paddlex_messages(url, query), temperature=0, max_completion_tokens=max_tokens,
-            extra_body={"skip_special_tokens": True, "mm_processor_kwargs": mm})
+            extra_body={"skip_special_tokens": skip_special_tokens, "mm_processor_kwargs": mm})
         return model, r
 
 
@@ -81,6 +90,18 @@ def test_paddlex_request_equals_infer_and_transformers(paddle):
     assert r.choices[0].finish_reason == ("stop" if want["finish_reason"] == "stop" else "length")
     assert r.usage.completion_tokens == len(want["token_ids"])
     assert r.usage.prompt_tokens == want["timings"]["prompt_tokens"]
+
+
+def test_paddlex_spotting_request_gets_its_pixel_bounds_and_special_tokens(paddle):
+    """PaddleOCR-VL-1.5's spotting request as PaddleX 3.4 sends it: 112,896..1,605,632 pixels, above the
+    checkpoint's own max_pixels (the server's ceiling is the largest task bound), and the answer with its special
+    tokens. Before the ceiling was raised, the server clamped it to the checkpoint's bounds (fewer prompt tokens)."""
+    server, want = paddle["server"], paddle["spotting"]
+    _, r = asyncio.run(paddlex_request(server.url, paddle["url"], "Spotting:", N,
+                                       {"min_pixels": 112896, "max_pixels": 1605632}, skip_special_tokens=False))
+    assert r.usage.prompt_tokens == want["timings"]["prompt_tokens"] > 112896 // 28 ** 2
+    assert r.choices[0].message.content == want["raw"]
+    assert r.usage.completion_tokens == len(want["token_ids"])
 
 
 def test_mm_processor_kwargs_and_ngram_xargs_change_the_answer(paddle):
