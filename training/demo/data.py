@@ -136,6 +136,24 @@ def _font(font_file, size):
     return ImageFont.truetype(font_file, size)  # not parsed again for every line
 
 
+def _scan(img, rng, paper):
+    """A grey render as a scan: slight rotation, then blur, noise and JPEG each on half the images (drawn from
+    `rng` in this order)."""
+    angle = rng.uniform(-1.2, 1.2)
+    if abs(angle) > 0.2:
+        img = img.rotate(angle, resample=Image.BICUBIC, expand=False, fillcolor=paper)
+    if rng.random() < 0.5:
+        img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0.2, 0.9)))
+    if rng.random() < 0.5:
+        noise = np.random.default_rng(rng.getrandbits(32)).normal(0.0, rng.uniform(3, 12), (img.height, img.width))
+        img = Image.fromarray(np.clip(np.asarray(img, np.float32) + noise, 0, 255).astype(np.uint8))
+    if rng.random() < 0.5:
+        buf = io.BytesIO()
+        img.save(buf, format="JPEG", quality=rng.randint(30, 90))
+        img = Image.open(io.BytesIO(buf.getvalue())).convert("L")
+    return img
+
+
 def render_line(text, font_file, rng, augment=True, centres=False, margin=0.0):
     """RGB image of `text` on one line, its height in LINE_HEIGHT, with scan augmentations (scale, slight
     rotation, blur, noise, contrast, JPEG) when `augment`. With `centres`, returns (image, x) where x[i] is the
@@ -162,18 +180,7 @@ def render_line(text, font_file, rng, augment=True, centres=False, margin=0.0):
     else:
         xs = None
     if augment:
-        angle = rng.uniform(-1.2, 1.2)
-        if abs(angle) > 0.2:
-            img = img.rotate(angle, resample=Image.BICUBIC, expand=False, fillcolor=paper)
-        if rng.random() < 0.5:
-            img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0.2, 0.9)))
-        if rng.random() < 0.5:
-            noise = np.random.default_rng(rng.getrandbits(32)).normal(0.0, rng.uniform(3, 12), (height, width))
-            img = Image.fromarray(np.clip(np.asarray(img, np.float32) + noise, 0, 255).astype(np.uint8))
-        if rng.random() < 0.5:
-            buf = io.BytesIO()
-            img.save(buf, format="JPEG", quality=rng.randint(30, 90))
-            img = Image.open(io.BytesIO(buf.getvalue())).convert("L")
+        img = _scan(img, rng, paper)
     return (img.convert("RGB"), xs) if centres else img.convert("RGB")
 
 
@@ -268,19 +275,7 @@ def render_crop(lines, font_file, rng, size, margins, pitch=1.0, centred=False, 
             centres.append(None)  # the newline between two lines
         centres.extend((x0 + (ends[i] + ends[i + 1]) / 2, y0 + line_h / 2) for i in range(len(line)))
     if not screen:
-        angle = rng.uniform(-1.2, 1.2)
-        if abs(angle) > 0.2:
-            img = img.rotate(angle, resample=Image.BICUBIC, expand=False, fillcolor=paper)
-        if rng.random() < 0.5:
-            img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0.2, 0.9)))
-        if rng.random() < 0.5:
-            noise = np.random.default_rng(rng.getrandbits(32)).normal(0.0, rng.uniform(3, 12), (height, width))
-            img = Image.fromarray(np.clip(np.asarray(img, np.float32) + noise, 0, 255).astype(np.uint8))
-        if rng.random() < 0.5:
-            buf = io.BytesIO()
-            img.save(buf, format="JPEG", quality=rng.randint(30, 90))
-            img = Image.open(io.BytesIO(buf.getvalue())).convert("L")
-        img = img.convert("RGB")
+        img = _scan(img, rng, paper).convert("RGB")
     return img, centres
 
 
