@@ -75,14 +75,14 @@ def bf16_bits(a):
 
 def run_harness(runner, kernel, inputs, out_shapes, work_dir, threads=2):
     """Run `kernel` of a harness executable (`runner`: the command prefix, e.g. [qemu, -L, sysroot, exe]) on
-    inputs: uint16 arrays are passed as bfloat16 words (bf16_bits), int32 arrays as int32, others as float32;
-    returns (its fp32 outputs as arrays of out_shapes, the ISA level it reports)."""
+    inputs: uint16 arrays are passed as bfloat16 words (bf16_bits), int32 and int8 arrays as they are, others as
+    float32; returns (its fp32 outputs as arrays of out_shapes, the ISA level it reports)."""
     os.makedirs(work_dir, exist_ok=True)
-    inputs = [np.ascontiguousarray(a) if np.asarray(a).dtype in (np.uint16, np.int32)
+    inputs = [np.ascontiguousarray(a) if np.asarray(a).dtype in (np.uint16, np.int32, np.int8)
               else np.ascontiguousarray(a, np.float32) for a in inputs]
     with open(os.path.join(work_dir, "spec.txt"), "w") as f:
         f.write(f"{len(inputs) + len(out_shapes)} {len(inputs)}\n")
-        names = {np.dtype(np.uint16): "bfloat16", np.dtype(np.int32): "int32"}
+        names = {np.dtype(np.uint16): "bfloat16", np.dtype(np.int32): "int32", np.dtype(np.int8): "int8"}
         dtypes = [names.get(a.dtype, "float32") for a in inputs] + ["float32"] * len(out_shapes)
         for dtype, shape in zip(dtypes, [a.shape for a in inputs] + [tuple(s) for s in out_shapes]):
             f.write(" ".join(str(v) for v in (dtype, len(shape), *shape)) + "\n")

@@ -4,7 +4,7 @@
 //
 //   kernel_harness <kernel> <dir> <threads>
 // <dir>/spec.txt: "<nparam> <ninputs>", then one line per operand (inputs, then outputs):
-// "<dtype> <ndims> <dim>..." with dtype float32, bfloat16 or int32 (as MindSpore names them); inputs are
+// "<dtype> <ndims> <dim>..." with dtype float32, bfloat16, int32 or int8 (as MindSpore names them); inputs are
 // read from <dir>/in<i>.bin and outputs written to <dir>/out<j>.bin (raw, row-major; bfloat16 as 16-bit words).
 // Prints the library's ISA level on stdout.
 #include <cstdint>
@@ -26,6 +26,8 @@ int GeluErf(int, void**, int*, int64_t**, const char**, void*, void*);
 int GatherRows(int, void**, int*, int64_t**, const char**, void*, void*);
 int WidenBf16(int, void**, int*, int64_t**, const char**, void*, void*);
 int InterpRows(int, void**, int*, int64_t**, const char**, void*, void*);
+int MatMulTQ8(int, void**, int*, int64_t**, const char**, void*, void*);
+int DequantQ8(int, void**, int*, int64_t**, const char**, void*, void*);
 }
 
 using Kernel = int (*)(int, void**, int*, int64_t**, const char**, void*, void*);
@@ -40,7 +42,8 @@ int main(int argc, char** argv) {
                 : name == "VisionAttention" ? VisionAttention : name == "CausalAttention" ? CausalAttention
                 : name == "GeluTanh" ? GeluTanh
                 : name == "GeluErf" ? GeluErf : name == "GatherRows" ? GatherRows
-                : name == "WidenBf16" ? WidenBf16 : name == "InterpRows" ? InterpRows : nullptr;
+                : name == "WidenBf16" ? WidenBf16 : name == "InterpRows" ? InterpRows
+                : name == "MatMulTQ8" ? MatMulTQ8 : name == "DequantQ8" ? DequantQ8 : nullptr;
   if (!kernel) {
     std::fprintf(stderr, "unknown kernel %s\n", argv[1]);
     return 2;
@@ -59,9 +62,11 @@ int main(int argc, char** argv) {
     char dtype[16] = {};
     if (std::fscanf(spec, "%15s %d", dtype, &ndims[i]) != 2) return 3;
     dtype_names[i] = dtype;
-    if (dtype_names[i] != "float32" && dtype_names[i] != "bfloat16" && dtype_names[i] != "int32") return 3;
+    if (dtype_names[i] != "float32" && dtype_names[i] != "bfloat16" && dtype_names[i] != "int32" &&
+        dtype_names[i] != "int8")
+      return 3;
     dtypes[i] = dtype_names[i].c_str();
-    const size_t elem = dtype_names[i] == "bfloat16" ? 2 : 4;
+    const size_t elem = dtype_names[i] == "bfloat16" ? 2 : dtype_names[i] == "int8" ? 1 : 4;
     shapes[i].resize(ndims[i]);
     int64_t n = 1;
     for (int j = 0; j < ndims[i]; ++j) {

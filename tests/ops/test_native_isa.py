@@ -46,6 +46,40 @@ def _cases():
 CASES = _cases()
 
 
+def _int8_cases():
+    """--quantize int8's kernels (weights int8 with one fp32 scale per row): MatMulTQ8, DequantQ8 (fp32 output) and
+    DecodeLayer over the seven int8 matrices of each decode-layer case, against float64 NumPy on the dequantised
+    weights (tests/ops/test_int8_kernels.py runs the same through MindSpore at the x86 levels)."""
+    from ms_ocr.models.quantize import quantize_rows
+
+    rng = np.random.default_rng(13)
+    cases = []
+    for m, n, k in [(1, 301, 1003), (3, 37, 37), (8, 257, 1152)]:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        q, s = quantize_rows(rng.standard_normal((n, k)))
+        deq = q.astype(np.float64) * s.astype(np.float64)[:, None]
+        cases.append((f"matmul_t_q8_{m}x{n}x{k}", "MatMulTQ8", [x, q, s], [(m, n)], [x.astype(np.float64) @ deq.T],
+                      2e-5))
+    q, s = quantize_rows(rng.standard_normal((70, 333)))
+    cases.append(("dequant_q8", "DequantQ8", [q, s], [q.shape], [q.astype(np.float32) * s[:, None]], 0.0))
+    for i, case in enumerate(test_decode_layer.CASES):
+        *tensors, weights = test_decode_layer.make_case(np.random.default_rng(i), *case)
+        mats = [1, 2, 3] + ([6, 8, 9, 10] if len(weights) == 11 else [4, 6, 7, 8])  # q k v o gate up down
+        args, deq, scales = list(weights), list(weights), []
+        for j in mats:
+            q, s = quantize_rows(weights[j])
+            args[j], deq[j] = q, (q.astype(np.float64) * s[:, None]).astype(np.float32)
+            scales.append(s)
+        ref = test_decode_layer.reference(*tensors, deq, 1e-6)
+        cases.append((f"decode_layer_q8_{i}", "DecodeLayer",
+                      [*tensors, *args, np.concatenate(scales), np.array([1e-6], np.float32)],
+                      [r.shape for r in ref], list(ref), 2e-5))
+    return cases
+
+
+INT8_CASES = _int8_cases()
+
+
 def _bf16_pairs():
     """(name, kernel, fp32 inputs, the same inputs with the weights as bfloat16 words, output shapes, float64
     reference, tolerance): weights rounded to bf16 first, so both forms hold the same values."""
@@ -118,9 +152,9 @@ def aarch64_harness(tmp_path_factory):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_aarch64_neon_kernels_match_numpy(aarch64_harness, tmp_path, threads):
     """The aarch64 build (the host CPUs of Ascend servers, e.g. Kunpeng) takes the NEON vectors and computes every
-    kernel within the x86 builds' tolerances."""
+    kernel, the int8 ones included, within the x86 builds' tolerances."""
     runner = [QEMU, "-L", AARCH64_SYSROOT, aarch64_harness]
-    for name, kernel, inputs, out_shapes, refs, tol in CASES:
+    for name, kernel, inputs, out_shapes, refs, tol in CASES + INT8_CASES:
         outs, level = run_harness(runner, kernel, inputs, out_shapes, str(tmp_path / name), threads)
         assert level == "neon", name
         _check(outs, refs, tol)
@@ -135,7 +169,7 @@ def test_harness_builds_match_numpy(tmp_path, arch, level):
     harness itself against the Custom-op tests' results. One level is enough for that: the Custom-op tests run
     every x86 level this CPU has (the isa_kernels fixture), and the SSE2 build took ~65 s of the suite."""
     exe = build_harness(str(tmp_path), CXX, (f"-march={arch}",))
-    for name, kernel, inputs, out_shapes, refs, tol in CASES:
+    for name, kernel, inputs, out_shapes, refs, tol in CASES + INT8_CASES:
         outs, got_level = run_harness([exe], kernel, inputs, out_shapes, str(tmp_path / name))
         assert got_level == level, name
         _check(outs, refs, tol)
