@@ -69,8 +69,8 @@ def text_parameter_names(net):
 def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, num_pos_axes, t0, target="CPU",
                   dtype="auto", buckets=None, postprocess=None, quantize="none", task_inputs=None):
     """Load the checkpoint of `model_dir` into `net` (strict, via the rename `table`) and wrap it. quantize="int8":
-    the decoder's dense layers and the head (a tied one's embedding table) in weight-only int8, made from the loaded values
-    (models/quantize.py; CPU only)."""
+    the decoder's dense layers and the head (a tied one's embedding table) in weight-only int8, made from the loaded
+    values (models/quantize.py; CPU only). `task_inputs`: what named tasks change around the model (vlm.TaskInputs)."""
     if quantize not in QUANT_MODES:
         raise ValueError(f"unknown --quantize {quantize!r} ({', '.join(QUANT_MODES)})")
     if quantize != "none" and target == "Ascend":

@@ -5,8 +5,9 @@ q = round(w / scale)); a row of a product is scale * (x . q). A decode step read
 (DecodeLayer, MatMulTQ8: half the bytes of bf16); prefill dequantises a layer's matrices to fp32 as it runs them
 (DequantQ8), so prompts compute on the dequantised values. A tied head is the embedding table: that table becomes
 int8 (the head reads it through MatMulTQ8, the lookup gathers int8 rows and scales them), so prompt and decode both
-see the dequantised table. Vision, an untied model's embeddings, norms and MoE layers stay as they are. CPU only: on Ascend the corresponding path is MindSpore Golden Stick's weight-only quantisation with the
-NPU's quantised matmul, not run yet. The command lines read MODES without importing the framework."""
+see the dequantised table. Vision, an untied model's embeddings, norms and MoE layers stay as they are. CPU only: on
+Ascend the corresponding path is MindSpore Golden Stick's weight-only quantisation with the NPU's quantised matmul,
+not run yet. The command lines read MODES without importing the framework."""
 
 MODES = ("none", "int8")
 
@@ -70,8 +71,8 @@ def _placeholder(name):
 def prepare_int8(net):
     """Mark what --quantize int8 makes int8 in `net`, before its weights are loaded: the layers of a decoder whose
     layers are all dense SiLU-gated ones (a MoE decoder's dense layers run in its host-routed layer graphs, which
-    read no int8: they stay as they are) and the head (a tied head's embedding table). Each such Linear gets a `weight_scale` Parameter, each
-    such layer `quantized = True` and a `q8_scales` Parameter (filled by finish_int8). Returns an Int8Plan: {weight
+    read no int8: they stay as they are) and the head (a tied head's embedding table). Each such Linear gets a
+    `weight_scale` Parameter, each such layer `quantized = True` and a `q8_scales` Parameter (filled by finish_int8). Returns an Int8Plan: {weight
     Parameter name: its scale Parameter}, which the loader quantises as it reads them (convert/loader.py), so the
     bf16 / fp32 matrices are never allocated, and the names of the Parameters made here (no checkpoint has them)."""
     scales, made = {}, set()

@@ -10,6 +10,7 @@ from ms_ocr.ops.moe import expert_ends, grouped_matmul, token_permute, token_unp
 from ms_ocr.ops.norm import layer_norm, rms_norm
 from ms_ocr.ops.rope import apply_rope
 
-__all__ = ["attention", "attention_mask", "attention_with_new", "causal_attention", "native_causal_ok", "apply_rope", "conv2d", "embedding_rows", "embedding_rows_q8", "expert_rows", "interp_rows", "matmul_t", "widen", "rms_norm", "layer_norm",
-           "token_permute", "expert_ends", "grouped_matmul", "token_unpermute", "gelu_tanh", "gelu_erf", "quick_gelu",
-           "silu", "get_activation", "configure", "configured_target"]
+__all__ = ["attention", "attention_mask", "attention_with_new", "causal_attention", "native_causal_ok", "apply_rope",
+           "conv2d", "embedding_rows", "embedding_rows_q8", "expert_rows", "interp_rows", "matmul_t", "widen",
+           "rms_norm", "layer_norm", "token_permute", "expert_ends", "grouped_matmul", "token_unpermute", "gelu_tanh",
+           "gelu_erf", "quick_gelu", "silu", "get_activation", "configure", "configured_target"]
