@@ -20,6 +20,7 @@ class TaskInputs:
     pixels: dict = dataclasses.field(default_factory=dict)  # task -> (min_pixels, max_pixels)
     image: object = None  # (PIL image, task) -> PIL image
     special_tokens: tuple = ()
+    prompts: dict = dataclasses.field(default_factory=dict)  # task -> its prompt (to know a client's task)
 
     def processor(self, processor, task):
         if task not in self.pixels:
@@ -35,9 +36,16 @@ class TaskInputs:
     def keeps_special_tokens(self, task):
         return task in self.special_tokens
 
-    def max_pixels(self, settings):
-        """The most pixels an image of this model is resized to: the checkpoint's bound or a task's."""
-        return max([settings.max_pixels] + [hi for _, hi in self.pixels.values()])
+    def task_of(self, prompt):
+        """The task whose prompt `prompt` is (surrounding whitespace aside), or None."""
+        text = (prompt or "").strip()
+        return next((task for task, own in self.prompts.items() if own == text), None)
+
+    def max_pixels(self, settings, prompt=None):
+        """The most pixels a request's images may be resized to: the checkpoint's bound, or the bound of the task
+        whose prompt the request sends when that is larger (PaddleX asks 1,605,632 pixels for `Spotting:`)."""
+        task = self.task_of(prompt)
+        return max(settings.max_pixels, self.pixels[task][1]) if task in self.pixels else settings.max_pixels
 
 
 class VLMPipeline:

@@ -116,7 +116,7 @@ class ModelSpec:
         return {"cfg": cfg, "processor": self.resolve("processor").from_pretrained(model_dir, cfg, *extra),
                 "vision_inputs": lambda out: vision_inputs(cfg, out), "postprocess": self.resolve("postprocess"),
                 "task_inputs": TaskInputs(dict(self.task_pixels or {}), self.resolve("task_image"),
-                                          tuple(self.special_token_tasks))}
+                                          tuple(self.special_token_tasks), dict(self.tasks))}
 
     def load(self, model_dir, target="CPU", dtype="auto", buckets=None, mode=None, quantize="none"):
         """The VLMPipeline of a hub or converted checkpoint folder (quantize: "none" or "int8", models/quantize.py)."""

@@ -9,7 +9,7 @@ from ms_ocr.serve.protocol import ApiError
 
 def clamp_pixels(settings, pixels, top=None):
     """A request's min_pixels / max_pixels within the checkpoint's own bounds (its preprocessor config, or `top`:
-    the largest a task of the model uses, e.g. PaddleOCR-VL spotting's 1,605,632): a page is never resized to more
+    the bound of the task the request is, e.g. PaddleOCR-VL spotting's 1,605,632): a page is never resized to more
     pixels than that, whatever a client asks (a 448x64 line asked to be 1e8 pixels took 5 GB), nor below one patch
     merge; min_pixels stays <= max_pixels. Done before any pixel work."""
     top = settings.max_pixels if top is None else top
@@ -19,9 +19,9 @@ def clamp_pixels(settings, pixels, top=None):
     return {"min_pixels": lo, "max_pixels": hi}
 
 
-def request_processor(processor, system, mm_kwargs, task_inputs=None):
+def request_processor(processor, system, mm_kwargs, task_inputs=None, prompt=None):
     """The pipeline's processor, or a per-request copy with the system turn / pixel bounds changed (bounded as
-    clamp_pixels says, by the largest bound of the checkpoint or of a task in `task_inputs`)."""
+    clamp_pixels says: by the checkpoint's bound, or by the task's in `task_inputs` when `prompt` is a task's)."""
     pixels = {k: v for k, v in (mm_kwargs or {}).items() if v is not None}
     if system is None and not pixels:
         return processor
@@ -34,7 +34,7 @@ def request_processor(processor, system, mm_kwargs, task_inputs=None):
         if pixels.get("min_pixels", 0) > pixels.get("max_pixels", float("inf")):
             raise ApiError(400, f"mm_processor_kwargs: min_pixels {pixels['min_pixels']} > max_pixels "
                                 f"{pixels['max_pixels']}", param="mm_processor_kwargs")
-        top = task_inputs.max_pixels(settings) if task_inputs is not None else None
+        top = task_inputs.max_pixels(settings, prompt) if task_inputs is not None else None
         proc.settings = dataclasses.replace(settings, **clamp_pixels(settings, pixels, top))
     if system is not None and hasattr(processor, "messages"):
         own = processor.messages
@@ -49,7 +49,8 @@ def request_processor(processor, system, mm_kwargs, task_inputs=None):
 def prepare(pipe, conversation, images, mm_kwargs=None):
     """(Prepared, prompt text) for one request; models without a chat template (DeepSeek-OCR) get the system
     text, if any, before the user's text."""
-    proc = request_processor(pipe.processor, conversation.system, mm_kwargs, getattr(pipe, "task_inputs", None))
+    proc = request_processor(pipe.processor, conversation.system, mm_kwargs, getattr(pipe, "task_inputs", None),
+                             conversation.prompt)
     prompt = conversation.prompt
     if conversation.system and not hasattr(pipe.processor, "messages"):
         prompt = conversation.system + "\n" + prompt

@@ -1,6 +1,6 @@
 """PaddleOCR-VL-1.5's tasks as PaddleX 3.4 runs them: the spotting answer parsed into boxes (both output forms),
 spotting images upscaled 2x below 1,500 px a side and resized within 112,896..1,605,632 pixels, the spotting answer
-decoded with its special tokens, and the server's pixel ceiling raised to the spotting bound."""
+decoded with its special tokens, and the server's pixel ceiling raised to the spotting bound for spotting requests."""
 
 import dataclasses
 
@@ -97,8 +97,12 @@ def test_server_pixel_ceiling_is_the_largest_task_bound():
         patch_size: int = 14
         merge_size: int = 2
 
-    settings, tasks = Settings(), TaskInputs(dict(SPEC.task_pixels))
+    settings, tasks = Settings(), TaskInputs(dict(SPEC.task_pixels), prompts=dict(SPEC.tasks))
     asked = {"min_pixels": 112896, "max_pixels": 1605632}  # PaddleX's spotting request
     assert clamp_pixels(settings, asked) == {"min_pixels": 112896, "max_pixels": 1003520}
-    assert clamp_pixels(settings, asked, tasks.max_pixels(settings)) == asked
-    assert clamp_pixels(settings, {"max_pixels": 10 ** 9}, tasks.max_pixels(settings))["max_pixels"] == 1605632
+    assert clamp_pixels(settings, asked, tasks.max_pixels(settings, " Spotting:\n")) == asked
+    assert clamp_pixels(settings, {"max_pixels": 10 ** 9}, tasks.max_pixels(settings, "Spotting:"))["max_pixels"] \
+        == 1605632
+    # any other request keeps the checkpoint's bound (OCR:, free text, no prompt)
+    assert {tasks.max_pixels(settings, p) for p in ("OCR:", "Seal Recognition:", "Spotting: the left half", None)} \
+        == {1003520}
