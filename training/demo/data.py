@@ -226,7 +226,7 @@ CROP_KINDS = (("line", 0.55), ("screen", 0.15), ("block", 0.30))
 # downscales anything above its max_pixels (training/demo/model.py MAX_PIXELS) anyway, and a 200-px line of 40
 # characters would be a 200 x 3,700 canvas to blur, noise and compress. Twice the processor's limit, so the
 # processor's own downscaling is still part of training.
-CROP_MAX_AREA = 2 * 28 * 28 * 80
+CROP_MAX_AREA = 2 * 28 * 28 * 48
 
 
 def _log_uniform(rng, lo, hi):
@@ -279,26 +279,28 @@ def render_crop(lines, font_file, rng, size, margins, pitch=1.0, centred=False, 
     return img, centres
 
 
-def _fit_area(size, margins, lines, font_file, pitch):
-    """Scale a crop's font size and margins down together until the crop is at most CROP_MAX_AREA pixels."""
+def _fit_area(size, margins, lines, font_file, pitch, max_area=CROP_MAX_AREA):
+    """Scale a crop's font size and margins down together until the crop is at most `max_area` pixels."""
     for _ in range(8):
         font = _font(font_file, size)
         ascent, descent = font.getmetrics()
         step = max(ascent + descent, round((ascent + descent) * pitch))
         w = max(font.getlength(line) for line in lines) + margins[0] + margins[2]
         h = step * (len(lines) - 1) + ascent + descent + margins[1] + margins[3]
-        if w * h <= CROP_MAX_AREA or size <= 8:
+        if w * h <= max_area or size <= 8:
             break
-        f = (CROP_MAX_AREA / (w * h)) ** 0.5 * 0.98
+        f = (max_area / (w * h)) ** 0.5 * 0.98
         size = max(8, int(size * f))
         margins = tuple(max(1, int(m * f)) for m in margins)
     return size, margins
 
 
-def sample_crop(rng, fonts=TRAIN_FONTS, max_chars=MAX_CHARS, kind=None):
+def sample_crop(rng, fonts=TRAIN_FONTS, max_chars=MAX_CHARS, kind=None, max_area=CROP_MAX_AREA):
     """(image, text, centres) of one crop as users bring them, `kind` "line" / "screen" / "block" or drawn from
     CROP_KINDS: a scanned line of any height in CROP_HEIGHT with paper on every side (the text anywhere in the
-    crop), a screenshot line of SCREEN_SIZE text, or a block of BLOCK_LINES lines (text: lines joined by "\n")."""
+    crop), a screenshot line of SCREEN_SIZE text, or a block of BLOCK_LINES lines (text: lines joined by "\n").
+    Crops above `max_area` pixels are drawn smaller (training: the processor downscales them anyway); None: at the
+    size a user's crop has (evaluation)."""
     if kind is None:
         r, kind = rng.random(), CROP_KINDS[-1][0]
         for name, share in CROP_KINDS:
@@ -333,7 +335,8 @@ def sample_crop(rng, fonts=TRAIN_FONTS, max_chars=MAX_CHARS, kind=None):
         screen, pitch, centred = False, 1.0, False
     else:
         raise ValueError(kind)
-    size, margins = _fit_area(size, margins, lines, font_file, pitch)
+    if max_area is not None:
+        size, margins = _fit_area(size, margins, lines, font_file, pitch, max_area)
     img, centres = render_crop(lines, font_file, rng, size, margins, pitch, centred, screen)
     return img, "\n".join(lines), centres
 

@@ -117,7 +117,7 @@ def draw_batches(rng, order_rng, per_rank, buckets, max_chars, margin, data="lin
 def held_out_crops(seed, count, fonts=demo_data.TRAIN_FONTS):
     """[(image, text)] of `count` crops of every kind from `seed` (a seed the training never draws)."""
     rng = random.Random(seed)
-    return [demo_data.sample_crop(rng, fonts)[:2] for _ in range(count)]
+    return [demo_data.sample_crop(rng, fonts, max_area=None)[:2] for _ in range(count)]  # at users' sizes
 
 
 def train(args, ranks=None):
