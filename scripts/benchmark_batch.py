@@ -86,7 +86,8 @@ def main():
                  for r in rows])
     write_json(args.out, f"benchmark_batch_{args.model}.json",
                {"model": args.model, "pages": args.pages, "size": [args.width, args.height],
-                "new_tokens": args.new_tokens, "threads": args.threads, "dtype": args.dtype, "quantize": args.quantize, "rows": rows})
+                "new_tokens": args.new_tokens, "threads": args.threads, "dtype": args.dtype, "quantize": args.quantize,
+                "rows": rows})
 
 
 if __name__ == "__main__":

@@ -86,7 +86,8 @@ def start_server(args, port):
     env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS=str(args.threads))
     cmd = [sys.executable, "-m", "ms_ocr.serve", "--model", args.model, "--model-path", args.ckpt, "--port", str(port),
            "--max-num-seqs", str(args.max_num_seqs), "--max-model-len", str(args.max_model_len), "--device", "cpu",
-           "--dtype", args.dtype, "--quantize", args.quantize, "--threads", str(args.threads), "--max-queue", str(max(64, args.requests))]
+           "--dtype", args.dtype, "--quantize", args.quantize, "--threads", str(args.threads),
+           "--max-queue", str(max(64, args.requests))]
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
     import httpx
     deadline = time.monotonic() + 1800

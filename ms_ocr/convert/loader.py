@@ -79,13 +79,11 @@ def device_tensor(arr, dtype):
     that only wraps host memory (Tensor(ndarray), Tensor.from_numpy) is copied into the pool by every graph that
     uses it, measured on PaddleOCR-VL as +1.5 GB RSS and 2.4x slower decode; Tensor(ndarray).astype(...) gets
     there through a MindSpore cast (bf16: a scalar kernel, ~10 s of a 0.9B model's load). So: an uninitialised
-    pool tensor (mint.empty) and a memmove into it. Older MindSpore without those: the cast route."""
+    pool tensor (pool_array) and one copy into it. Older MindSpore without mint.empty: the cast route."""
     arr = np.ascontiguousarray(arr)
     if _HAVE_EMPTY:
-        t = mint.empty(arr.shape, dtype=dtype)
-        _prefault(t.data_ptr(), arr.nbytes)
-        if arr.nbytes:
-            ctypes.memmove(t.data_ptr(), arr.ctypes.data, arr.nbytes)
+        t, view = pool_array(arr.shape, dtype, arr.dtype)
+        view[...] = arr
         return t
     if dtype == ms.bfloat16:
         return Tensor(widen_bf16(arr) if arr.dtype == np.uint16 else arr).astype(ms.bfloat16)

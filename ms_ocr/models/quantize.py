@@ -72,9 +72,10 @@ def prepare_int8(net):
     """Mark what --quantize int8 makes int8 in `net`, before its weights are loaded: the layers of a decoder whose
     layers are all dense SiLU-gated ones (a MoE decoder's dense layers run in its host-routed layer graphs, which
     read no int8: they stay as they are) and the head (a tied head's embedding table). Each such Linear gets a
-    `weight_scale` Parameter, each such layer `quantized = True` and a `q8_scales` Parameter (filled by finish_int8). Returns an Int8Plan: {weight
-    Parameter name: its scale Parameter}, which the loader quantises as it reads them (convert/loader.py), so the
-    bf16 / fp32 matrices are never allocated, and the names of the Parameters made here (no checkpoint has them)."""
+    `weight_scale` Parameter, each such layer `quantized = True` and a `q8_scales` Parameter (filled by
+    finish_int8). Returns an Int8Plan: {weight Parameter name: its scale Parameter}, which the loader quantises as
+    it reads them (convert/loader.py), so the bf16 / fp32 matrices are never allocated, and the names of the
+    Parameters made here (no checkpoint has them)."""
     scales, made = {}, set()
 
     def mark(linear):

@@ -114,8 +114,7 @@ def test_crop_kinds_cover_the_geometry_users_bring():
     assert heights.min() >= demo_data.CROP_HEIGHT[0] - 1 and heights.max() <= demo_data.CROP_HEIGHT[1] + 1
     assert (heights <= 40).mean() > 0.2 and (heights > 100).mean() > 0.2  # log-uniform: every band drawn
     # for training, the same draws at most CROP_MAX_AREA pixels (the processor would downscale them anyway)
-    fitted = [demo_data.sample_crop(random.Random(5), kind="line") for _ in range(1)] + \
-        [demo_data.sample_crop(rng, kind="line") for _ in range(100)]
+    fitted = [demo_data.sample_crop(rng, kind="line") for _ in range(100)]
     assert all(img.width * img.height <= demo_data.CROP_MAX_AREA * 1.05 for img, _, _ in fitted)
     assert all("\n" not in text for _, text, _ in lines)
     # paper above and below the text: the first and last rows of most tall crops hold no ink

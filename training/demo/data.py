@@ -243,6 +243,12 @@ def _screen_colours(rng):
             return paper, ink
 
 
+def _layout(font, lines, pitch):
+    """(line height, step from line to line, widths) of `lines` in `font`, `pitch` x the line height apart."""
+    line_h = sum(font.getmetrics())
+    return line_h, max(line_h, round(line_h * pitch)), [font.getlength(line) for line in lines]
+
+
 def render_crop(lines, font_file, rng, size, margins, pitch=1.0, centred=False, screen=False):
     """An RGB crop of `lines` (one or more) in font `font_file` at `size` px, lines `pitch` x the font's line height
     apart, left-aligned or `centred`, with blank paper `margins` (left, top, right, bottom) px around the text.
@@ -250,10 +256,7 @@ def render_crop(lines, font_file, rng, size, margins, pitch=1.0, centred=False, 
     augmentation). Returns (image, centres): centres[i] is the (x, y) centre of character i of "\n".join(lines) in
     image pixels, None for the newlines (the training's attention guide)."""
     font = _font(font_file, size)
-    ascent, descent = font.getmetrics()
-    line_h = ascent + descent
-    step = max(line_h, round(line_h * pitch))
-    widths = [font.getlength(line) for line in lines]
+    line_h, step, widths = _layout(font, lines, pitch)
     text_w = max(widths)
     left, top, right, bottom = margins
     width = int(round(text_w)) + left + right
@@ -282,11 +285,9 @@ def render_crop(lines, font_file, rng, size, margins, pitch=1.0, centred=False, 
 def _fit_area(size, margins, lines, font_file, pitch, max_area=CROP_MAX_AREA):
     """Scale a crop's font size and margins down together until the crop is at most `max_area` pixels."""
     for _ in range(8):
-        font = _font(font_file, size)
-        ascent, descent = font.getmetrics()
-        step = max(ascent + descent, round((ascent + descent) * pitch))
-        w = max(font.getlength(line) for line in lines) + margins[0] + margins[2]
-        h = step * (len(lines) - 1) + ascent + descent + margins[1] + margins[3]
+        line_h, step, widths = _layout(_font(font_file, size), lines, pitch)
+        w = max(widths) + margins[0] + margins[2]
+        h = step * (len(lines) - 1) + line_h + margins[1] + margins[3]
         if w * h <= max_area or size <= 8:
             break
         f = (max_area / (w * h)) ** 0.5 * 0.98

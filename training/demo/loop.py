@@ -99,15 +99,17 @@ def draw_batches(rng, order_rng, per_rank, buckets, max_chars, margin, data="lin
     longest sequence: random batches of lines up to 40 characters are ~45 % padding), in an order that
     `order_rng`, seeded alike on every rank, shuffles the same way everywhere so the ranks step in lengths.
     data "crops": crops as users bring them (data.sample_crop) instead of the renderer's 28-40 px lines."""
+    # sequence length ~ answer characters + image tokens: a line's width / height after resizing; a crop's pixels
+    # (the processor's budget caps them)
     if data == "crops":
-        drawn = [demo_data.sample_crop(rng, max_chars=max_chars) for _ in range(per_rank * max(1, buckets))]
-        if buckets > 1:  # answer characters + image tokens (the processor's budget caps them)
-            drawn.sort(key=lambda item: len(item[1]) + min(item[0].width * item[0].height, MAX_PIXELS_CROPS) / 784)
+        draw, length = (lambda: demo_data.sample_crop(rng, max_chars=max_chars),
+                        lambda item: len(item[1]) + min(item[0].width * item[0].height, MAX_PIXELS_CROPS) / 784)
     else:
-        drawn = [demo_data.sample(rng, max_chars=max_chars, centres=True, margin=margin)
-                 for _ in range(per_rank * max(1, buckets))]
-    if buckets > 1 and data != "crops":  # sequence length ~ answer characters + image tokens (width / height)
-        drawn.sort(key=lambda item: len(item[1]) + item[0].width / item[0].height)
+        draw, length = (lambda: demo_data.sample(rng, max_chars=max_chars, centres=True, margin=margin),
+                        lambda item: len(item[1]) + item[0].width / item[0].height)
+    drawn = [draw() for _ in range(per_rank * max(1, buckets))]
+    if buckets > 1:
+        drawn.sort(key=length)
     groups = [drawn[i * per_rank:(i + 1) * per_rank] for i in range(max(1, buckets))]
     order = list(range(len(groups)))
     order_rng.shuffle(order)

@@ -5,7 +5,6 @@ import numpy as np
 from PIL import Image
 
 from ms_ocr.models.paddleocr_vl.postprocess import parse_spotting
-
 from ms_ocr.processing import grid as G
 from ms_ocr.runtime import VisionInputs
 
