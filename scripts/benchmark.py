@@ -28,6 +28,7 @@ sys.path.insert(0, REPO)
 
 os.environ.setdefault("GLOG_v", "3")
 
+from ms_ocr.models.quantize import MODES as QUANT_MODES  # noqa: E402 - a tuple, no framework
 from ms_ocr.proc import peak_rss_gb  # noqa: E402 - plain /proc reads, no framework
 from tests.helpers.bench_report import (median_result, process_report, round_ratios,  # noqa: E402
                                         tokens_agreement, write_json)
@@ -63,7 +64,7 @@ def add_run_args(p, region=None):
                    help="ms_ocr's --dtype: auto keeps a bf16 checkpoint's text weights in bf16 on the CPU, as users "
                         "run it (docs/native-kernels.md); fp32 widens every weight at load (transformers always runs "
                         "fp32)")
-    p.add_argument("--quantize", choices=["none", "int8"], default="none", help="ms_ocr's --quantize")
+    p.add_argument("--quantize", choices=QUANT_MODES, default="none", help="ms_ocr's --quantize")
     p.add_argument("--out", default=os.path.join(REPO, "bench_out"))
 
 

@@ -20,6 +20,47 @@ def test_rows_are_symmetric_int8_within_half_a_step():
     assert (np.abs(q.astype(np.float64) * s[:, None] - w) <= 0.5 * s[:, None] * (1 + 1e-6)).all()
 
 
+@pytest.mark.parametrize("group", [32, 64])
+def test_groups_are_symmetric_int8_within_half_a_step(group):
+    """int8-g32 / int8-g64: a scale per group of columns ([N, K / G]); each group's largest weight is +-127, the
+    others within half its own step; an all-zero group keeps scale 1."""
+    rng = np.random.default_rng(group)
+    spread = np.repeat(rng.uniform(0.01, 3, (24, 8)), 32, 1)  # a size per 32 columns of a row
+    w = (rng.standard_normal((24, 256)) * spread).astype(np.float32)
+    w[3, group:2 * group] = 0.0
+    q, s = quantize_rows(w, group=group)
+    n = 256 // group
+    assert q.dtype == np.int8 and s.dtype == np.float32 and s.shape == (24, n)
+    runs, steps = q.reshape(24, n, group), s[..., None]
+    zero = np.zeros((24, n), bool)
+    zero[3, 1] = True
+    assert (np.abs(runs).max(2)[~zero] == 127).all() and s[3, 1] == 1 and not runs[3, 1].any()
+    assert (np.abs(runs * steps.astype(np.float64) - w.reshape(24, n, group)) <= 0.5 * steps * (1 + 1e-6)).all()
+    # finer steps than one scale per row: the same matrix's error is smaller
+    q_row, s_row = quantize_rows(w)
+    err_row = np.abs(q_row * s_row[:, None].astype(np.float64) - w).mean()
+    assert np.abs(runs * steps.astype(np.float64) - w.reshape(24, n, group)).mean() < 0.8 * err_row
+
+
+def test_a_group_that_does_not_divide_a_matrix_is_refused():
+    from ms_ocr.models.quantize import prepare_int8
+
+    class Linear:
+        def __init__(self, name, shape):
+            self.weight = type("P", (), {"name": name, "shape": shape})()
+
+    class Net:
+        tied = False
+        lm_head = Linear("lm_head.weight", (100, 96))
+
+        def text_layers(self):
+            return []
+
+    with pytest.raises(ValueError, match="96 columns, not a multiple of 64"):
+        prepare_int8(Net(), 64)
+    assert prepare_int8(Net(), 32).group == 32
+
+
 def test_array_quantised_in_chunks_into_a_given_buffer_is_the_whole_matrix_quantised(monkeypatch):
     """quantize_array (the loader: raw bf16 words, row chunks written into the pool tensor's memory) gives what
     quantize_rows gives for the whole widened matrix, across chunk boundaries and a short last chunk."""
@@ -34,6 +75,9 @@ def test_array_quantised_in_chunks_into_a_given_buffer_is_the_whole_matrix_quant
     assert q is out and np.array_equal(out, want_q) and np.array_equal(s, want_s)
     q2, s2 = quantize.quantize_array(words)
     assert np.array_equal(q2, want_q) and np.array_equal(s2, want_s)
+    want_q, want_s = quantize_rows(widen_bf16(words), group=8)  # groups: the same, a row of scales per row
+    q3, s3 = quantize.quantize_array(words, group=8)
+    assert s3.shape == (53, 5) and np.array_equal(q3, want_q) and np.array_equal(s3, want_s)
 
 
 def test_refused_on_ascend_and_unknown_modes():
@@ -47,7 +91,7 @@ def test_refused_on_ascend_and_unknown_modes():
 @pytest.mark.parametrize("module", ["ms_ocr.infer", "ms_ocr.batch", "ms_ocr.serve", "ms_ocr.pipeline"])
 def test_every_command_line_takes_the_option(module):
     proc = run_module(module, "--help")
-    assert proc.returncode == 0 and "--quantize {none,int8}" in proc.stdout
+    assert proc.returncode == 0 and "--quantize {none,int8,int8-g64,int8-g32}" in proc.stdout
     assert_one_line_error(run_module(module, "--quantize", "int4"), "--quantize")
 
 

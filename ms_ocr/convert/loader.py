@@ -235,11 +235,11 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=
             raise CheckpointError(f"{source}: {hf_name} has shape {tuple(arr.shape)}, the model expects "
                                   f"{tuple(param.shape)} (checkpoint and config.json disagree)")
         tags.add(tag)
-        if local in int8:  # --quantize int8: straight from the checkpoint's values to int8 + row scales
+        if local in int8:  # --quantize int8: straight from the checkpoint's values to int8 + row / group scales
             raw = arr.dtype == np.uint16 and round_to in (None, "bf16")
             pooled, view = pool_array(arr.shape, ms.int8, np.int8)
             q, scale = quantize_array(arr if raw else round_weights(widen_bf16(arr) if arr.dtype == np.uint16
-                                                                    else arr, round_to), view)
+                                                                    else arr, round_to), view, plan.group)
             adopt(param, pooled if pooled is not None else device_tensor(q, ms.int8))
             adopt(int8[local], device_tensor(scale, ms.float32))
         elif tag == "BF16" and arr.dtype == np.uint16:  # raw bf16 bits (iter_checkpoint(raw_bf16=True))

@@ -11,7 +11,7 @@ from ms_ocr.config_utils import read_json
 from ms_ocr.convert.loader import is_state, load_weights
 from ms_ocr.convert.safetensors_io import checkpoint_dtypes, has_weights, iter_checkpoint, same_values, tensor_index
 from ms_ocr.device import bf16_products, bf16_resident, resolve_dtype
-from ms_ocr.models.quantize import MODES as QUANT_MODES, Int8Plan, finish_int8, prepare_int8
+from ms_ocr.models.quantize import GROUPS as QUANT_GROUPS, MODES as QUANT_MODES, Int8Plan, finish_int8, prepare_int8
 from ms_ocr.vlm import VLMPipeline
 from ms_ocr.runtime import Buckets, VLMRuntime
 
@@ -81,7 +81,7 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
     keep = net.bf16_weight_names() if bf16_resident(dtype, target, tags) else set()
     if keep:
         bf16_products(dtype, target)  # before any graph of the model is built
-    int8 = prepare_int8(net) if quantize == "int8" else Int8Plan()
+    int8 = prepare_int8(net, QUANT_GROUPS[quantize]) if quantize != "none" else Int8Plan()
 
     def load(only=None):
         load_weights(net, iter_checkpoint(model_dir, raw_bf16=True), table, compute_dtype, round_to,

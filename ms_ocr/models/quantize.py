@@ -7,21 +7,30 @@ q = round(w / scale)); a row of a product is scale * (x . q). A decode step read
 int8 (the head reads it through MatMulTQ8, the lookup gathers int8 rows and scales them), so prompt and decode both
 see the dequantised table. Vision, an untied model's embeddings, norms and MoE layers stay as they are. CPU only: on
 Ascend the corresponding path is MindSpore Golden Stick's weight-only quantisation with the NPU's quantised matmul,
-not run yet. The command lines read MODES without importing the framework."""
+not run yet.
 
-MODES = ("none", "int8")
+`int8-g64` / `int8-g32`: the same with one scale per group of 64 / 32 consecutive columns of a row (llama.cpp's
+Q8_0 is groups of 32) instead of one per row: a row's large weights no longer set the step of all its others, for
+1/16 or 1/8 more bytes per weight (fp32 scales). The command lines read MODES without importing the framework."""
+
+MODES = ("none", "int8", "int8-g64", "int8-g32")
+GROUPS = {"int8": 0, "int8-g64": 64, "int8-g32": 32}  # columns per scale (0: one scale per row)
 
 
-def quantize_rows(w, out=None):
-    """w [N, K] (float) -> (q int8 [N, K], scale fp32 [N]): per-row symmetric int8, rounding to nearest even. `out`:
-    an int8 array [N, K] to write q into (returned as q)."""
+def quantize_rows(w, out=None, group=0):
+    """w [N, K] (float) -> (q int8 [N, K], scale fp32): symmetric int8, rounding to nearest even, one scale per row
+    ([N]) or, with `group`, per group of `group` columns ([N, K / group]; K a multiple of it). `out`: an int8 array
+    [N, K] to write q into (returned as q)."""
     import numpy as np
     w = np.array(w, np.float32)  # a copy, worked on in place
-    scale = np.maximum(w.max(1), -w.min(1)) / np.float32(127)
+    n, k = w.shape
+    runs = w.reshape(n * k // group, group) if group else w  # a scale's columns per row of `runs`
+    scale = np.maximum(runs.max(1), -runs.min(1)) / np.float32(127)
     scale[scale == 0] = 1
-    np.divide(w, scale[:, None], out=w)
+    np.divide(runs, scale[:, None], out=runs)
     np.rint(w, out=w)
     np.clip(w, -127, 127, out=w)
+    scale = scale.reshape(n, k // group) if group else scale
     if out is None:
         return w.astype(np.int8), scale.astype(np.float32)
     out[...] = w
@@ -31,7 +40,7 @@ def quantize_rows(w, out=None):
 CHUNK_ROWS = 4096  # rows widened to fp32 at a time (a 103,424-row head would be a 424 MB fp32 copy at once)
 
 
-def quantize_array(arr, out=None):
+def quantize_array(arr, out=None, group=0):
     """A checkpoint tensor [N, K] (float, or raw bf16 words as uint16) -> quantize_rows, row chunk by row chunk,
     into `out` (an int8 array [N, K], e.g. a view of the pool tensor it is for: no second copy of the matrix) or
     a new array."""
@@ -39,11 +48,12 @@ def quantize_array(arr, out=None):
 
     from ms_ocr.convert.safetensors_io import widen_bf16
     out = np.empty(arr.shape, np.int8) if out is None else out
-    scales = np.empty(arr.shape[0], np.float32)
-    for start in range(0, arr.shape[0], CHUNK_ROWS):
+    n, k = arr.shape
+    scales = np.empty((n, k // group) if group else n, np.float32)
+    for start in range(0, n, CHUNK_ROWS):
         rows = arr[start:start + CHUNK_ROWS]
         _, scales[start:start + len(rows)] = quantize_rows(widen_bf16(rows) if rows.dtype == np.uint16 else rows,
-                                                           out[start:start + len(rows)])
+                                                           out[start:start + len(rows)], group)
     return out, scales
 
 
@@ -53,10 +63,11 @@ def quantizable(layer):
 
 class Int8Plan:
     """What prepare_int8 marked: `scales` {weight Parameter name: its scale Parameter}, `made` (the names of the
-    scale Parameters it added). Empty (false) when there is nothing to quantise."""
+    scale Parameters it added), `group` (columns per scale, 0: one per row). Empty (false) when there is nothing to
+    quantise."""
 
-    def __init__(self, scales=None, made=()):
-        self.scales, self.made = dict(scales or {}), set(made)
+    def __init__(self, scales=None, made=(), group=0):
+        self.scales, self.made, self.group = dict(scales or {}), set(made), group
 
     def __bool__(self):
         return bool(self.scales)
@@ -68,17 +79,22 @@ def _placeholder(name):
     return Parameter(Tensor(np.zeros((1,), np.float32)), name=name, requires_grad=False)
 
 
-def prepare_int8(net):
-    """Mark what --quantize int8 makes int8 in `net`, before its weights are loaded: the layers of a decoder whose
-    layers are all dense SiLU-gated ones (a MoE decoder's dense layers run in its host-routed layer graphs, which
-    read no int8: they stay as they are) and the head (a tied head's embedding table). Each such Linear gets a
-    `weight_scale` Parameter, each such layer `quantized = True` and a `q8_scales` Parameter (filled by
-    finish_int8). Returns an Int8Plan: {weight Parameter name: its scale Parameter}, which the loader quantises as
-    it reads them (convert/loader.py), so the bf16 / fp32 matrices are never allocated, and the names of the
-    Parameters made here (no checkpoint has them)."""
+def prepare_int8(net, group=0):
+    """Mark what --quantize int8 (`group`: int8-g<group>) makes int8 in `net`, before its weights are loaded: the
+    layers of a decoder whose layers are all dense SiLU-gated ones (a MoE decoder's dense layers run in its
+    host-routed layer graphs, which read no int8: they stay as they are) and the head (a tied head's embedding
+    table). Each such Linear gets a `weight_scale` Parameter, each such layer `quantized = True`, `q8_group` and a
+    `q8_scales` Parameter (filled by finish_int8). Returns an Int8Plan: {weight Parameter name: its scale
+    Parameter}, which the loader quantises as it reads them (convert/loader.py), so the bf16 / fp32 matrices are
+    never allocated, and the names of the Parameters made here (no checkpoint has them). A matrix whose columns
+    are not a multiple of `group` is an error."""
     scales, made = {}, set()
 
     def mark(linear):
+        columns = linear.weight.shape[1]
+        if group and columns % group:
+            raise ValueError(f"--quantize int8-g{group}: {linear.weight.name} has {columns} columns, not a multiple "
+                             f"of {group} (use --quantize int8)")
         linear.weight_scale = _placeholder(f"{linear.weight.name}_scale")
         scales[linear.weight.name] = linear.weight_scale
         made.add(linear.weight_scale.name)
@@ -91,10 +107,11 @@ def prepare_int8(net):
         layer.q8_scales = _placeholder(f"{prefix}q8_scales")
         made.add(layer.q8_scales.name)
         layer.quantized = True
+        layer.q8_group = group
     # the head: its own matrix, or the embedding table it is tied to (the lookup then dequantises: VLMCell.embed)
     mark(net.model.embed_tokens if net.tied else net.lm_head)
     net.head_quantized = True
-    return Int8Plan(scales, made)
+    return Int8Plan(scales, made, group)
 
 
 def finish_int8(net):
@@ -106,5 +123,5 @@ def finish_int8(net):
     from ms_ocr.convert.loader import adopt, device_tensor
     for layer in net.text_layers():
         if layer.quantized:
-            scales = [linear.weight_scale.asnumpy() for linear in layer.matrices()]
+            scales = [linear.weight_scale.asnumpy().ravel() for linear in layer.matrices()]
             adopt(layer.q8_scales, device_tensor(np.concatenate(scales), ms.float32))

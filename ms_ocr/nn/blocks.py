@@ -89,8 +89,10 @@ class DecoderLayer(nn.Cell, WeightOrder):
         attn_in = F.DECODER_ATTN_IN_WEIGHTS + (F.QK_NORM_WEIGHTS if qk_norm else ())
         # MoE layers run their FFN outside the shared prefill layer graph (see runtime.VLMRuntime.moe_prefill)
         self.weight_names = attn_in + (F.DECODER_OUT_WEIGHTS[:2] if self.moe else F.DECODER_OUT_WEIGHTS)
-        # --quantize int8 (models/quantize.py): the matrices int8, each Linear with its weight_scale, and q8_scales
+        # --quantize int8 (models/quantize.py): the matrices int8, each Linear with its weight_scale, q8_scales and
+        # q8_group (columns per scale, 0: one per row)
         self.quantized = False
+        self.q8_group = 0
 
     def construct(self, x, cos, sin, write_idx, mask):
         """Cached step (decode): attends over the cache after writing this step's k/v into it."""
@@ -134,7 +136,7 @@ class DecoderLayer(nn.Cell, WeightOrder):
         weights, mlp = self._decode_weights()
         if not self.moe and decode_layer.available(x, k_cache, weights + mlp, self.silu_mlp):
             return decode_layer.decoder_layer_decode(x, cos, sin, mask, k_cache, v_cache, weights + mlp, attn.eps,
-                                                     self.q8_scales if self.quantized else None)
+                                                     *((self.q8_scales, self.q8_group) if self.quantized else ()))
         if self.quantized:  # int8 matrices off the kernel (more than 8 sequences): dequantised
             weights, mlp = self._decode_weights(dequantise=True)
         x, h, k, v = F.decoder_attention_decode(x, cos, sin, mask, k_cache, v_cache, weights,

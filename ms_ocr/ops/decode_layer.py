@@ -34,13 +34,14 @@ def available(x, k_cache, weights, silu_mlp):
     return ok
 
 
-def decoder_layer_decode(x, cos, sin, mask, k_cache, v_cache, weights, eps, q8_scales=None):
+def decoder_layer_decode(x, cos, sin, mask, k_cache, v_cache, weights, eps, q8_scales=None, q8_group=0):
     """x [B, 1, H]; cos, sin [B|1, 1, 1, D]; mask [B|1, 1, 1, T] (fp32 additive, ops.attention_mask);
     k_cache, v_cache [B, Hkv, T, D]; weights = (input_layernorm, q_proj, k_proj, v_proj[, query_layernorm,
     key_layernorm], o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj). Returns x after the
     layer and this token's k, v [B, Hkv, 1, D] (after the rope and q/k norm) for the host to store. With int8
-    matrices (--quantize int8), q8_scales holds their per-row scales packed in the order q, k, v, o, gate, up,
-    down."""
+    matrices (--quantize int8), q8_scales holds their scales packed in the order q, k, v, o, gate, up, down, each
+    matrix's [N] (one per row) or, with q8_group G, [N, K / G] (one per group of G columns) flattened."""
     op = backend.NATIVE_DECODE_LAYER[1 if len(weights) == 11 else 0]  # with q/k norms: 11 weights
     scales = () if q8_scales is None else (q8_scales,)
-    return op(x, cos, sin, mask, k_cache, v_cache, *weights, *scales, Tensor(np.array([eps], np.float32)))
+    eps = [eps, q8_group] if q8_scales is not None and q8_group else [eps]
+    return op(x, cos, sin, mask, k_cache, v_cache, *weights, *scales, Tensor(np.array(eps, np.float32)))

@@ -43,20 +43,29 @@ def matmul_t(x, w):
 
 
 def matmul_t_q8(x, q, scale):
-    """x [M, K] times an int8 weight q [N, K] with per-row scales [N] (--quantize int8), transposed: [M, N] =
-    (x q^T) * scale. A decode step's few rows: the native MatMulTQ8 reading q as it is; more rows: against the
-    weight dequantised to fp32."""
+    """x [M, K] times an int8 weight q [N, K] with scales per row [N] or per group of columns [N, K / G]
+    (--quantize int8[-gG]), transposed: [M, N] = x (q * scale)^T. A decode step's few rows: the native MatMulTQ8
+    reading q as it is; more rows: against the weight dequantised to fp32."""
     if backend.NATIVE_Q8 is not None and x.shape[0] <= NATIVE_MAX_ROWS and x.dtype == ms.float32:
         return backend.NATIVE_Q8[0](x, q, scale)
     return matmul_t(x, dequant_q8(q, scale))
 
 
 def dequant_q8(q, scale):
-    """An int8 weight [N, K] with per-row scales [N] as fp32: q * scale (the native DequantQ8 on the CPU); with
-    products in bf16 on (backend.BF16_PRODUCTS), rounded to bf16 for them."""
+    """An int8 weight [N, K] with scales per row [N] or per group of columns [N, K / G] as fp32: q * scale (the
+    native DequantQ8 on the CPU); with products in bf16 on (backend.BF16_PRODUCTS), rounded to bf16 for them."""
     if backend.NATIVE_Q8 is not None:
         return backend.NATIVE_Q8[2 if backend.BF16_PRODUCTS is not None else 1](q, scale)
-    return q.astype(ms.float32) * scale[:, None]
+    return _scaled(q.astype(ms.float32), scale)
+
+
+def _scaled(w, scale):
+    """w [..., K] times its scales [...] (one per row) or [..., K / G] (one per group of G columns)."""
+    if len(scale.shape) == len(w.shape) - 1:
+        return w * scale[..., None]
+    groups = scale.shape[-1]
+    runs = w.reshape(w.shape[:-1] + (groups, w.shape[-1] // groups))
+    return (runs * scale[..., None]).reshape(w.shape)
 
 
 def keeps_bf16(w):
@@ -74,9 +83,10 @@ def embedding_rows(table, ids):
 
 
 def embedding_rows_q8(q, scale, ids):
-    """Rows of an int8 table q [V, H] with per-row scales [V] (--quantize int8 with a tied head) at ids ([...] int)
-    -> [..., H] fp32: q[ids] * scale[ids], the dequantised rows (a prompt's ids are few next to the table)."""
-    return ops.gather(q, ids, 0).astype(ms.float32) * ops.gather(scale, ids, 0)[..., None]
+    """Rows of an int8 table q [V, H] with scales per row [V] or per group of columns [V, H / G] (--quantize int8
+    with a tied head) at ids ([...] int) -> [..., H] fp32: q[ids] * scale[ids], the dequantised rows (a prompt's
+    ids are few next to the table)."""
+    return _scaled(ops.gather(q, ids, 0).astype(ms.float32), ops.gather(scale, ids, 0))
 
 
 def interp_rows(table, idx, w):

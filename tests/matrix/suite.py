@@ -318,13 +318,14 @@ INT8_TOKENS = 24
 HEADS = {"own": ("untied", "own_head_flag_tied"), "tied": ("tied",)}  # the variants' head layouts (layouts.set_head)
 
 
-@pytest.mark.parametrize("head", ["own", "tied"])
-def test_int8_matches_transformers_on_the_dequantised_weights(bf16_model, head, matrix_checkpoint, matrix_images,
-                                                               tmp_path, graph_mode):
+@pytest.mark.parametrize("quantize,head", [("int8", "own"), ("int8", "tied"), ("int8-g32", "tied")])
+def test_int8_matches_transformers_on_the_dequantised_weights(bf16_model, quantize, head, matrix_checkpoint,
+                                                               matrix_images, tmp_path, graph_mode):
     """`infer --quantize int8` computes what transformers computes in fp32 on the dequantised weights (each int8
     matrix times its row scales, written in fp32 into a copy of the checkpoint): the first step's logits within
     1e-4 of max|logit| and the same greedy tokens, INT8_TOKENS of them. For a model with its own head and for a
-    tied one, whose embedding table is the int8 matrix (the prompt's embeddings are its dequantised rows)."""
+    tied one, whose embedding table is the int8 matrix (the prompt's embeddings are its dequantised rows); and
+    with a scale per group of 32 columns (int8-g32: the grouped decode layers, head and lookup)."""
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -338,7 +339,7 @@ def test_int8_matches_transformers_on_the_dequantised_weights(bf16_model, head, 
         pytest.skip(f"no {head}-head variant in the {bf16_model} matrix")
     spec = matrix.variants[variant]
     folder = matrix_checkpoint(bf16_model, variant)
-    net = spec_of.load(folder, "CPU", "auto", quantize="int8").runtime.model
+    net = spec_of.load(folder, "CPU", "auto", quantize=quantize).runtime.model
     assert net.tied == (head == "tied") and net.head_quantized
     params = {p.name: p for p in net.get_parameters()}
     quantized = {n: params[n] for n, p in params.items() if str(p.dtype) == "Int8"}
@@ -355,7 +356,8 @@ def test_int8_matches_transformers_on_the_dequantised_weights(bf16_model, head, 
             local = ours(name)
             if local in quantized:
                 q, s = quantized[local].asnumpy().astype(np.float32), params[f"{local}_scale"].asnumpy()
-                state[name] = torch.tensor(q * s[:, None])  # fp32: bf16 would round the dequantised values
+                s = s[:, None] if s.ndim == 1 else np.repeat(s, q.shape[1] // s.shape[1], 1)  # per row / group
+                state[name] = torch.tensor(q * s)  # fp32: bf16 would round the dequantised values
                 quantized.pop(local)
         os.remove(path)
         save_file(state, path, metadata={"format": "pt"})
@@ -370,7 +372,7 @@ def test_int8_matches_transformers_on_the_dequantised_weights(bf16_model, head, 
     want_first = out.logits[0][0].float().numpy()
     mode = ("--mode", spec["mode"]) if "mode" in spec else ()
     proc = run_module("ms_ocr.infer", "--model", matrix.cli, "--model-path", folder, "--image", path, "--prompt",
-                      prompt, "--max-new-tokens", str(INT8_TOKENS), "--quantize", "int8", "--json", "--dump",
+                      prompt, "--max-new-tokens", str(INT8_TOKENS), "--quantize", quantize, "--json", "--dump",
                       str(tmp_path / "dump"), *mode, *matrix.cli_args)
     assert proc.returncode == 0, proc.stderr
     (got,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]

@@ -1,14 +1,14 @@
 """Weight-only int8 in the native kernels (ms_ocr/ops/native/kernels.cc): MatMulTQ8 (a decode step's rows against
-an int8 weight with one fp32 scale per row), DequantQ8 (q * scale in fp32) and DecodeLayer over int8 matrices with
-their scales packed in one input; each against float64 NumPy over the dequantised weights, at every SIMD level this
-machine builds."""
+an int8 weight with one fp32 scale per row, or per group of 32 / 64 columns), DequantQ8 (q * scale in fp32) and
+DecodeLayer over int8 matrices with their scales packed in one input; each against float64 NumPy over the
+dequantised weights, at every SIMD level this machine builds."""
 
 import numpy as np
 import pytest
 import mindspore as ms
 from mindspore import Tensor
 
-from ms_ocr.models.quantize import quantize_rows as quantize  # per-row symmetric int8 (tests/test_quantize.py)
+from ms_ocr.models.quantize import quantize_rows as quantize  # symmetric int8 (tests/test_quantize.py)
 from ms_ocr.ops import backend
 from tests.helpers.native import needs_compiler, op_cell
 from tests.ops.test_gemm_bf16 import rne_bf16
@@ -16,15 +16,22 @@ from tests.ops.test_decode_layer import CASES, make_case, reference
 
 
 def dequantized(q, scale):
-    return q.astype(np.float64) * scale.astype(np.float64)[:, None]
+    """float64 q * scale, scale [N] (per row) or [N, K / G] (per group of G columns)"""
+    s = scale.astype(np.float64)
+    return q.astype(np.float64) * (s[:, None] if s.ndim == 1 else np.repeat(s, q.shape[1] // s.shape[1], 1))
 
 
 @needs_compiler
-@pytest.mark.parametrize("m", [1, 3, 8])
-def test_matmul_t_q8_at_every_isa_level(m, graph_cpu, isa_kernels):
-    rng = np.random.default_rng(m)
-    q, s = quantize(rng.standard_normal((301, 1000 + 3)))
-    x = rng.standard_normal((m, 1003)).astype(np.float32)
+@pytest.mark.parametrize("m,group", [(1, 0), (3, 0), (8, 0), (1, 32), (2, 64), (7, 32), (8, 64)])
+def test_matmul_t_q8_at_every_isa_level(m, group, graph_cpu, isa_kernels):
+    """Per row, the columns not a multiple of the vector (1,003); per group, 1,024 columns, and rows that leave
+    single-row blocks after the several-row ones (301)."""
+    rng = np.random.default_rng(m + group)
+    cols = 1024 if group else 1003
+    w = rng.standard_normal((301, cols)) * rng.uniform(0.01, 3, (1, cols))  # columns of different sizes
+    q, s = quantize(w, group=group)
+    assert s.shape == ((301, cols // group) if group else (301,))
+    x = rng.standard_normal((m, cols)).astype(np.float32)
     want = x.astype(np.float64) @ dequantized(q, s).T
     before = isa_kernels.matmul_t_calls
     got = op_cell(backend.int8_ops(isa_kernels)[0])(Tensor(x), Tensor(q), Tensor(s)).asnumpy()
@@ -33,44 +40,66 @@ def test_matmul_t_q8_at_every_isa_level(m, graph_cpu, isa_kernels):
 
 
 @needs_compiler
-def test_dequant_q8_is_q_times_scale(graph_cpu, isa_kernels):
+@pytest.mark.parametrize("group", [0, 32])
+def test_dequant_q8_is_q_times_scale(group, graph_cpu, isa_kernels):
     rng = np.random.default_rng(4)
-    q, s = quantize(rng.standard_normal((70, 333)))
+    q, s = quantize(rng.standard_normal((70, 352 if group else 333)), group=group)
+    want = dequantized(q, s).astype(np.float32)  # exact: q * scale in fp32 rounds once, as float64's rounded
     got = op_cell(backend.int8_ops(isa_kernels)[1])(Tensor(q), Tensor(s)).asnumpy()
-    assert np.array_equal(got, q.astype(np.float32) * s[:, None])
+    assert np.array_equal(got, want)
     # for products in bf16: the same values rounded to bf16, nearest-even
     bf16 = op_cell(backend.int8_ops(isa_kernels)[2])(Tensor(q), Tensor(s)).astype(ms.float32).asnumpy()
-    assert np.array_equal(bf16, rne_bf16(q.astype(np.float32) * s[:, None]))
-
-
-def test_int8_embedding_rows_are_the_dequantised_rows(graph_cpu):
-    """A tied head's int8 table (--quantize int8): the lookup gives q[ids] * scale[ids] exactly, ids of any shape,
-    repeated ids and the table's last row included."""
-    from ms_ocr.ops import embedding_rows_q8
-    rng = np.random.default_rng(6)
-    q, s = quantize(rng.standard_normal((517, 96)) * rng.uniform(0.01, 2, (517, 1)))
-    ids = np.array([[0, 516, 7, 7], [300, 1, 516, 42]], np.int32)
-    got = op_cell(embedding_rows_q8)(Tensor(q), Tensor(s), Tensor(ids)).asnumpy()
-    assert got.dtype == np.float32 and got.shape == (2, 4, 96)
-    assert np.array_equal(got, q[ids].astype(np.float32) * s[ids][..., None])
+    assert np.array_equal(bf16, rne_bf16(want))
 
 
 @needs_compiler
+def test_q8_kernels_refuse_groups_that_do_not_fit(graph_cpu, isa_kernels):
+    """Scales [N, g] whose group (K / g) is not whole vectors, or does not divide K: an error, not a misread."""
+    rng = np.random.default_rng(8)
+    q, _ = quantize(rng.standard_normal((16, 96)))
+    x = Tensor(rng.standard_normal((1, 96)).astype(np.float32))
+    for groups in (12, 5):  # groups of 8 columns; 96 / 5 columns
+        s = Tensor(np.ones((16, groups), np.float32))
+        with pytest.raises(RuntimeError):
+            op_cell(backend.int8_ops(isa_kernels)[0])(x, Tensor(q), s).asnumpy()
+        with pytest.raises(RuntimeError):
+            op_cell(backend.int8_ops(isa_kernels)[1])(Tensor(q), s).asnumpy()
+
+
+@pytest.mark.parametrize("group", [0, 32])
+def test_int8_embedding_rows_are_the_dequantised_rows(group, graph_cpu):
+    """A tied head's int8 table (--quantize int8[-g32]): the lookup gives q[ids] * scale[ids] exactly, ids of any
+    shape, repeated ids and the table's last row included."""
+    from ms_ocr.ops import embedding_rows_q8
+    rng = np.random.default_rng(6)
+    q, s = quantize(rng.standard_normal((517, 96)) * rng.uniform(0.01, 2, (517, 1)), group=group)
+    ids = np.array([[0, 516, 7, 7], [300, 1, 516, 42]], np.int32)
+    got = op_cell(embedding_rows_q8)(Tensor(q), Tensor(s), Tensor(ids)).asnumpy()
+    assert got.dtype == np.float32 and got.shape == (2, 4, 96)
+    assert np.array_equal(got, dequantized(q, s).astype(np.float32)[ids])
+
+
+@needs_compiler
+@pytest.mark.parametrize("group", [0, 16])
 @pytest.mark.parametrize("case", CASES)
-def test_decode_layer_over_int8_matrices(case, graph_cpu, isa_kernels):
-    """The 7 matrices (q, k, v, o, gate, up, down) in int8, their scales packed in that order before eps."""
+def test_decode_layer_over_int8_matrices(case, group, graph_cpu, isa_kernels):
+    """The 7 matrices (q, k, v, o, gate, up, down) in int8, their scales packed in that order before eps: one per
+    row, or (eps [2] = {eps, G}) one per group of G columns, each matrix's [N, K / G] flattened."""
     *tensors, weights = make_case(np.random.default_rng(11), *case)
     qk_norm = len(weights) == 11
     mats = [1, 2, 3] + ([6, 8, 9, 10] if qk_norm else [4, 6, 7, 8])
+    if group and any(weights[i].shape[1] % group for i in mats):
+        pytest.skip(f"a matrix of this case has columns that are not groups of {group}")
     args, scales, deq = list(weights), [], list(weights)
     for i in mats:
-        q, s = quantize(weights[i])
+        q, s = quantize(weights[i], group=group)
         args[i], deq[i] = q, dequantized(q, s).astype(np.float32)
-        scales.append(s)
+        scales.append(s.ravel())
     op = backend.native_ops(isa_kernels)[1][1 if qk_norm else 0]
     before = isa_kernels.decode_layer_calls
+    eps = [1e-6, group] if group else [1e-6]
     outs = op_cell(op)(*(Tensor(a) for a in tensors), *(Tensor(w) for w in args), Tensor(np.concatenate(scales)),
-                   Tensor(np.array([1e-6], np.float32)))
+                   Tensor(np.array(eps, np.float32)))
     assert isa_kernels.decode_layer_calls == before + 1
     for got, want in zip(outs, reference(*tensors, deq, 1e-6)):
         assert np.abs(got.asnumpy() - want).max() <= 2e-5 * max(1.0, np.abs(want).max()), isa_kernels.isa_level

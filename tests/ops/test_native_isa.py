@@ -47,33 +47,41 @@ CASES = _cases()
 
 
 def _int8_cases():
-    """--quantize int8's kernels (weights int8 with one fp32 scale per row): MatMulTQ8, DequantQ8 (fp32 output) and
-    DecodeLayer over the seven int8 matrices of each decode-layer case, against float64 NumPy on the dequantised
-    weights (tests/ops/test_int8_kernels.py runs the same through MindSpore at the x86 levels)."""
+    """--quantize int8's kernels (weights int8 with one fp32 scale per row, or per group of columns): MatMulTQ8,
+    DequantQ8 (fp32 output) and DecodeLayer over the seven int8 matrices of each decode-layer case, against float64
+    NumPy on the dequantised weights (tests/ops/test_int8_kernels.py runs the same through MindSpore at the x86
+    levels)."""
     from ms_ocr.models.quantize import quantize_rows
+    from tests.ops.test_int8_kernels import dequantized
 
     rng = np.random.default_rng(13)
     cases = []
-    for m, n, k in [(1, 301, 1003), (3, 37, 37), (8, 257, 1152)]:
+    for m, n, k, group in [(1, 301, 1003, 0), (3, 37, 37, 0), (8, 257, 1152, 0), (1, 301, 1024, 32),
+                           (5, 37, 128, 64)]:
         x = rng.standard_normal((m, k)).astype(np.float32)
-        q, s = quantize_rows(rng.standard_normal((n, k)))
-        deq = q.astype(np.float64) * s.astype(np.float64)[:, None]
-        cases.append((f"matmul_t_q8_{m}x{n}x{k}", "MatMulTQ8", [x, q, s], [(m, n)], [x.astype(np.float64) @ deq.T],
-                      2e-5))
-    q, s = quantize_rows(rng.standard_normal((70, 333)))
-    cases.append(("dequant_q8", "DequantQ8", [q, s], [q.shape], [q.astype(np.float32) * s[:, None]], 0.0))
+        q, s = quantize_rows(rng.standard_normal((n, k)), group=group)
+        cases.append((f"matmul_t_q8_{m}x{n}x{k}_g{group}", "MatMulTQ8", [x, q, s], [(m, n)],
+                      [x.astype(np.float64) @ dequantized(q, s).T], 2e-5))
+    for group, k in [(0, 333), (32, 352)]:
+        q, s = quantize_rows(rng.standard_normal((70, k)), group=group)
+        cases.append((f"dequant_q8_g{group}", "DequantQ8", [q, s], [q.shape], [dequantized(q, s).astype(np.float32)],
+                      0.0))
     for i, case in enumerate(test_decode_layer.CASES):
         *tensors, weights = test_decode_layer.make_case(np.random.default_rng(i), *case)
         mats = [1, 2, 3] + ([6, 8, 9, 10] if len(weights) == 11 else [4, 6, 7, 8])  # q k v o gate up down
-        args, deq, scales = list(weights), list(weights), []
-        for j in mats:
-            q, s = quantize_rows(weights[j])
-            args[j], deq[j] = q, (q.astype(np.float64) * s[:, None]).astype(np.float32)
-            scales.append(s)
-        ref = test_decode_layer.reference(*tensors, deq, 1e-6)
-        cases.append((f"decode_layer_q8_{i}", "DecodeLayer",
-                      [*tensors, *args, np.concatenate(scales), np.array([1e-6], np.float32)],
-                      [r.shape for r in ref], list(ref), 2e-5))
+        for group in (0, 16):
+            if group and any(weights[j].shape[1] % group for j in mats):
+                continue
+            args, deq, scales = list(weights), list(weights), []
+            for j in mats:
+                q, s = quantize_rows(weights[j], group=group)
+                args[j], deq[j] = q, dequantized(q, s).astype(np.float32)
+                scales.append(s.ravel())
+            ref = test_decode_layer.reference(*tensors, deq, 1e-6)
+            eps = [1e-6, group] if group else [1e-6]
+            cases.append((f"decode_layer_q8_{i}_g{group}", "DecodeLayer",
+                          [*tensors, *args, np.concatenate(scales), np.array(eps, np.float32)],
+                          [r.shape for r in ref], list(ref), 2e-5))
     return cases
 
 

@@ -430,6 +430,70 @@ void gemv_rows_m(const float* x, const W* w, float* y, int64_t out, int64_t in, 
   }
 }
 
+// ---- int8 with a scale per group of a row's columns (--quantize int8-g32 / int8-g64) ----------------------
+// y[m, o] = sum_g scale[o, g] * (x[m, group g] . q[o, group g]): each group's products are summed in registers of
+// their own (tmp) and added to the row's sum times the group's scale, llama.cpp's Q8_0 arithmetic with fp32
+// activations. `group` is a multiple of kVL that divides `in` (models/quantize.py only makes such groups), so a
+// group is whole vectors. R rows a block: R * M sums, R * M group sums, R weight vectors and an activation vector
+// in the vector registers.
+template <int M>
+constexpr int kBlockRowsG = (kVRegs - 1) / (2 * M + 1) > 8 ? 8 : (kVRegs - 1) / (2 * M + 1) < 1 ? 1
+                                                                : (kVRegs - 1) / (2 * M + 1);
+
+template <int M, int R>
+int64_t gemv_block_g(const float* x, const int8_t* w, const float* scale, float* y, int64_t out, int64_t in,
+                     int64_t group, int64_t o, int64_t o1) {
+  const int64_t ng = in / group;
+  constexpr int64_t kLines = (R * kVL + 63) / 64;  // the next block's cache lines per step (see gemv_block)
+  const uintptr_t end = reinterpret_cast<uintptr_t>(w + o1 * in);
+  for (; o + R <= o1; o += R) {
+    const int8_t* w0 = w + o * in;
+    uintptr_t next = reinterpret_cast<uintptr_t>(w0) + R * in;
+    vf acc[R][M] = {};
+    for (int64_t g = 0; g < ng; ++g) {
+      vf tmp[R][M] = {};
+      for (int64_t i = g * group; i < (g + 1) * group; i += kVL) {
+        if (R > 1)
+          for (int64_t l = 0; l < kLines; ++l, next += 64)
+            if (next < end) __builtin_prefetch(reinterpret_cast<const void*>(next), 0, 1);
+        vf wv[R];
+        for (int r = 0; r < R; ++r) wv[r] = vload(w0 + r * in + i);
+        for (int m = 0; m < M; ++m) {
+          vf xv = vload(x + m * in + i);
+          in_register(xv);
+          for (int r = 0; r < R; ++r) tmp[r][m] = vfma(wv[r], xv, tmp[r][m]);
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        const vf s = vset(scale[(o + r) * ng + g]);
+        for (int m = 0; m < M; ++m) acc[r][m] = vfma(tmp[r][m], s, acc[r][m]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int m = 0; m < M; ++m) y[m * out + o + r] = vsum(acc[r][m]);
+  }
+  return o;
+}
+
+// Rows [o, o1) of y [m, out] = x [m, in] (q * group scales)^T: blocks of kBlockRowsG rows, then single rows;
+// more activation rows than kMaxPassRows in two passes, as gemv_rows_m.
+template <int M>
+void gemv_rows_g(const float* x, const int8_t* w, const float* scale, float* y, int64_t out, int64_t in,
+                 int64_t group, int64_t o, int64_t o1) {
+  if constexpr (kPassRows<M> < M) {
+    gemv_rows_g<kPassRows<M>>(x, w, scale, y, out, in, group, o, o1);
+    gemv_rows_g<M - kPassRows<M>>(x + kPassRows<M> * in, w, scale, y + kPassRows<M> * out, out, in, group, o, o1);
+  } else {
+    const int64_t rest = gemv_block_g<M, kBlockRowsG<M>>(x, w, scale, y, out, in, group, o, o1);
+    gemv_block_g<M, 1>(x, w, scale, y, out, in, group, rest, o1);
+  }
+}
+
+using GemvRowsGFn = void (*)(const float*, const int8_t*, const float*, float*, int64_t, int64_t, int64_t, int64_t,
+                             int64_t);
+constexpr GemvRowsGFn kGemvRowsG[] = {nullptr, gemv_rows_g<1>, gemv_rows_g<2>, gemv_rows_g<3>, gemv_rows_g<4>,
+                                      gemv_rows_g<5>, gemv_rows_g<6>, gemv_rows_g<7>, gemv_rows_g<8>};
+
 // ---- the decode kernels' thread team ---------------------------------------------------------------------
 // A decode step is ~20 kernel calls of ~1 ms, each with up to nine points where its threads wait for each
 // other. libgomp spins only ~100 times at such a point once the process holds more OpenMP threads than CPUs
@@ -589,20 +653,34 @@ void team_run(int n, F&& f) {
 }
 
 
-template <int M, typename W>
-void gemv(const float* x, const W* w, float* y, int64_t out, int64_t in) {
-  // Chunks of rows handed out as threads ask: the calling thread may be niced below MindSpore's kernel threads
-  // (device.lower_launcher_priority), and a static split would wait for its half.
-  constexpr int64_t kChunk = 32 * kBlockRows<kPassRows<M>>;
-  const int64_t chunks = (out + kChunk - 1) / kChunk;
+// Rows [0, out) of a product run over the team as rows(o, o1), in chunks of `chunk` rows handed out as threads
+// ask: the calling thread may be niced below MindSpore's kernel threads (device.lower_launcher_priority), and a
+// static split would wait for its half.
+template <typename F>
+void team_rows(int64_t out, int64_t chunk, F rows) {
+  const int64_t chunks = (out + chunk - 1) / chunk;
   std::atomic<int64_t> next{0};
   team_run(chunks > 1 ? g_threads : 1, [&](const TeamCtx&) {
-    for (int64_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
-      const int64_t o1 = (c + 1) * kChunk < out ? (c + 1) * kChunk : out;
-      gemv_rows_m<M, W>(x, w, y, out, in, c * kChunk, o1);
-    }
+    for (int64_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1))
+      rows(c * chunk, (c + 1) * chunk < out ? (c + 1) * chunk : out);
   });
 }
+
+template <int M, typename W>
+void gemv(const float* x, const W* w, float* y, int64_t out, int64_t in) {
+  team_rows(out, 32 * kBlockRows<kPassRows<M>>,
+            [&](int64_t o, int64_t o1) { gemv_rows_m<M, W>(x, w, y, out, in, o, o1); });
+}
+
+// int8 with group scales (scale [out, in / group])
+template <int M>
+void gemv_g(const float* x, const int8_t* w, const float* scale, float* y, int64_t out, int64_t in, int64_t group) {
+  team_rows(out, 32 * kBlockRowsG<kPassRows<M>>,
+            [&](int64_t o, int64_t o1) { gemv_rows_g<M>(x, w, scale, y, out, in, group, o, o1); });
+}
+using GemvGFn = void (*)(const float*, const int8_t*, const float*, float*, int64_t, int64_t, int64_t);
+constexpr GemvGFn kGemvG[] = {nullptr, gemv_g<1>, gemv_g<2>, gemv_g<3>, gemv_g<4>,
+                              gemv_g<5>, gemv_g<6>, gemv_g<7>, gemv_g<8>};
 
 template <typename W>
 using GemvFn = void (*)(const float*, const W*, float*, int64_t, int64_t);
@@ -671,7 +749,8 @@ constexpr GemvRowsFn<W> kGemvRows[] = {nullptr, gemv_rows_m<1, W>, gemv_rows_m<2
 struct Weight {
   const void* p;
   bool bf16;
-  const float* scale = nullptr;  // int8 when set
+  const float* scale = nullptr;  // int8 when set: [out] (one per row) or [out, in / group]
+  int64_t group = 0;             // columns per scale (0: one scale per row)
 };
 
 // y[r * out + i] *= scale[i] for the m rows, outputs [o, o1)
@@ -703,7 +782,9 @@ void parallel_products(int m, const Product* ps, int n, const TeamCtx& team, std
     while (c >= first[j + 1]) ++j;
     const Product& p = ps[j];
     const int64_t o = (c - first[j]) * kChunk, o1 = o + kChunk < p.out ? o + kChunk : p.out;
-    if (p.w.scale) {
+    if (p.w.scale && p.w.group) {
+      kGemvRowsG[m](p.x, static_cast<const int8_t*>(p.w.p), p.w.scale, p.y, p.out, p.in, p.w.group, o, o1);
+    } else if (p.w.scale) {
       kGemvRows<int8_t>[m](p.x, static_cast<const int8_t*>(p.w.p), p.y, p.out, p.in, o, o1);
       scale_rows(p.y, p.w.scale, m, p.out, o, o1);
     } else if (p.w.bf16) {
@@ -907,41 +988,63 @@ int MatMulT(int nparam, void** params, int* ndims, int64_t** shapes, const char*
   return 0;
 }
 
-// MatMulTQ8: x [M, K] (M <= 8), q [N, K] int8, scale [N] fp32 -> y [M, N] = (x q^T) * scale: weight-only int8.
+// The columns per scale of an int8 matrix [n, k] with scales of shape `sshape` (`sdims` dimensions): [n] one per
+// row (0), [n, g] groups of k / g columns, a multiple of the vector width (16 floats, the widest build's); -1
+// when the shapes do not fit.
+inline int64_t q8_group(int sdims, const int64_t* sshape, int64_t n, int64_t k) {
+  if (sdims == 1) return sshape[0] == n ? 0 : -1;
+  if (sdims != 2 || sshape[0] != n || sshape[1] < 1 || k % sshape[1] != 0) return -1;
+  const int64_t group = k / sshape[1];
+  return group % 16 == 0 ? group : -1;
+}
+
+// MatMulTQ8: x [M, K] (M <= 8), q [N, K] int8, scale [N] or [N, K / G] fp32 -> y [M, N] = x (q * scale)^T:
+// weight-only int8, one scale per row or per group of G columns.
 int MatMulTQ8(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
               void* extra) {
   (void)stream; (void)extra;
   if (nparam != 4 || ndims[0] != 2 || ndims[1] != 2 || !is_int8(dtypes[1])) return 1;
   const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[1][0];
-  if (m < 1 || m > 8 || shapes[1][1] != k || shapes[2][0] != n) return 1;
+  const int64_t group = q8_group(ndims[2], shapes[2], n, k);
+  if (m < 1 || m > 8 || shapes[1][1] != k || group < 0) return 1;
   g_matmul_t_calls.fetch_add(1);
+  const float* x = static_cast<const float*>(params[0]);
+  const int8_t* q = static_cast<const int8_t*>(params[1]);
+  const float* scale = static_cast<const float*>(params[2]);
   float* y = static_cast<float*>(params[3]);
-  kGemv<int8_t>[m](static_cast<const float*>(params[0]), static_cast<const int8_t*>(params[1]), y, n, k);
-  scale_rows(y, static_cast<const float*>(params[2]), static_cast<int>(m), n, 0, n);
+  if (group) {
+    kGemvG[m](x, q, scale, y, n, k, group);
+    return 0;
+  }
+  kGemv<int8_t>[m](x, q, y, n, k);
+  scale_rows(y, scale, static_cast<int>(m), n, 0, n);
   return 0;
 }
 
-// DequantQ8: q [N, K] int8, scale [N] -> w [N, K] = q * scale, fp32 or (an output of dtype bfloat16, for products
-// in bf16) rounded to bf16, nearest-even (the prefill graphs' products over int8 weights: one layer's copy at a
-// time, as for bf16 weights).
+// DequantQ8: q [N, K] int8, scale [N] or [N, K / G] -> w [N, K] = q * scale, fp32 or (an output of dtype bfloat16,
+// for products in bf16) rounded to bf16, nearest-even (the prefill graphs' products over int8 weights: one
+// layer's copy at a time, as for bf16 weights).
 int DequantQ8(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
               void* extra) {
   (void)stream; (void)extra;
-  if (nparam != 3 || ndims[0] != 2 || !is_int8(dtypes[0]) || shapes[1][0] != shapes[0][0]) return 1;
+  if (nparam != 3 || ndims[0] != 2 || !is_int8(dtypes[0])) return 1;
   const int64_t n = shapes[0][0], k = shapes[0][1];
+  const int64_t group = q8_group(ndims[1], shapes[1], n, k);
+  if (group < 0) return 1;
   const int8_t* q = static_cast<const int8_t*>(params[0]);
   const float* scale = static_cast<const float*>(params[1]);
+  const int64_t ng = group ? k / group : 1, width = group ? group : k;  // scales per row, columns per scale
   if (is_bf16(dtypes[2])) {
     uint16_t* w = static_cast<uint16_t*>(params[2]);
 #pragma omp parallel for num_threads(n * k >= (1 << 16) ? g_threads : 1) schedule(static)
-    for (int64_t o = 0; o < n; ++o)
-      for (int64_t i = 0; i < k; ++i) w[o * k + i] = round_bf16(static_cast<float>(q[o * k + i]) * scale[o]);
+    for (int64_t r = 0; r < n * ng; ++r)  // r: a row's run of `width` columns under one scale
+      for (int64_t i = r * width; i < (r + 1) * width; ++i) w[i] = round_bf16(static_cast<float>(q[i]) * scale[r]);
     return 0;
   }
   float* w = static_cast<float*>(params[2]);
 #pragma omp parallel for num_threads(n * k >= (1 << 16) ? g_threads : 1) schedule(static)
-  for (int64_t o = 0; o < n; ++o)
-    for (int64_t i = 0; i < k; ++i) w[o * k + i] = static_cast<float>(q[o * k + i]) * scale[o];
+  for (int64_t r = 0; r < n * ng; ++r)
+    for (int64_t i = r * width; i < (r + 1) * width; ++i) w[i] = static_cast<float>(q[i]) * scale[r];
   return 0;
 }
 
@@ -952,7 +1055,8 @@ int64_t ms_ocr_decode_layer_calls() { return g_decode_layer_calls.load(); }
 // F.decoder_attention_decode + F.gated_mlp compose it (ms_ocr/ops/decode_layer.py describes the operands).
 // Inputs: x [B, 1, H]; cos, sin [B|1, 1, 1, D]; mask [B|1, 1, 1, T] (additive); k_cache, v_cache [B, Hkv, T, D];
 // input_layernorm [H]; q_proj [Hq*D, H]; k_proj, v_proj [Hkv*D, H]; (query/key norms [D] when qk-normed);
-// o_proj [H, Hq*D]; post_attention_layernorm [H]; gate_proj, up_proj [I, H]; down_proj [H, I]; eps [1].
+// o_proj [H, Hq*D]; post_attention_layernorm [H]; gate_proj, up_proj [I, H]; down_proj [H, I]; eps [1] (int8
+// matrices with group scales: [2], eps and the group size).
 // Outputs: x [B, 1, H] and this token's k, v [B, Hkv, 1, D].
 int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
                 void* extra) {
@@ -962,14 +1066,17 @@ int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const c
   const bool quant = nparam == 20 || nparam == 22, qk_norm = nparam >= 21;
   const int n_in = nparam - 3;
   auto in = [&](int i) { return static_cast<const float*>(params[i]); };
-  // weights: fp32 or bfloat16 each (or int8 with per-row scales); the norms' (small) vectors are widened once here,
-  // the products' matrices as they are read
+  // weights: fp32 or bfloat16 each (or int8 with scales: one per row, or with eps [2] = {eps, G} one per group of
+  // G columns of a row); the norms' (small) vectors are widened once here, the products' matrices as they are read
   const float* scales = quant ? in(n_in - 2) : nullptr;
+  const int64_t group = quant && shapes[n_in - 1][0] == 2 ? static_cast<int64_t>(in(n_in - 1)[1]) : 0;
+  bool groups_fit = group % 16 == 0;
   auto wt = [&](int i) {
     if (!is_int8(dtypes[i])) return Weight{params[i], is_bf16(dtypes[i])};
     const float* s = scales;
-    scales += shapes[i][0];
-    return Weight{params[i], false, s};
+    groups_fit = groups_fit && (group == 0 || shapes[i][1] % group == 0);
+    scales += shapes[i][0] * (group ? shapes[i][1] / group : 1);
+    return Weight{params[i], false, s, group};
   };
   if (quant ? (!is_int8(dtypes[7]) || ndims[n_in - 2] != 1) : is_int8(dtypes[7])) return 1;  // int8 needs scales
   std::vector<float> norm_bufs[4];
@@ -983,7 +1090,8 @@ int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const c
   const Weight qw = wt(7), kw = wt(8), vw = wt(9);
   const int w = qk_norm ? 12 : 10;
   const Weight ow = wt(w), gw = wt(w + 2), uw = wt(w + 3), dw = wt(w + 4);
-  if (quant && scales != in(n_in - 2) + shapes[n_in - 2][0]) return 1;  // one scale per row of the 7 matrices
+  // every scale of the 7 matrices, and whole groups
+  if (quant && (!groups_fit || scales != in(n_in - 2) + shapes[n_in - 2][0])) return 1;
   const float *inw = vec(6, norm_bufs[0]), *postw = vec(w + 1, norm_bufs[1]);
   const float *qnw = qk_norm ? vec(10, norm_bufs[2]) : nullptr, *knw = qk_norm ? vec(11, norm_bufs[3]) : nullptr;
   const float eps = in(n_in - 1)[0];
