@@ -8,8 +8,10 @@ index them. Paths:
   the graph for prefill and decode alike (ms_ocr/ops/moe.py; its composed fallback is what the tests check
   the fused branch against).
 Elsewhere (composed, static shapes):
-- in graph (decode, a few tokens): gather the k selected experts' weights per token and run them as
-  batched matmuls; reads only the selected experts (k/E of the expert weights).
+- in graph (decode, a few tokens): on the CPU the native MoeExperts (ops/moe.py experts_decode) reads the
+  selected experts' rows of the stacks as they are stored; otherwise gather the k selected experts' weights per
+  token (fp32 copies) and run them as batched matmuls. Either reads only the selected experts (k/E of the
+  expert weights).
 - prefill (hundreds of tokens): the router runs in a graph, the host groups the token-expert pairs by
   expert, and each used expert runs once over its rows padded to a bucket (`expert_rows`) through one shared
   graph with the expert's weights as inputs; the weighted results are summed on the host.
@@ -63,6 +65,7 @@ class MoE(nn.Cell):
         self.shared_experts = GatedMLP(hidden, moe_intermediate * num_shared, act)
         self.top_k, self.scaling = top_k, scaling
         self.act = get_activation(act)
+        self.silu = self.act is get_activation("silu")  # what the native MoeExperts computes
         self.dense = False  # every expert for every token (the exported graph's path)
 
     def construct(self, x):
@@ -75,6 +78,9 @@ class MoE(nn.Cell):
             return (self.routed_experts(h, weights, ids) + self.shared_experts(h)).reshape(shape)
         if self.dense:
             return (self.dense_experts(h, weights, ids) + self.shared_experts(h)).reshape(shape)
+        stacks = (self.experts.gate_proj, self.experts.up_proj, self.experts.down_proj)
+        if self.silu and K.experts_native(h, stacks):
+            return (K.experts_decode(h, weights, ids, stacks) + self.shared_experts(h)).reshape(shape)
         flat = ids.reshape(-1)
         gw = K.expert_rows(self.experts.gate_proj, flat, h.dtype)  # [T*k, I, H]
         uw = K.expert_rows(self.experts.up_proj, flat, h.dtype)

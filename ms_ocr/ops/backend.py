@@ -19,6 +19,7 @@ NATIVE_DECODE_LAYER = None  # a decode step's decoder layer, (without, with) q/k
 NATIVE_ATTENTION = None     # unmasked attention (vision encoders; ops/attention.py)
 NATIVE_CAUSAL_ATTENTION = None  # causal attention of a prompt (prefill; ops/attention.py)
 NATIVE_GELU = None          # (tanh form, erf form) (ops/activation.py)
+NATIVE_MOE_EXPERTS = None   # a decode step's routed experts of a MoE layer (ops/moe.py experts_decode)
 # Weights kept in bf16 (device.bf16_resident): the embedding lookup of a bf16 table (ops/linear.py embedding_rows;
 # MindSpore's CPU Gather has no bfloat16 kernel) and bf16 -> fp32 widening (ops/linear.py widen; MindSpore's CPU
 # Cast from bfloat16 is scalar, ~12x slower). Not in the route table (no composed path to measure against, or an
@@ -47,12 +48,13 @@ _configured = None
 # measurements (neon: only run for correctness under qemu-user so far; scalar) routes none. CausalAttention (the
 # prefill's attention, which keeps no score buffers in the layer graph) measured on an Intel Xeon (family 6 model
 # 167), 2026-11-26, PaddleOCR-VL page through `infer`: AVX2 build prefill 3.57 s against 3.82 composed, the whole
-# run's peak RSS 1.90 against 2.40 GB; AVX-512 build the same route; SSE2 not measured.
+# run's peak RSS 1.90 against 2.40 GB; AVX-512 build the same route; SSE2 not measured. MoeExperts (DeepSeek's
+# routed experts in decode; docs/native-kernels.md, "MoE experts").
 # MS_OCR_NATIVE_ROUTES ("all", "none" or a comma list of KERNELS) overrides the table, e.g. to measure a level.
-KERNELS = ("matmul_t", "decode_layer", "attention", "gelu", "causal_attention")
+KERNELS = ("matmul_t", "decode_layer", "attention", "gelu", "causal_attention", "moe_experts")
 NATIVE_ROUTES = {
-    "avx512": ("matmul_t", "decode_layer", "attention", "gelu", "causal_attention"),
-    "avx2": ("matmul_t", "decode_layer", "gelu", "causal_attention"),
+    "avx512": ("matmul_t", "decode_layer", "attention", "gelu", "causal_attention", "moe_experts"),
+    "avx2": ("matmul_t", "decode_layer", "gelu", "causal_attention", "moe_experts"),
     "sse2": ("matmul_t", "decode_layer", "gelu"),
     "neon": (),
     "scalar": (),
@@ -85,7 +87,7 @@ class portable:
 
 # every native op above: what `without_native` clears
 _NATIVE_NAMES = ("NATIVE_MATMUL_T", "NATIVE_DECODE_LAYER", "NATIVE_ATTENTION", "NATIVE_CAUSAL_ATTENTION", "NATIVE_GELU",
-                 "NATIVE_GATHER_ROWS", "NATIVE_WIDEN", "NATIVE_INTERP_ROWS", "BF16_PRODUCTS", "NATIVE_Q8")
+                 "NATIVE_MOE_EXPERTS", "NATIVE_GATHER_ROWS", "NATIVE_WIDEN", "NATIVE_INTERP_ROWS", "BF16_PRODUCTS", "NATIVE_Q8")
 
 
 class without_native:
@@ -126,7 +128,7 @@ def configure(device_target=None):
     Called once by the model loader after the MindSpore context is set. Returns the target used.
     """
     global FUSED, NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS, NATIVE_WIDEN
-    global NATIVE_CAUSAL_ATTENTION, NATIVE_INTERP_ROWS, NATIVE_Q8, _configured
+    global NATIVE_CAUSAL_ATTENTION, NATIVE_MOE_EXPERTS, NATIVE_INTERP_ROWS, NATIVE_Q8, _configured
     target = device_target or ms.get_context("device_target")
     FUSED = target == "Ascend"
     kernels = native.load() if target == "CPU" else None
@@ -136,7 +138,8 @@ def configure(device_target=None):
     if kernels is not None:
         routes = native_routes(kernels.isa_level)
         chosen = tuple(op if name in routes else None for name, op in zip(KERNELS, native_ops(kernels)))
-    NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_CAUSAL_ATTENTION = chosen
+    (NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_CAUSAL_ATTENTION,
+     NATIVE_MOE_EXPERTS) = chosen
     _configured = target
     return target
 
@@ -144,7 +147,8 @@ def configure(device_target=None):
 def routed():
     """The native kernels the configured ops use (names from KERNELS, and "bf16_products" when enabled), for
     reports and the compile cache's key."""
-    ops_ = (NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_CAUSAL_ATTENTION)
+    ops_ = (NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_CAUSAL_ATTENTION,
+            NATIVE_MOE_EXPERTS)
     names = tuple(name for name, op in zip(KERNELS, ops_) if op is not None)
     return names + (("bf16_products",) if BF16_PRODUCTS is not None else ())
 
@@ -197,8 +201,8 @@ def _first(*args):
 
 def native_ops(kernels):
     """The Custom ops over a loaded kernel library, made once per library, in KERNELS order: (MatMulT, (DecodeLayer
-    without, with q/k norms), VisionAttention, (GeluTanh, GeluErf), CausalAttention) — what `configure` routes to
-    (tests pass other builds)."""
+    without, with q/k norms), VisionAttention, (GeluTanh, GeluErf), CausalAttention, MoeExperts) — what `configure`
+    routes to (tests pass other builds)."""
     if kernels.path not in _native_ops:
         def custom(name, out_shape, out_dtype=_first):
             return ops.Custom(kernels.func(name), out_shape=out_shape, out_dtype=out_dtype, func_type="aot")
@@ -209,7 +213,8 @@ def native_ops(kernels):
                   for _ in range(2)),
             custom("VisionAttention", _first),
             tuple(custom(name, _first) for name in ("GeluTanh", "GeluErf")),
-            custom("CausalAttention", _first))
+            custom("CausalAttention", _first),
+            custom("MoeExperts", lambda h, *rest: list(h)))
     return _native_ops[kernels.path]
 
 

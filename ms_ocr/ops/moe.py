@@ -7,6 +7,9 @@ The three together run a routed FFN over any number of tokens inside one graph:
   out = token_unpermute(y [T*k, N], rows, probs [T, k])     [T, N]: sum_j probs[t, j] * y[rows[t*k + j]]
 The fallbacks index expert weights per pair (memory T*k*N*H): they are for small token counts and for checking
 the fused branch; the CPU runtime runs prefill experts through its host dispatch (ms_ocr/runtime/moe.py).
+
+On the CPU a decode step's routed experts run through the native MoeExperts (`experts_decode`), which reads the
+selected experts' rows of the stacks as they are stored (fp32, bf16, int8 with scales).
 """
 
 import mindspore as ms
@@ -58,3 +61,19 @@ def token_unpermute(permuted, rows, probs):
     t, k = probs.shape
     y = ops.gather(permuted, rows, 0).reshape(t, k, -1)
     return (y * probs.astype(y.dtype)[..., None]).sum(1)
+
+
+def experts_native(h, stacks):
+    """Whether experts_decode serves these tokens (decided at graph-compile time): the native kernel is routed,
+    h [T, H] is fp32 and the stacks (gate, up, down) are fp32, bf16 or int8."""
+    ok = backend.NATIVE_MOE_EXPERTS is not None and h.dtype == ms.float32
+    for w in stacks:  # a loop, not all(<generator>): graph mode runs a generator in Python at every call
+        ok = ok and w.dtype in (ms.float32, ms.bfloat16, ms.int8)
+    return ok
+
+
+def experts_decode(h, weights, ids, stacks, scales=()):
+    """h [T, H] fp32 through the experts ids [T, k] selected, weighted by weights [T, k]: [T, H] fp32 =
+    sum_j weights[t, j] * down[e] (silu(gate[e] h) * up[e] h), e = ids[t, j]. stacks: (gate [E, I, H], up
+    [E, I, H], down [E, H, I]); int8 stacks with their scales (per row [E, N] or per group [E, N, K / G])."""
+    return backend.NATIVE_MOE_EXPERTS(h, ids, weights.astype(ms.float32), *stacks, *scales)

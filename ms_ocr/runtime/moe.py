@@ -1,11 +1,14 @@
 """MoE layers off Ascend, with the experts routed on the host: a prompt's token-expert pairs grouped by expert (each
-used expert runs once over its rows), and a one-sequence decode step layer by layer, the k chosen experts read
-through zero-copy views of the stacked weights. Ascend keeps the fused dispatch in the graphs."""
+used expert runs once over its rows), and, where the native MoeExperts kernel is not routed, a one-sequence decode
+step layer by layer, the k chosen experts read through zero-copy views of the stacked weights. With the kernel
+(ops/moe.py experts_decode) decode stays in the whole-model graph, which routes in the graph and reads the chosen
+experts' rows in place. Ascend keeps the fused dispatch in the graphs."""
 
 import numpy as np
 from mindspore import Tensor
 
 from ms_ocr.nn.blocks import graph_input
+from ms_ocr.ops import backend
 from ms_ocr.processing.grid import bucket
 from ms_ocr.steps import (DecodeHeadStep, DecodePrepStep, DenseLayerDecodeStep, ExpertsDecodeStep, ExpertsHeadStep,
                           ExpertsMoELayerDecodeStep, ExpertStep, GatedMLPStep, MoELayerDecodeStep, RouterStep)
@@ -25,8 +28,11 @@ class HostMoE:
         self.shared_mlp_step = GatedMLPStep(tspec["act"])
         self._router_steps = {}
         self._expert_views = {}
-        self.decode_on_host = bool(self.cells) and cache.host_default and not tspec["qk_norm"]
-        if self.decode_on_host:
+        # one-sequence decode through the layer graphs and host routing where it can run; the default only without
+        # the native MoeExperts (with it the whole-model graph reads the chosen experts in place: faster)
+        host_capable = bool(self.cells) and cache.host_default and not tspec["qk_norm"]
+        self.decode_on_host = host_capable and backend.NATIVE_MOE_EXPERTS is None
+        if host_capable:
             moe = self.cells[0]
             attn = (tspec["heads"], tspec["kv_heads"], tspec["dim"], tspec["eps"])
             self.prep_step = DecodePrepStep(model)

@@ -1,9 +1,9 @@
 """Accuracy gate of the embedded demo checkpoint: held-out lines rendered now from a fixed seed (text the training
 never drew, one font it never saw) go through the CLI; CER <= 2 % on the training fonts, the unseen font's CER is
 reported, and transformers' generate on the same checkpoint gives identical tokens (real-weight parity). The same
-lines with `--dtype bf16` (products in bf16 where the CPU has bf16 dot products) and with `--quantize int8` gate the
-reduced precisions: CER within MAX_CER_DRIFT of the exact path's on each set, and no output running on past twice
-its truth."""
+lines with `--dtype bf16` (products in bf16 where the CPU has bf16 dot products), `--quantize int8` (a scale per
+row) and `--quantize int8-g32` (a scale per 32 columns) gate the reduced precisions: CER within MAX_CER_DRIFT of
+the exact path's on each set, and no output running on past twice its truth."""
 
 import json
 
@@ -75,9 +75,14 @@ def gate_int8(tmp_path_factory):
     return _held_out(tmp_path_factory, "--quantize", "int8")
 
 
-@pytest.fixture(params=["bf16", "int8"])
+@pytest.fixture(scope="module")
+def gate_int8_g32(tmp_path_factory):
+    return _held_out(tmp_path_factory, "--quantize", "int8-g32")
+
+
+@pytest.fixture(params=["bf16", "int8", "int8_g32"])
 def reduced(request):
-    """(name, records) of a reduced-precision run: --dtype bf16 or --quantize int8."""
+    """(name, records) of a reduced-precision run: --dtype bf16, --quantize int8 or int8-g32."""
     return request.param, request.getfixturevalue(f"gate_{request.param}")
 
 

@@ -43,6 +43,7 @@ class NativeKernels:
         self.lib.ms_ocr_decode_layer_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_vision_attention_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_gelu_calls.restype = ctypes.c_int64
+        self.lib.ms_ocr_moe_experts_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_isa_level.restype = ctypes.c_char_p
         self.lib.ms_ocr_gemm_bf16_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_load_dnnl.argtypes = [ctypes.c_char_p]
@@ -75,6 +76,11 @@ class NativeKernels:
     def gelu_calls(self):
         """How many GeluTanh / GeluErf kernels ran in this process."""
         return self.lib.ms_ocr_gelu_calls()
+
+    @property
+    def moe_experts_calls(self):
+        """How many MoeExperts kernels ran in this process."""
+        return self.lib.ms_ocr_moe_experts_calls()
 
     @property
     def gemm_bf16_calls(self):

@@ -215,6 +215,7 @@ inline vf vexp(vf x) {
 
 int g_threads = 1;
 std::atomic<int64_t> g_matmul_t_calls{0};  // read by tests: which products took this kernel
+std::atomic<int64_t> g_moe_experts_calls{0};
 std::atomic<int64_t> g_decode_layer_calls{0};
 std::atomic<int64_t> g_vision_attention_calls{0};
 std::atomic<int64_t> g_gelu_calls{0};
@@ -771,6 +772,23 @@ struct Product {
   const float* res;
 };
 
+// Rows [o, o1) of a product with m activation rows, by the weight's kind.
+inline void product_rows(const Product& p, int m, int64_t o, int64_t o1) {
+  if (p.w.scale && p.w.group) {
+    kGemvRowsG[m](p.x, static_cast<const int8_t*>(p.w.p), p.w.scale, p.y, p.out, p.in, p.w.group, o, o1);
+  } else if (p.w.scale) {
+    kGemvRows<int8_t>[m](p.x, static_cast<const int8_t*>(p.w.p), p.y, p.out, p.in, o, o1);
+    scale_rows(p.y, p.w.scale, m, p.out, o, o1);
+  } else if (p.w.bf16) {
+    kGemvRows<bf16>[m](p.x, static_cast<const bf16*>(p.w.p), p.y, p.out, p.in, o, o1);
+  } else {
+    kGemvRows<float>[m](p.x, static_cast<const float*>(p.w.p), p.y, p.out, p.in, o, o1);
+  }
+  if (p.res)
+    for (int r = 0; r < m; ++r)
+      for (int64_t i = o; i < o1; ++i) p.y[r * p.out + i] += p.res[r * p.out + i];
+}
+
 // Runs the products of a group over the team, in chunks of rows handed out on demand through `next` (the
 // niced launcher thread takes fewer); ends with the team's barrier.
 void parallel_products(int m, const Product* ps, int n, const TeamCtx& team, std::atomic<int64_t>& next) {
@@ -781,20 +799,8 @@ void parallel_products(int m, const Product* ps, int n, const TeamCtx& team, std
     int j = 0;
     while (c >= first[j + 1]) ++j;
     const Product& p = ps[j];
-    const int64_t o = (c - first[j]) * kChunk, o1 = o + kChunk < p.out ? o + kChunk : p.out;
-    if (p.w.scale && p.w.group) {
-      kGemvRowsG[m](p.x, static_cast<const int8_t*>(p.w.p), p.w.scale, p.y, p.out, p.in, p.w.group, o, o1);
-    } else if (p.w.scale) {
-      kGemvRows<int8_t>[m](p.x, static_cast<const int8_t*>(p.w.p), p.y, p.out, p.in, o, o1);
-      scale_rows(p.y, p.w.scale, m, p.out, o, o1);
-    } else if (p.w.bf16) {
-      kGemvRows<bf16>[m](p.x, static_cast<const bf16*>(p.w.p), p.y, p.out, p.in, o, o1);
-    } else {
-      kGemvRows<float>[m](p.x, static_cast<const float*>(p.w.p), p.y, p.out, p.in, o, o1);
-    }
-    if (p.res)
-      for (int r = 0; r < m; ++r)
-        for (int64_t i = o; i < o1; ++i) p.y[r * p.out + i] += p.res[r * p.out + i];
+    const int64_t o = (c - first[j]) * kChunk;
+    product_rows(p, m, o, o + kChunk < p.out ? o + kChunk : p.out);
   }
   team.sync();
 }
@@ -1192,6 +1198,107 @@ int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const c
     {
       const Product ps[] = {{g.data(), dw, x_out, hidden, inter, x1.data()}};
       parallel_products(m, ps, 1, team, next[4]);
+    }
+  });
+  return 0;
+}
+
+int64_t ms_ocr_moe_experts_calls() { return g_moe_experts_calls.load(); }
+
+// MoeExperts: the routed experts of a DeepSeek MoE layer for a decode step's tokens (ms_ocr/nn/moe.py), reading
+// only the selected experts' rows of the stacked weights, as they are stored (fp32, bf16 widened in registers, or
+// int8 with scales): the composed path gathers the selected experts into fp32 copies first (for DeepSeek-OCR's
+// six experts of 3 x 896 x 1280, 83 MB written and read again per layer and token).
+// Inputs: h [T, H] fp32; ids [T, k] int32 (an id outside [0, E) adds nothing); w [T, k] fp32, the routing
+// weights; gate, up [E, I, H] and down [E, H, I] stacks; for int8 stacks their scales after down: [E, N] (one
+// per row) or [E, N, K / G] (one per group of G columns). Output y [T, H] fp32:
+// y[t] = sum_j w[t, j] * down[e] (silu(gate[e] h[t]) * up[e] h[t]), e = ids[t, j], the j in order.
+int MoeExperts(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+               void* extra) {
+  (void)stream; (void)extra;
+  if (nparam != 7 && nparam != 10) return 1;
+  const bool quant = nparam == 10;
+  if (ndims[0] != 2 || ndims[1] != 2 || ndims[2] != 2 || ndims[3] != 3 || ndims[4] != 3 || ndims[5] != 3) return 1;
+  const int64_t t = shapes[0][0], hidden = shapes[0][1], k = shapes[1][1];
+  const int64_t e_count = shapes[3][0], inter = shapes[3][1];
+  if (t < 1 || shapes[1][0] != t || shapes[2][0] != t || shapes[2][1] != k || shapes[3][2] != hidden) return 1;
+  for (int i = 4; i <= 5; ++i)
+    if (shapes[i][0] != e_count) return 1;
+  if (shapes[4][1] != inter || shapes[4][2] != hidden || shapes[5][1] != hidden || shapes[5][2] != inter) return 1;
+  // each stack: its bytes per weight, and (int8) its scales' layout
+  int64_t elem[3], group[3] = {0, 0, 0};
+  for (int i = 0; i < 3; ++i) {
+    const int s = 3 + i;
+    if (is_int8(dtypes[s]) != quant) return 1;
+    elem[i] = quant ? 1 : is_bf16(dtypes[s]) ? 2 : 4;
+    if (quant) {  // scales [E, N] or [E, N, ng]: per expert as MatMulTQ8's [N] or [N, ng]
+      const int sd = ndims[6 + i];
+      if (sd < 2 || shapes[6 + i][0] != e_count) return 1;
+      group[i] = q8_group(sd - 1, shapes[6 + i] + 1, shapes[s][1], shapes[s][2]);
+      if (group[i] < 0) return 1;
+    }
+  }
+  const float* h = static_cast<const float*>(params[0]);
+  const int32_t* ids = static_cast<const int32_t*>(params[1]);
+  const float* w = static_cast<const float*>(params[2]);
+  float* y = static_cast<float*>(params[nparam - 1]);
+  // expert e of stack i (0 gate, 1 up, 2 down) as a product's weight
+  auto expert = [&](int i, int64_t e) {
+    const int s = 3 + i;
+    const int64_t n = shapes[s][1], kk = shapes[s][2];
+    Weight wt{static_cast<const char*>(params[s]) + e * n * kk * elem[i], elem[i] == 2};
+    if (quant) {
+      wt.scale = static_cast<const float*>(params[6 + i]) + e * n * (group[i] ? kk / group[i] : 1);
+      wt.group = group[i];
+    }
+    return wt;
+  };
+  g_moe_experts_calls.fetch_add(1);
+  const int64_t pairs = t * k;
+  std::vector<float> g(pairs * inter), u(pairs * inter), yp(pairs * hidden);
+  std::vector<char> used(pairs);
+  for (int64_t p = 0; p < pairs; ++p) used[p] = ids[p] >= 0 && ids[p] < e_count;
+  constexpr int64_t kChunk = 64;
+  const int64_t in_chunks = (inter + kChunk - 1) / kChunk, out_chunks = (hidden + kChunk - 1) / kChunk;
+  std::atomic<int64_t> next[2] = {};
+  team_run(g_threads, [&](const TeamCtx& team) {
+    // gate and up of every pair, chunks of rows handed out on demand
+    for (int64_t c = next[0].fetch_add(1); c < pairs * 2 * in_chunks; c = next[0].fetch_add(1)) {
+      const int64_t p = c / (2 * in_chunks), which = c / in_chunks % 2, o = c % in_chunks * kChunk;
+      if (!used[p]) continue;
+      const Product pr{h + p / k * hidden, expert(static_cast<int>(which), ids[p]), (which ? u : g).data() + p * inter,
+                       inter, hidden, nullptr};
+      product_rows(pr, 1, o, o + kChunk < inter ? o + kChunk : inter);
+    }
+    team.sync();
+    {  // silu(gate) * up, a contiguous kVL-aligned share per thread
+      const int64_t total = pairs * inter, share = ((total + team.n - 1) / team.n + kVL - 1) / kVL * kVL;
+      const int64_t lo = team.tid * share < total ? team.tid * share : total;
+      const int64_t hi = lo + share < total ? lo + share : total;
+      silu_mul(g.data() + lo, u.data() + lo, g.data() + lo, hi - lo);
+      team.sync();
+    }
+    for (int64_t c = next[1].fetch_add(1); c < pairs * out_chunks; c = next[1].fetch_add(1)) {
+      const int64_t p = c / out_chunks, o = c % out_chunks * kChunk;
+      if (!used[p]) continue;
+      const Product pr{g.data() + p * inter, expert(2, ids[p]), yp.data() + p * hidden, hidden, inter, nullptr};
+      product_rows(pr, 1, o, o + kChunk < hidden ? o + kChunk : hidden);
+    }
+    team.sync();
+    // the weighted sum per token, a share of the columns per thread
+    const int64_t share = (hidden + team.n - 1) / team.n;
+    const int64_t lo = team.tid * share < hidden ? team.tid * share : hidden;
+    const int64_t hi = lo + share < hidden ? lo + share : hidden;
+    for (int64_t r = 0; r < t; ++r) {
+      float* yr = y + r * hidden;
+      for (int64_t i = lo; i < hi; ++i) yr[i] = 0.f;
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t p = r * k + j;
+        if (!used[p]) continue;
+        const float wj = w[p];
+        const float* src = yp.data() + p * hidden;
+        for (int64_t i = lo; i < hi; ++i) yr[i] += wj * src[i];
+      }
     }
   });
   return 0;
