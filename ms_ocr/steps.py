@@ -155,13 +155,16 @@ class RouterStep(nn.Cell):
 
 
 class ExpertStep(nn.Cell):
-    """One routed expert (its gate/up/down weights) over rows `rows` of h [T, H]."""
+    """One routed expert (its gate/up/down weights) over rows `rows` of h [T, H]; int8 weights (--quantize int8)
+    with their scales after them, dequantised here."""
 
     def __init__(self, act):
         super().__init__()
         self.act = act
 
-    def construct(self, h, rows, gw, uw, dw):
+    def construct(self, h, rows, gw, uw, dw, *scales):
+        if scales:
+            gw, uw, dw = K.dequant_q8(gw, scales[0]), K.dequant_q8(uw, scales[1]), K.dequant_q8(dw, scales[2])
         return F.gated_mlp(ops.gather(h, rows, 0), gw, uw, dw, self.act)
 
 

@@ -80,6 +80,29 @@ def test_array_quantised_in_chunks_into_a_given_buffer_is_the_whole_matrix_quant
     assert s3.shape == (53, 5) and np.array_equal(q3, want_q) and np.array_equal(s3, want_s)
 
 
+@pytest.mark.parametrize("group", [0, 32])
+def test_expert_stack_quantised_slice_by_slice_is_the_whole_stack_quantised(group):
+    """A MoE stack [E, N, K] (--quantize int8 of DeepSeek's experts) arrives one expert at a time, in any order, as
+    raw bf16 words: each slice quantised into the int8 pool tensor as it comes gives what quantize_array gives for
+    the whole stack (and [E, N] / [E, N, K / G] scales)."""
+    from mindspore import Parameter, Tensor
+
+    from ms_ocr.convert.loader import _Stack
+    from ms_ocr.convert.safetensors_io import widen_bf16
+    from ms_ocr.models.quantize import quantize_array
+    rng = np.random.default_rng(group + 1)
+    words = (rng.standard_normal((5, 24, 64), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    stack = _Stack(words.shape, True, group)
+    for e in (3, 0, 4, 1, 2):
+        stack.put(e, words[e], None)
+    param = Parameter(Tensor(np.zeros(1, np.float32)), name="experts.up_proj")
+    scale = Parameter(Tensor(np.zeros(1, np.float32)), name="experts.up_proj_scale")
+    stack.store(param, None, scale)
+    want_q, want_s = quantize_array(widen_bf16(words), group=group)
+    assert str(param.dtype) == "Int8" and np.array_equal(param.asnumpy(), want_q)
+    assert want_s.shape == ((5, 24, 2) if group else (5, 24)) and np.array_equal(scale.asnumpy(), want_s)
+
+
 def test_refused_on_ascend_and_unknown_modes():
     args = ("x", "/nonexistent", None, None, None, None, None, 1, 0.0)
     with pytest.raises(ValueError, match="CPU-only"):

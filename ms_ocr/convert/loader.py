@@ -135,12 +135,18 @@ class _Stack:
     """The slices of one stacked (per-expert) Parameter as they arrive from the checkpoint. Raw bf16 slices of a
     Parameter kept in bf16 go straight into its pool tensor at their offset: no buffer, no widening and
     rounding back (DeepSeek-OCR-2's load spent ~13 of ~23 s there). Otherwise, or from the first slice that is
-    not raw bf16, a float32 buffer is filled and stored when complete."""
+    not raw bf16, a float32 buffer is filled and stored when complete. A stack quantised by --quantize int8
+    (`int8_group`: columns per scale, 0 one per row): each slice quantised into the int8 pool tensor as it
+    arrives, its scales beside."""
 
-    def __init__(self, shape, raw):
+    def __init__(self, shape, raw, int8_group=None):
         self.shape = tuple(shape)
-        self.tensor, self.buf = None, None
-        if raw and _HAVE_EMPTY:
+        self.tensor, self.buf, self.group = None, None, int8_group
+        if int8_group is not None:
+            self.tensor, self.q = pool_array(self.shape, ms.int8, np.int8)
+            k = self.shape[-1]
+            self.scales = np.empty(self.shape[:-1] + ((k // int8_group,) if int8_group else ()), np.float32)
+        elif raw and _HAVE_EMPTY:
             self.tensor = mint.empty(self.shape, dtype=ms.bfloat16)
             count = int(np.prod(self.shape))
             _prefault(self.tensor.data_ptr(), 2 * count)
@@ -150,6 +156,13 @@ class _Stack:
             self.buf = np.zeros(self.shape, np.float32)
 
     def put(self, index, arr, round_to):
+        if self.group is not None:
+            from ms_ocr.models.quantize import quantize_array
+            raw = arr.dtype == np.uint16 and round_to in (None, "bf16")
+            _, self.scales[index] = quantize_array(
+                arr if raw else round_weights(widen_bf16(arr) if arr.dtype == np.uint16 else arr, round_to),
+                self.q[index], self.group)
+            return
         if self.tensor is not None and arr.dtype == np.uint16:
             self.bits[index] = arr
             return
@@ -158,7 +171,12 @@ class _Stack:
             self.tensor = self.bits = None
         self.buf[index] = round_weights(widen_bf16(arr) if arr.dtype == np.uint16 else arr, round_to)
 
-    def store(self, param, dtype):
+    def store(self, param, dtype, scale=None):
+        if self.group is not None:
+            adopt(param, self.tensor if self.tensor is not None else device_tensor(self.q, ms.int8))
+            adopt(scale, device_tensor(self.scales, ms.float32))
+            self.tensor = self.q = self.scales = None
+            return
         if self.tensor is not None and dtype == ms.bfloat16:
             self.bits = None
             adopt(param, self.tensor)
@@ -210,7 +228,7 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=
             if local not in stacked:
                 raw = arr.dtype == np.uint16 and round_to in (None, "bf16") and (
                     compute_dtype == ms.bfloat16 or _keeps_bf16(local, keep_bf16, True, round_to))
-                stacked[local] = (_Stack(param.shape, raw), set())
+                stacked[local] = (_Stack(param.shape, raw, plan.group if local in int8 else None), set())
             buf, filled = stacked[local]
             if buf is None or index in filled:
                 raise CheckpointError(f"{source}: two checkpoint tensors map to {local}[{index}]")
@@ -221,7 +239,7 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=
                 stacked_not_bf16.add(local)
             if len(filled) == param.shape[0]:  # complete: hand it over now so only one buffer is alive at a time
                 bf16 = _keeps_bf16(local, keep_bf16, local not in stacked_not_bf16, round_to)
-                buf.store(param, ms.bfloat16 if bf16 else compute_dtype)
+                buf.store(param, ms.bfloat16 if bf16 else compute_dtype, int8.get(local))
                 loaded.add(local)
                 stacked[local] = (None, filled)
             continue

@@ -5,7 +5,9 @@ q = round(w / scale)); a row of a product is scale * (x . q). A decode step read
 (DecodeLayer, MatMulTQ8: half the bytes of bf16); prefill dequantises a layer's matrices to fp32 as it runs them
 (DequantQ8), so prompts compute on the dequantised values. A tied head is the embedding table: that table becomes
 int8 (the head reads it through MatMulTQ8, the lookup gathers int8 rows and scales them), so prompt and decode both
-see the dequantised table. Vision, an untied model's embeddings, norms and MoE layers stay as they are. CPU only: on
+see the dequantised table. A MoE decoder's routed experts (DeepSeek-OCR: most of its weights) become int8 where the
+native MoeExperts kernel reads them (decode), each expert dequantised as it runs for a prompt. Vision, an untied
+model's embeddings, norms, a MoE decoder's attention, dense and shared-expert layers stay as they are. CPU only: on
 Ascend the corresponding path is MindSpore Golden Stick's weight-only quantisation with the NPU's quantised matmul,
 not run yet.
 
@@ -41,20 +43,22 @@ CHUNK_ROWS = 4096  # rows widened to fp32 at a time (a 103,424-row head would be
 
 
 def quantize_array(arr, out=None, group=0):
-    """A checkpoint tensor [N, K] (float, or raw bf16 words as uint16) -> quantize_rows, row chunk by row chunk,
-    into `out` (an int8 array [N, K], e.g. a view of the pool tensor it is for: no second copy of the matrix) or
-    a new array."""
+    """A checkpoint tensor [..., N, K] (float, or raw bf16 words as uint16; a stack of experts [E, N, K] is E
+    matrices) -> quantize_rows, row chunk by row chunk, into `out` (an int8 array of its shape, e.g. a view of the
+    pool tensor it is for: no second copy) or a new array. Returns (q, scales [..., N] or [..., N, K / group])."""
     import numpy as np
 
     from ms_ocr.convert.safetensors_io import widen_bf16
     out = np.empty(arr.shape, np.int8) if out is None else out
-    n, k = arr.shape
+    k = arr.shape[-1]
+    rows_in, rows_out = arr.reshape(-1, k), out.reshape(-1, k)  # views (contiguous arrays)
+    n = rows_in.shape[0]
     scales = np.empty((n, k // group) if group else n, np.float32)
     for start in range(0, n, CHUNK_ROWS):
-        rows = arr[start:start + CHUNK_ROWS]
+        rows = rows_in[start:start + CHUNK_ROWS]
         _, scales[start:start + len(rows)] = quantize_rows(widen_bf16(rows) if rows.dtype == np.uint16 else rows,
-                                                           out[start:start + len(rows)], group)
-    return out, scales
+                                                           rows_out[start:start + len(rows)], group)
+    return out, scales.reshape(arr.shape[:-1] + ((k // group,) if group else ()))
 
 
 def quantizable(layer):
@@ -82,22 +86,26 @@ def _placeholder(name):
 def prepare_int8(net, group=0):
     """Mark what --quantize int8 (`group`: int8-g<group>) makes int8 in `net`, before its weights are loaded: the
     layers of a decoder whose layers are all dense SiLU-gated ones (a MoE decoder's dense layers run in its
-    host-routed layer graphs, which read no int8: they stay as they are) and the head (a tied head's embedding
-    table). Each such Linear gets a `weight_scale` Parameter, each such layer `quantized = True`, `q8_group` and a
-    `q8_scales` Parameter (filled by finish_int8). Returns an Int8Plan: {weight Parameter name: its scale
+    host-routed layer graphs, which read no int8: they stay as they are), the head (a tied head's embedding
+    table) and a MoE layer's expert stacks where the native MoeExperts is routed (each stack gets its
+    `<name>_scale`, the MoE cell `quantized = True`). Each such Linear gets a `weight_scale` Parameter, each such
+    layer `quantized = True`, `q8_group` and a `q8_scales` Parameter (filled by finish_int8). Returns an Int8Plan: {weight Parameter name: its scale
     Parameter}, which the loader quantises as it reads them (convert/loader.py), so the bf16 / fp32 matrices are
     never allocated, and the names of the Parameters made here (no checkpoint has them). A matrix whose columns
     are not a multiple of `group` is an error."""
+    from ms_ocr.ops import backend
     scales, made = {}, set()
 
-    def mark(linear):
-        columns = linear.weight.shape[1]
+    def mark(owner, attr="weight"):
+        weight = getattr(owner, attr)
+        columns = weight.shape[-1]
         if group and columns % group:
-            raise ValueError(f"--quantize int8-g{group}: {linear.weight.name} has {columns} columns, not a multiple "
+            raise ValueError(f"--quantize int8-g{group}: {weight.name} has {columns} columns, not a multiple "
                              f"of {group} (use --quantize int8)")
-        linear.weight_scale = _placeholder(f"{linear.weight.name}_scale")
-        scales[linear.weight.name] = linear.weight_scale
-        made.add(linear.weight_scale.name)
+        scale = _placeholder(f"{weight.name}_scale")
+        setattr(owner, f"{attr}_scale", scale)
+        scales[weight.name] = scale
+        made.add(scale.name)
 
     layers = net.text_layers()
     for layer in layers if all(quantizable(layer) for layer in layers) else []:
@@ -108,6 +116,13 @@ def prepare_int8(net, group=0):
         made.add(layer.q8_scales.name)
         layer.quantized = True
         layer.q8_group = group
+    # a MoE decoder's routed experts, read in place by the native MoeExperts (decode) and dequantised one expert at
+    # a time for a prompt (runtime/moe.py); where that kernel is not routed they stay as they are
+    for layer in layers if backend.NATIVE_MOE_EXPERTS is not None else []:
+        if layer.moe:
+            for attr in ("gate_proj", "up_proj", "down_proj"):
+                mark(layer.mlp.experts, attr)
+            layer.mlp.quantized = True
     # the head: its own matrix, or the embedding table it is tied to (the lookup then dequantises: VLMCell.embed)
     mark(net.model.embed_tokens if net.tied else net.lm_head)
     net.head_quantized = True

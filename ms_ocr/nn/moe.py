@@ -67,6 +67,8 @@ class MoE(nn.Cell):
         self.act = get_activation(act)
         self.silu = self.act is get_activation("silu")  # what the native MoeExperts computes
         self.dense = False  # every expert for every token (the exported graph's path)
+        # --quantize int8 (models/quantize.py): the expert stacks int8, each with its <stack>_scale
+        self.quantized = False
 
     def construct(self, x):
         """In-graph path (decode): x [B, S, H] -> [B, S, H]."""
@@ -80,7 +82,8 @@ class MoE(nn.Cell):
             return (self.dense_experts(h, weights, ids) + self.shared_experts(h)).reshape(shape)
         stacks = (self.experts.gate_proj, self.experts.up_proj, self.experts.down_proj)
         if self.silu and K.experts_native(h, stacks):
-            return (K.experts_decode(h, weights, ids, stacks) + self.shared_experts(h)).reshape(shape)
+            y = K.experts_decode(h, weights, ids, stacks, self.expert_scales())
+            return (y + self.shared_experts(h)).reshape(shape)
         flat = ids.reshape(-1)
         gw = K.expert_rows(self.experts.gate_proj, flat, h.dtype)  # [T*k, I, H]
         uw = K.expert_rows(self.experts.up_proj, flat, h.dtype)
@@ -90,6 +93,13 @@ class MoE(nn.Cell):
         y = _bmm_t(mid, dw).reshape(t, self.top_k, -1)  # [T*k, 1, H]
         y = (y * weights.astype(y.dtype)[..., None]).sum(1)
         return (y + self.shared_experts(h)).reshape(shape)
+
+    def expert_scales(self):
+        """The int8 expert stacks' scales (gate, up, down), or () when they are not quantised."""
+        if not self.quantized:
+            return ()
+        e = self.experts
+        return e.gate_proj_scale, e.up_proj_scale, e.down_proj_scale
 
     def routed_experts(self, h, weights, ids):
         """h [T, H] through its selected experts by permute / grouped matmul / unpermute (ms_ocr/ops/moe.py):

@@ -30,7 +30,8 @@ class HostMoE:
         self._expert_views = {}
         # one-sequence decode through the layer graphs and host routing where it can run; the default only without
         # the native MoeExperts (with it the whole-model graph reads the chosen experts in place: faster)
-        host_capable = bool(self.cells) and cache.host_default and not tspec["qk_norm"]
+        host_capable = (bool(self.cells) and cache.host_default and not tspec["qk_norm"]
+                        and not any(cell.quantized for cell in self.cells))
         self.decode_on_host = host_capable and backend.NATIVE_MOE_EXPERTS is None
         if host_capable:
             moe = self.cells[0]
@@ -63,14 +64,14 @@ class HostMoE:
         h2 = h.reshape(b * s, d)
         weights, ids = self.compiler.call("prefill", self.router_step(moe), h2, graph_input(moe.gate.weight))
         weights, ids = weights.asnumpy(), ids.asnumpy()
-        gates, ups, downs, shared = self.expert_views(moe)
+        gates, ups, downs, shared, *scales = self.expert_views(moe)  # scales: int8 experts' (gate, up, down)
         out = np.zeros((b * s, d), np.float32)
         for e in np.unique(ids):
             tok, slot = np.nonzero(ids == e)
             rows = np.zeros(bucket(len(tok), EXPERT_ROWS), np.int32)
             rows[:len(tok)] = tok
-            y = self.compiler.call("prefill", self.expert_step, h2, Tensor(rows), gates[e], ups[e],
-                                   downs[e]).asnumpy()
+            y = self.compiler.call("prefill", self.expert_step, h2, Tensor(rows), gates[e], ups[e], downs[e],
+                                   *(views[e] for views in scales)).asnumpy()
             # a token picks an expert at most once, so `tok` has no repeats: a plain indexed add (np.add.at,
             # the unbuffered form, took 0.9 s of a 9.6 s DeepSeek-OCR-2 prefill) does the same additions
             out[tok] += y[:len(tok)] * weights[tok, slot, None]
@@ -100,7 +101,7 @@ class HostMoE:
             else:
                 x, h, weights, ids, k, v = call(self.moe_step, *inputs, gate_w)
             self.cache.store(i, k.asnumpy(), v.asnumpy(), (0,), cache_pos)
-            gates, ups, downs, shared = self.expert_views(layer.mlp)
+            gates, ups, downs, shared = self.expert_views(layer.mlp)  # (no int8 experts on this path)
             chosen = [int(e) for e in ids.asnumpy()[0]]
             pending = (h, weights, *[gates[e] for e in chosen], *[ups[e] for e in chosen],
                        *[downs[e] for e in chosen], *shared)
@@ -113,13 +114,14 @@ class HostMoE:
         copy: a CPU Parameter's asnumpy() is its own buffer, and Tensor.from_numpy keeps it; slicing the
         Parameter would copy each expert, and its value() would copy the whole stack, 293 MB per tensor at
         DeepSeek-OCR's size), plus the shared experts' weights. Made once per buffer, like graph_input's views:
-        rebuilt if set_data replaced a stack (a kept view would read the freed buffer)."""
-        stacks = (moe.experts.gate_proj, moe.experts.up_proj, moe.experts.down_proj)
+        rebuilt if set_data replaced a stack (a kept view would read the freed buffer). Int8 stacks (--quantize
+        int8): their scales' per-expert views after the shared experts' weights."""
+        stacks = (moe.experts.gate_proj, moe.experts.up_proj, moe.experts.down_proj) + moe.expert_scales()
         ptrs = tuple(p.data_ptr() if hasattr(p, "data_ptr") else None for p in stacks)
         known = self._expert_views.get(id(moe))
         if known is None or known[0] != ptrs:
             views = [[Tensor.from_numpy(a[e]) for e in range(a.shape[0])] for a in (p.asnumpy() for p in stacks)]
             self._expert_views[id(moe)] = known = (ptrs, views)
         shared = moe.shared_experts
-        return known[1] + [tuple(graph_input(w) for w in (shared.gate_proj.weight, shared.up_proj.weight,
-                                                          shared.down_proj.weight))]
+        return known[1][:3] + [tuple(graph_input(w) for w in (shared.gate_proj.weight, shared.up_proj.weight,
+                                                              shared.down_proj.weight))] + known[1][3:]
