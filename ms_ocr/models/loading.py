@@ -93,7 +93,11 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
     staged = bool(_STAGED)
     text = text_parameter_names(net)
     vision = [p for p in net.get_parameters() if not is_state(p.name) and p.name not in text]
-    load(only={p.name for p in vision} if staged else None)
+    # staged: the ViT layers' weights are read as each layer first runs (runtime/vision.py stream_layers), so
+    # at most one layer's are resident with the vision activations
+    layers = [{p.name for p in layer.get_parameters() if not is_state(p.name)}
+              for layer in net.vision_layers()] if staged else []
+    load(only={p.name for p in vision} - set().union(*layers) if staged else None)
     buckets = buckets or Buckets()
     if os.path.isfile(os.path.join(model_dir, "config.json")):
         CompileCache.activate(runtime_key(name, model_dir, target, compute_dtype, round_to, net, buckets, quantize))
@@ -104,4 +108,6 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
                        load_seconds=time.perf_counter() - t0, postprocess=postprocess, task_inputs=task_inputs)
     if staged:
         pipe.stage_text_weights(lambda: load(only=text), vision)
+        runtime.vision.stream_layers(net.vision_layers(),
+                                     lambda names: load(only={n for n in names if not is_state(n)}))
     return pipe

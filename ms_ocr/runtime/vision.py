@@ -21,7 +21,7 @@ class VisionEncoder:
     together (for a request whose image size will not come back; PaddleOCR-VL, bf16, one 768 x 1,024 page on the
     CPU: peak RSS 3.84 -> 3.32 GB). `release_layers`: free each ViT layer's weights once it has run (a
     one-request process: PaddleOCR-VL's 0.8 GB of bf16 ViT weights are gone before the vision head's activations
-    and the text weights are allocated)."""
+    and the text weights are allocated); with stream_layers each is also read only when it is about to run."""
 
     def __init__(self, model, compiler, compute_dtype):
         self.model, self.compiler, self.compute_dtype = model, compiler, compute_dtype
@@ -37,6 +37,19 @@ class VisionEncoder:
         self.release_graphs = False
         self.release_layers = False
         self._cells = {}
+        self._load_layer, self._unloaded = None, set()  # stream_layers'
+
+    def stream_layers(self, layers, load):
+        """The ViT layers' weights are not loaded (models/loading.py, staged): each layer's are read by
+        `load(names)` right before it runs, and read again if release_layers freed them. A one-request process
+        then holds one layer's weights with the vision activations instead of the whole tower's (PaddleOCR-VL:
+        0.8 GB of bf16)."""
+        self._load_layer, self._unloaded = load, {id(layer) for layer in layers}
+
+    def _ensure_layer(self, layer):
+        if id(layer) in self._unloaded:
+            self._load_layer({p.name for p in layer.get_parameters()})
+            self._unloaded.discard(id(layer))
 
     def tensor(self, array):
         return host_tensor(array, self.compute_dtype)
@@ -112,9 +125,12 @@ class VisionEncoder:
             self.compiler.free_cell(self.embed_step)
         x = xs[0] if len(xs) == 1 else ops.concat(xs, 0)
         for layer in self.model.vision_layers():
+            self._ensure_layer(layer)
             x = self.layer(layer, x, images)
             if self.release_layers:
                 release_weights(layer.get_parameters())
+                if self._load_layer is not None:
+                    self._unloaded.add(id(layer))
         return x, [(start, n) for start, n, _ in images]
 
     def tower(self, item):

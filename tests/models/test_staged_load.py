@@ -31,10 +31,15 @@ def test_staged_load_answers_as_the_whole_load(model, tiny_checkpoint, hunyuan_c
     probe = net.model.embed_tokens.weight  # bf16 once loaded (the checkpoint's bf16 stays bf16 on the CPU)
     assert probe.name in text and probe.dtype == ms.float32  # not loaded yet
     vision = [p for p in net.get_parameters() if p.name not in text and not p.name.endswith("_cache")]
-    assert vision and any(p.dtype == ms.bfloat16 for p in vision)
-    # each ViT layer's weights are freed as soon as the layer has run, before the vision head and the text load
+    # each ViT layer's weights are read as the layer is about to run (not at load) and freed as soon as it has
+    # run, before the vision head and the text load
     layers = [p for layer in net.vision_layers() for p in layer.get_parameters()]
-    assert layers and all(int(np.prod(p.shape)) > 0 for p in layers)
+    assert layers and all(p.dtype == ms.float32 for p in layers)  # not loaded yet (bf16 once loaded)
+    names = {p.name for p in layers}
+    assert all(np.abs(p.asnumpy()).max() > 0 for p in vision if p.name not in names and "weight" in p.name)  # loaded
+    read = []
+    load_layer = staged.runtime.vision._load_layer
+    staged.runtime.vision._load_layer = lambda names: (read.append(sorted(names)), load_layer(names))
     at_text_load = {}
     load_text = staged.ensure_text_weights
 
@@ -49,6 +54,7 @@ def test_staged_load_answers_as_the_whole_load(model, tiny_checkpoint, hunyuan_c
     np.testing.assert_array_equal(np.stack(got_logits), np.stack(want_logits))
     assert all(int(np.prod(p.shape)) == 0 for p in vision)  # released
     assert at_text_load["layers"] == [0] * len(layers)
+    assert read == [sorted(p.name for p in layer.get_parameters()) for layer in net.vision_layers()]
     assert not staged.runtime.vision.release_layers  # only during that one request's vision
     # and their memory with them: no graph-input view (nn.blocks.graph_input) keeps an old buffer alive (one did:
     # the text weights then took new memory beside the unreleased vision weights, +0.25 GB at real size)
@@ -64,3 +70,8 @@ def test_staged_load_answers_as_the_whole_load(model, tiny_checkpoint, hunyuan_c
     BatchEngine(again, cfg, max_batch_size=1, max_input_length=256, max_output_length=8)
     assert again.runtime.model.model.embed_tokens.weight.dtype == ms.bfloat16
     assert all(int(np.prod(p.shape)) > 0 for p in again.runtime.model.get_parameters())
+    # its ViT layers are read as they first run and kept: two requests answer as the one-stage load
+    for _ in range(2):
+        assert again.run([text_page(96, 128, "staged")], prompt, cfg)["token_ids"] == want["token_ids"]
+        assert all(p.dtype == ms.bfloat16 for layer in again.runtime.model.vision_layers()
+                   for p in layer.get_parameters())
