@@ -146,13 +146,28 @@ def run_page(model, name, image, fmt="BF16", new_tokens=32, threads=2, isa="nati
            str(new_tokens), "--temp", "0", "--ignore-eos", "-t", str(threads), "-c", "4096", "-lv", "4"]
     if model == "paddleocr-vl":
         cmd += ["--jinja", "--chat-template", PADDLE_TEMPLATE]
+    no_repack = fmt != "BF16" and isa == "native" and cpu_has_amx()
+    if no_repack:
+        # ggml's AMX kernels take Q8_0 matrices on a CPU with AMX, and on the Xeon KVM guests here they end in an
+        # illegal instruction (gdb, 2026-11-27: `tilezero` in tinygemm_kernel_amx<block_q8_0>; a standalone
+        # program's tile instructions run): --no-repack keeps Q8_0 on ggml's AVX-512 VNNI dot products, the path
+        # a CPU without AMX (the Zen 4 of the reference figures) runs
+        cmd.append("--no-repack")
     t0 = time.perf_counter()
     out, code, usage = run_measured(cmd)
     wall = time.perf_counter() - t0
     if code:
         raise SystemExit(f"llama-mtmd-cli failed ({code}):\n{out[-3000:]}")
     return parse_log(out) | {"wall_s": wall, "peak_rss_gb": usage.ru_maxrss / 2 ** 20, "format": fmt,
-                             "threads": threads, "isa": isa}
+                             "threads": threads, "isa": isa, "no_repack": no_repack}
+
+
+def cpu_has_amx():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return " amx_int8" in f.read()
+    except OSError:
+        return False
 
 
 def run_measured(cmd, env=None):

@@ -360,7 +360,8 @@ def main():
     p.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
                    help="also time what a user waits for, process by process: the ms_ocr CLI (first run on an empty "
                         "compile cache, second run) and llama.cpp (BF16 GGUF; needs scripts/bench_llamacpp.py build)")
-    p.add_argument("--llamacpp-formats", default="BF16", help="GGUF text formats to time (BF16, Q8_0)")
+    p.add_argument("--llamacpp-formats", default="BF16", help="GGUF text formats to time, comma-separated (BF16, "
+                   "Q8_0; \"\": none)")
     p.add_argument("--isa", choices=["native", *ISA_ARCH], default="native",
                    help="process table: both runtimes' own kernels built for this level (llama.cpp: "
                         "bench_llamacpp.py build --isa LEVEL; ms_ocr: MS_OCR_NATIVE_ARCH); MindSpore's kernels keep "
@@ -413,8 +414,9 @@ def peers(args):
     from scripts import bench_llamacpp as L
     cache_dir = os.path.join(args.out, "compile_cache")
     columns = {}
-    formats = args.llamacpp_formats.split(",") if L.available(args.isa) else []
-    if not formats:
+    wanted = [f for f in args.llamacpp_formats.split(",") if f]  # "" : ms_ocr's processes alone
+    formats = wanted if L.available(args.isa) else []
+    if wanted and not formats:
         build = "build" + ("" if args.isa == "native" else f" --isa {args.isa}")
         print(f"llama.cpp is not built here (python scripts/bench_llamacpp.py {build}): its columns are left out")
     for r in range(args.repeat):
