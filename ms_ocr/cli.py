@@ -67,8 +67,9 @@ def add_device_args(p):
                         "(AVX512_BF16, AMX, Arm BF16) computes the products of vision and prompt in bf16")
     p.add_argument("--quantize", default="none", choices=MODES,
                    help="int8: the decoder's dense layers, a MoE decoder's routed experts and the head (a tied "
-                        "one: the embedding table) in weight-only int8 with a scale per row, made at load (decode reads half the bytes of bf16; "
-                        "CPU only); int8-g64 / int8-g32: a scale per 64 / 32 columns of a row")
+                        "one: the embedding table) in weight-only int8 with a scale per row, made at load (decode "
+                        "reads half the bytes of bf16; CPU only); int8-g64 / int8-g32: a scale per 64 / 32 columns "
+                        "of a row")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "ascend"])
     p.add_argument("--threads", type=int, default=None, help="CPU runtime threads")
 

@@ -91,10 +91,10 @@ def prepare_int8(net, group=0):
     host-routed layer graphs, which read no int8: they stay as they are), the head (a tied head's embedding
     table) and a MoE layer's expert stacks where the native MoeExperts is routed (each stack gets its
     `<name>_scale`, the MoE cell `quantized = True`). Each such Linear gets a `weight_scale` Parameter, each such
-    layer `quantized = True`, `q8_group` and a `q8_scales` Parameter (filled by finish_int8). Returns an Int8Plan: {weight Parameter name: its scale
-    Parameter}, which the loader quantises as it reads them (convert/loader.py), so the bf16 / fp32 matrices are
-    never allocated, and the names of the Parameters made here (no checkpoint has them). A matrix whose columns
-    are not a multiple of `group` is an error."""
+    layer `quantized = True`, `q8_group` and a `q8_scales` Parameter (filled by finish_int8). Returns an Int8Plan:
+    {weight Parameter name: its scale Parameter}, which the loader quantises as it reads them (convert/loader.py),
+    so the bf16 / fp32 matrices are never allocated, and the names of the Parameters made here (no checkpoint has
+    them). A matrix whose columns are not a multiple of `group` is an error."""
     from ms_ocr.ops import backend
     scales, made = {}, set()
 

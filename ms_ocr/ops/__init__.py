@@ -14,6 +14,6 @@ from ms_ocr.ops.rope import apply_rope
 __all__ = ["attention", "attention_mask", "attention_with_new", "causal_attention", "native_causal_ok", "apply_rope",
            "conv2d", "dequant_q8", "embedding_rows", "embedding_rows_q8", "expert_rows", "interp_rows", "keeps_bf16",
            "matmul_t", "matmul_t_q8", "widen",
-           "rms_norm", "layer_norm", "token_permute", "expert_ends", "experts_decode", "experts_native", "grouped_matmul",
-           "token_unpermute", "gelu_tanh",
+           "rms_norm", "layer_norm", "token_permute", "expert_ends", "experts_decode", "experts_native",
+           "grouped_matmul", "token_unpermute", "gelu_tanh",
            "gelu_erf", "quick_gelu", "silu", "get_activation", "configure", "configured_target"]

@@ -87,7 +87,8 @@ class portable:
 
 # every native op above: what `without_native` clears
 _NATIVE_NAMES = ("NATIVE_MATMUL_T", "NATIVE_DECODE_LAYER", "NATIVE_ATTENTION", "NATIVE_CAUSAL_ATTENTION", "NATIVE_GELU",
-                 "NATIVE_MOE_EXPERTS", "NATIVE_GATHER_ROWS", "NATIVE_WIDEN", "NATIVE_INTERP_ROWS", "BF16_PRODUCTS", "NATIVE_Q8")
+                 "NATIVE_MOE_EXPERTS", "NATIVE_GATHER_ROWS", "NATIVE_WIDEN", "NATIVE_INTERP_ROWS", "BF16_PRODUCTS",
+                 "NATIVE_Q8")
 
 
 class without_native:

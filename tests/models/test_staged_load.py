@@ -49,7 +49,8 @@ def test_staged_load_answers_as_the_whole_load(model, tiny_checkpoint, hunyuan_c
 
     staged.ensure_text_weights = ensure_text_weights
     got_logits = []
-    got = staged.run([text_page(96, 128, "staged")], prompt, cfg, on_logits=got_logits.append, release_vision=True)  # as infer runs it
+    got = staged.run([text_page(96, 128, "staged")], prompt, cfg, on_logits=got_logits.append,
+                     release_vision=True)  # as infer runs it
     assert got["token_ids"] == want["token_ids"] and got["text"] == want["text"]
     np.testing.assert_array_equal(np.stack(got_logits), np.stack(want_logits))
     assert all(int(np.prod(p.shape)) == 0 for p in vision)  # released
