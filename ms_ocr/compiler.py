@@ -452,8 +452,10 @@ def _warn(message):
     print(f"warning: {message}", file=sys.stderr)
 
 
-def runtime_key(name, model_dir, target, compute_dtype, round_to, net, buckets, quantize="none"):
-    """The CompileCache key of a loaded VLM: everything that shapes its graphs besides each graph's inputs."""
+def runtime_key(name, model_dir, target, compute_dtype, round_to, net, buckets, quantize="none", bf16_names=()):
+    """The CompileCache key of a loaded VLM: everything that shapes its graphs besides each graph's inputs.
+    `bf16_names`: the weights kept in bf16 (device.bf16_resident), named here because a staged load has not read
+    all of them when the key is made (their Parameters' dtypes do not say it yet)."""
     from ms_ocr import __version__
     from ms_ocr.ops import backend, native
     with open(os.path.join(model_dir, "config.json"), "rb") as f:
@@ -466,4 +468,5 @@ def runtime_key(name, model_dir, target, compute_dtype, round_to, net, buckets, 
             "parameters": params, "compute_dtype": str(compute_dtype), "round_to": round_to,
             "tied": bool(getattr(net, "tied", False)), "fused": backend.FUSED, "routes": sorted(backend.routed()),
             "bf16_natives": [backend.NATIVE_GATHER_ROWS is not None, backend.NATIVE_WIDEN is not None],
-            "native": kernels.isa_level if kernels else None, "buckets": repr(buckets), "quantize": quantize}
+            "native": kernels.isa_level if kernels else None, "buckets": repr(buckets), "quantize": quantize,
+            "bf16_resident": hashlib.sha256("\0".join(sorted(bf16_names)).encode()).hexdigest()}

@@ -100,7 +100,8 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
     load(only={p.name for p in vision} - set().union(*layers) if staged else None)
     buckets = buckets or Buckets()
     if os.path.isfile(os.path.join(model_dir, "config.json")):
-        CompileCache.activate(runtime_key(name, model_dir, target, compute_dtype, round_to, net, buckets, quantize))
+        CompileCache.activate(runtime_key(name, model_dir, target, compute_dtype, round_to, net, buckets, quantize,
+                                          keep))
     runtime = VLMRuntime(net, cfg.text.max_position_embeddings, pad_id=0, compute_dtype=compute_dtype,
                          buckets=buckets)
     pipe = VLMPipeline(name, model_dir, cfg, processor, runtime, vision_inputs,
