@@ -131,6 +131,15 @@ def _store(param, arr, dtype):
         adopt(param, device_tensor(np.asarray(arr, np.float32), ms.float32))
 
 
+def _quantize_into(arr, out, round_to, group):
+    """--quantize int8: checkpoint tensor `arr` (raw bf16 words, or values to round as `round_to` says) quantised
+    into the int8 array `out` (models/quantize.py quantize_array); returns its scales."""
+    from ms_ocr.models.quantize import quantize_array
+    raw = arr.dtype == np.uint16 and round_to in (None, "bf16")
+    return quantize_array(arr if raw else round_weights(widen_bf16(arr) if arr.dtype == np.uint16 else arr, round_to),
+                          out, group)[1]
+
+
 class _Stack:
     """The slices of one stacked (per-expert) Parameter as they arrive from the checkpoint. Raw bf16 slices of a
     Parameter kept in bf16 go straight into its pool tensor at their offset: no buffer, no widening and
@@ -157,11 +166,7 @@ class _Stack:
 
     def put(self, index, arr, round_to):
         if self.group is not None:
-            from ms_ocr.models.quantize import quantize_array
-            raw = arr.dtype == np.uint16 and round_to in (None, "bf16")
-            _, self.scales[index] = quantize_array(
-                arr if raw else round_weights(widen_bf16(arr) if arr.dtype == np.uint16 else arr, round_to),
-                self.q[index], self.group)
+            self.scales[index] = _quantize_into(arr, self.q[index], round_to, self.group)
             return
         if self.tensor is not None and arr.dtype == np.uint16:
             self.bits[index] = arr
@@ -199,7 +204,7 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=
     `round_to`), stored int8 with their per-row scales; the scale Parameters are not checkpoint tensors. Returns the
     set of source dtype tags seen.
     """
-    from ms_ocr.models.quantize import Int8Plan, quantize_array
+    from ms_ocr.models.quantize import Int8Plan
     plan = int8 or Int8Plan()
     int8 = plan.scales
     params = {p.name: p for p in net.get_parameters() if not is_state(p.name) and p.name not in plan.made}
@@ -254,11 +259,9 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=
                                   f"{tuple(param.shape)} (checkpoint and config.json disagree)")
         tags.add(tag)
         if local in int8:  # --quantize int8: straight from the checkpoint's values to int8 + row / group scales
-            raw = arr.dtype == np.uint16 and round_to in (None, "bf16")
             pooled, view = pool_array(arr.shape, ms.int8, np.int8)
-            q, scale = quantize_array(arr if raw else round_weights(widen_bf16(arr) if arr.dtype == np.uint16
-                                                                    else arr, round_to), view, plan.group)
-            adopt(param, pooled if pooled is not None else device_tensor(q, ms.int8))
+            scale = _quantize_into(arr, view, round_to, plan.group)
+            adopt(param, pooled if pooled is not None else device_tensor(view, ms.int8))
             adopt(int8[local], device_tensor(scale, ms.float32))
         elif tag == "BF16" and arr.dtype == np.uint16:  # raw bf16 bits (iter_checkpoint(raw_bf16=True))
             if round_to in (None, "bf16") and (compute_dtype == ms.bfloat16 or _keeps_bf16(local, keep_bf16, True,

@@ -15,6 +15,7 @@ from PIL import Image
 
 from tests.cli_util import run_module
 from tests.helpers.pages import text_page
+from tests.helpers.quant import dequantized
 from tests.matrix import layouts
 from tests.matrix.models import MATRICES, reference_forward
 
@@ -361,11 +362,11 @@ def test_int8_matches_transformers_on_the_dequantised_weights(bf16_model, quanti
             local = ours(name)
             local, index = local if isinstance(local, tuple) else (local, None)  # an expert of a stack
             if local in quantized:
-                q, s = quantized[local].asnumpy().astype(np.float32), params[f"{local}_scale"].asnumpy()
+                q, s = quantized[local].asnumpy(), params[f"{local}_scale"].asnumpy()
                 if index is not None:
                     q, s = q[index], s[index]
-                s = s[:, None] if s.ndim == 1 else np.repeat(s, q.shape[1] // s.shape[1], 1)  # per row / group
-                state[name] = torch.tensor(q * s)  # fp32: bf16 would round the dequantised values
+                # fp32 (each value q * scale rounded once, as DequantQ8's): bf16 would round them again
+                state[name] = torch.tensor(dequantized(q, s).astype(np.float32))
                 written.add(local)
         os.remove(path)
         save_file(state, path, metadata={"format": "pt"})

@@ -11,14 +11,9 @@ from mindspore import Tensor
 from ms_ocr.models.quantize import quantize_rows as quantize  # symmetric int8 (tests/test_quantize.py)
 from ms_ocr.ops import backend
 from tests.helpers.native import needs_compiler, op_cell
+from tests.helpers.quant import dequantized
 from tests.ops.test_gemm_bf16 import rne_bf16
 from tests.ops.test_decode_layer import CASES, make_case, reference
-
-
-def dequantized(q, scale):
-    """float64 q * scale, scale [N] (per row) or [N, K / G] (per group of G columns)"""
-    s = scale.astype(np.float64)
-    return q.astype(np.float64) * (s[:, None] if s.ndim == 1 else np.repeat(s, q.shape[1] // s.shape[1], 1))
 
 
 @needs_compiler

@@ -12,7 +12,7 @@ from ms_ocr.convert.loader import round_to_bf16
 from ms_ocr.models.quantize import quantize_rows
 from ms_ocr.ops import backend
 from tests.helpers.native import needs_compiler, op_cell
-from tests.ops.test_int8_kernels import dequantized
+from tests.helpers.quant import dequantized
 
 
 def reference(h, ids, w, gate, up, down):

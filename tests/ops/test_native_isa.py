@@ -52,7 +52,7 @@ def _int8_cases():
     NumPy on the dequantised weights (tests/ops/test_int8_kernels.py runs the same through MindSpore at the x86
     levels)."""
     from ms_ocr.models.quantize import quantize_rows
-    from tests.ops.test_int8_kernels import dequantized
+    from tests.helpers.quant import dequantized
 
     rng = np.random.default_rng(13)
     cases = []

@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #if defined(__AVX512F__)
@@ -363,6 +364,28 @@ inline void attention_values(const float* p, int64_t count, int64_t stride, cons
 // the FMAs, one load per product, and the loads, not the FMAs, bound the loop (8 rows: 24 loads per 24 FMAs;
 // ~75 GFLOP/s against ~130-200 with the loads hoisted, docs/native-kernels.md "Several rows"). Each output's
 // products and sums are the same, in the same order, whatever M and R: bit-identical to the one-row kernel.
+// One vector step of a block of R weight rows at column i: sums[r][m] += w0[r, i..] * x[m, i..], the next block's
+// share of cache lines prefetched first (kLines of them, from `next` on, none at or past `end`).
+template <int M, int R, typename W, int64_t kLines>
+inline void gemv_step(const float* x, const W* w0, int64_t in, int64_t i, vf (&sums)[R][M], uintptr_t& next,
+                      uintptr_t end) {
+  if (R > 1)
+    for (int64_t l = 0; l < kLines; ++l, next += 64)
+      if (next < end) __builtin_prefetch(reinterpret_cast<const void*>(next), 0, 1);
+  if constexpr (M == 1) {
+    const vf xv = vload(x + i);
+    for (int r = 0; r < R; ++r) sums[r][0] = vfma(vload(w0 + r * in + i), xv, sums[r][0]);
+  } else {
+    vf wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = vload(w0 + r * in + i);
+    for (int m = 0; m < M; ++m) {
+      vf xv = vload(x + m * in + i);
+      in_register(xv);
+      for (int r = 0; r < R; ++r) sums[r][m] = vfma(wv[r], xv, sums[r][m]);
+    }
+  }
+}
+
 template <int M, int R, typename W>
 int64_t gemv_block(const float* x, const W* w, float* y, int64_t out, int64_t in, int64_t o, int64_t o1) {
   const int64_t full = in - in % kVL;
@@ -373,23 +396,7 @@ int64_t gemv_block(const float* x, const W* w, float* y, int64_t out, int64_t in
     const W* w0 = w + o * in;
     uintptr_t next = reinterpret_cast<uintptr_t>(w0) + R * in * sizeof(W);
     vf acc[R][M] = {};
-    for (int64_t i = 0; i < full; i += kVL) {
-      if (R > 1)
-        for (int64_t l = 0; l < kLines; ++l, next += 64)
-          if (next < end) __builtin_prefetch(reinterpret_cast<const void*>(next), 0, 1);
-      if constexpr (M == 1) {
-        const vf xv = vload(x + i);
-        for (int r = 0; r < R; ++r) acc[r][0] = vfma(vload(w0 + r * in + i), xv, acc[r][0]);
-      } else {
-        vf wv[R];
-        for (int r = 0; r < R; ++r) wv[r] = vload(w0 + r * in + i);
-        for (int m = 0; m < M; ++m) {
-          vf xv = vload(x + m * in + i);
-          in_register(xv);
-          for (int r = 0; r < R; ++r) acc[r][m] = vfma(wv[r], xv, acc[r][m]);
-        }
-      }
-    }
+    for (int64_t i = 0; i < full; i += kVL) gemv_step<M, R, W, kLines>(x, w0, in, i, acc, next, end);
     if (full < in) {
       vf xv[M];
       for (int m = 0; m < M; ++m) xv[m] = vload_tail(x + m * in + full, in - full);
@@ -453,18 +460,8 @@ int64_t gemv_block_g(const float* x, const int8_t* w, const float* scale, float*
     vf acc[R][M] = {};
     for (int64_t g = 0; g < ng; ++g) {
       vf tmp[R][M] = {};
-      for (int64_t i = g * group; i < (g + 1) * group; i += kVL) {
-        if (R > 1)
-          for (int64_t l = 0; l < kLines; ++l, next += 64)
-            if (next < end) __builtin_prefetch(reinterpret_cast<const void*>(next), 0, 1);
-        vf wv[R];
-        for (int r = 0; r < R; ++r) wv[r] = vload(w0 + r * in + i);
-        for (int m = 0; m < M; ++m) {
-          vf xv = vload(x + m * in + i);
-          in_register(xv);
-          for (int r = 0; r < R; ++r) tmp[r][m] = vfma(wv[r], xv, tmp[r][m]);
-        }
-      }
+      for (int64_t i = g * group; i < (g + 1) * group; i += kVL)
+        gemv_step<M, R, int8_t, kLines>(x, w0, in, i, tmp, next, end);
       for (int r = 0; r < R; ++r) {
         const vf s = vset(scale[(o + r) * ng + g]);
         for (int m = 0; m < M; ++m) acc[r][m] = vfma(tmp[r][m], s, acc[r][m]);
@@ -690,6 +687,13 @@ constexpr GemvFn<W> kGemv[] = {nullptr, gemv<1, W>, gemv<2, W>, gemv<3, W>, gemv
                                gemv<5, W>, gemv<6, W>, gemv<7, W>, gemv<8, W>};
 
 
+// This thread's contiguous share [lo, hi) of `total` elements, shares a multiple of `align`.
+inline std::pair<int64_t, int64_t> team_share(int64_t total, int64_t align, const TeamCtx& team) {
+  const int64_t share = ((total + team.n - 1) / team.n + align - 1) / align * align;
+  const int64_t lo = team.tid * share < total ? team.tid * share : total;
+  return {lo, lo + share < total ? lo + share : total};
+}
+
 // ---- the fused decoder layer of one decode step ----------------------------------------------------------
 
 // out = w * x / sqrt(mean(x^2) + eps)
@@ -718,6 +722,14 @@ void silu_mul(const float* g, const float* u, float* out, int64_t n) {
     vstore(out + i, gv / (vset(1.f) + vexp(-gv)) * vload(u + i));
   }
   for (; i < n; ++i) out[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+}
+
+// g[i] = silu(g[i]) * u[i] for i < n over the team, a contiguous kVL-aligned share per thread (so each element's
+// arithmetic is the same whatever the split), then the team's barrier.
+void team_silu_mul(float* g, const float* u, int64_t n, const TeamCtx& team) {
+  const auto [lo, hi] = team_share(n, kVL, team);
+  silu_mul(g + lo, u + lo, g + lo, hi - lo);
+  team.sync();
 }
 
 // e[i] = exp(s[i] - mx) for i < n; returns the sum
@@ -1188,13 +1200,7 @@ int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const c
                             {h_own.data(), uw, u.data(), inter, hidden, nullptr}};
       parallel_products(m, ps, 2, team, next[3]);
     }
-    {  // silu(gate) * up, a contiguous share per thread (kVL-aligned, so each element's arithmetic is the same)
-      const int64_t total = b * inter, share = ((total + team.n - 1) / team.n + kVL - 1) / kVL * kVL;
-      const int64_t lo = team.tid * share < total ? team.tid * share : total;
-      const int64_t hi = lo + share < total ? lo + share : total;
-      silu_mul(g.data() + lo, u.data() + lo, g.data() + lo, hi - lo);
-      team.sync();
-    }
+    team_silu_mul(g.data(), u.data(), b * inter, team);
     {
       const Product ps[] = {{g.data(), dw, x_out, hidden, inter, x1.data()}};
       parallel_products(m, ps, 1, team, next[4]);
@@ -1271,13 +1277,7 @@ int MoeExperts(int nparam, void** params, int* ndims, int64_t** shapes, const ch
       product_rows(pr, 1, o, o + kChunk < inter ? o + kChunk : inter);
     }
     team.sync();
-    {  // silu(gate) * up, a contiguous kVL-aligned share per thread
-      const int64_t total = pairs * inter, share = ((total + team.n - 1) / team.n + kVL - 1) / kVL * kVL;
-      const int64_t lo = team.tid * share < total ? team.tid * share : total;
-      const int64_t hi = lo + share < total ? lo + share : total;
-      silu_mul(g.data() + lo, u.data() + lo, g.data() + lo, hi - lo);
-      team.sync();
-    }
+    team_silu_mul(g.data(), u.data(), pairs * inter, team);
     for (int64_t c = next[1].fetch_add(1); c < pairs * out_chunks; c = next[1].fetch_add(1)) {
       const int64_t p = c / out_chunks, o = c % out_chunks * kChunk;
       if (!used[p]) continue;
@@ -1286,9 +1286,7 @@ int MoeExperts(int nparam, void** params, int* ndims, int64_t** shapes, const ch
     }
     team.sync();
     // the weighted sum per token, a share of the columns per thread
-    const int64_t share = (hidden + team.n - 1) / team.n;
-    const int64_t lo = team.tid * share < hidden ? team.tid * share : hidden;
-    const int64_t hi = lo + share < hidden ? lo + share : hidden;
+    const auto [lo, hi] = team_share(hidden, 1, team);
     for (int64_t r = 0; r < t; ++r) {
       float* yr = y + r * hidden;
       for (int64_t i = lo; i < hi; ++i) yr[i] = 0.f;
