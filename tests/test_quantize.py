@@ -62,11 +62,13 @@ def test_a_group_that_does_not_divide_a_matrix_is_refused():
 
 
 def test_array_quantised_in_chunks_into_a_given_buffer_is_the_whole_matrix_quantised(monkeypatch):
-    """quantize_array (the loader: raw bf16 words, row chunks written into the pool tensor's memory) gives what
+    """quantize_array without the native kernels (the loader: raw bf16 words, row chunks written into the pool
+    tensor's memory) gives what
     quantize_rows gives for the whole widened matrix, across chunk boundaries and a short last chunk."""
     from ms_ocr.convert.safetensors_io import widen_bf16
     from ms_ocr.models import quantize
     monkeypatch.setattr(quantize, "CHUNK_ROWS", 16)
+    monkeypatch.setattr(quantize, "_native_kernels", lambda: None)  # NumPy's chunks (the native path: test_int8_kernels)
     rng = np.random.default_rng(5)
     words = (rng.standard_normal((53, 40), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
     want_q, want_s = quantize_rows(widen_bf16(words))

@@ -44,6 +44,12 @@ def quantize_rows(w, out=None, group=0):
 CHUNK_ROWS = 4096  # rows widened to fp32 at a time (a 103,424-row head would be a 424 MB fp32 copy at once)
 
 
+def _native_kernels():
+    """The native kernel library when it is loaded or loadable (quantize_array's fast path), else None (NumPy)."""
+    from ms_ocr.ops import native
+    return native.load()
+
+
 def quantize_array(arr, out=None, group=0):
     """A checkpoint tensor [..., N, K] (float, or raw bf16 words as uint16; a stack of experts [E, N, K] is E
     matrices) -> quantize_rows, row chunk by row chunk, into `out` (an int8 array of its shape, e.g. a view of the
@@ -53,9 +59,17 @@ def quantize_array(arr, out=None, group=0):
     from ms_ocr.convert.safetensors_io import widen_bf16
     out = np.empty(arr.shape, np.int8) if out is None else out
     k = arr.shape[-1]
+    if group and k % group:
+        raise ValueError(f"int8-g{group}: {k} columns are not a multiple of {group}")
     rows_in, rows_out = arr.reshape(-1, k), out.reshape(-1, k)  # views (contiguous arrays)
     n = rows_in.shape[0]
     scales = np.empty((n, k // group) if group else n, np.float32)
+    kernels = _native_kernels()
+    if kernels is not None:  # the same values on the kernels' threads, without an fp32 copy of bf16 rows
+        if rows_in.dtype not in (np.float32, np.uint16):
+            rows_in = rows_in.astype(np.float32)
+        kernels.quantize_rows(np.ascontiguousarray(rows_in), rows_out, scales.reshape(-1), group or k)
+        return out, scales.reshape(arr.shape[:-1] + ((k // group,) if group else ()))
     for start in range(0, n, CHUNK_ROWS):
         rows = rows_in[start:start + CHUNK_ROWS]
         _, scales[start:start + len(rows)] = quantize_rows(widen_bf16(rows) if rows.dtype == np.uint16 else rows,

@@ -48,6 +48,32 @@ def test_dequant_q8_is_q_times_scale(group, graph_cpu, isa_kernels):
 
 
 @needs_compiler
+@pytest.mark.parametrize("group", [0, 32, 64])
+def test_native_quantiser_is_numpys_bit_for_bit(group, isa_kernels, monkeypatch):
+    """The load-time quantiser on the kernels' threads (quantize_array's native path) against quantize_rows in
+    NumPy: the same int8 values and scales, from fp32 and from raw bf16 words, with rows of zeros, values on the
+    rounding ties (x.5: to even) and, per row, columns that are not whole vectors (1,003)."""
+    from ms_ocr.convert.safetensors_io import widen_bf16
+    from ms_ocr.models import quantize as qmod
+    monkeypatch.setattr(qmod, "_native_kernels", lambda: isa_kernels)
+    rng = np.random.default_rng(11 + group)
+    cols = 1024 if group else 1003
+    w = (rng.standard_normal((67, cols)) * rng.uniform(0.01, 3, (1, cols))).astype(np.float32)
+    w[3] = 0
+    w[5, :] = rng.integers(-126, 127, cols) + 0.5  # scale 1 with the peak below: every value a tie
+    w[5, 0] = 127
+    words = (w.view(np.uint32) >> 16).astype(np.uint16)  # bf16 by truncation: raw words as a checkpoint has them
+    for src, ref in ((w, w), (words, widen_bf16(words))):
+        want_q, want_s = quantize(ref, group=group)
+        out = np.full(w.shape, 99, np.int8)
+        q, s = qmod.quantize_array(src, out, group=group)
+        assert q is out and np.array_equal(q, want_q) and np.array_equal(s, want_s), isa_kernels.isa_level
+    assert np.array_equal(want_q[5, 1:6], np.rint(w[5, 1:6])) and want_s[3].max() == 1  # ties to even; zero rows
+    with pytest.raises(ValueError, match="multiple"):
+        qmod.quantize_array(w[:, :1000], group=64)
+
+
+@needs_compiler
 def test_q8_kernels_refuse_groups_that_do_not_fit(graph_cpu, isa_kernels):
     """Scales [N, g] whose group (K / g) is not whole vectors, or does not divide K: an error, not a misread."""
     rng = np.random.default_rng(8)

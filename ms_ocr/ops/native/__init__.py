@@ -47,6 +47,8 @@ class NativeKernels:
         self.lib.ms_ocr_isa_level.restype = ctypes.c_char_p
         self.lib.ms_ocr_gemm_bf16_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_load_dnnl.argtypes = [ctypes.c_char_p]
+        self.lib.ms_ocr_quantize_rows.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+                                                  ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
         self._dnnl = None
 
     def func(self, name):
@@ -56,6 +58,20 @@ class NativeKernels:
         """Threads the kernels use. Call it before the calling thread's priority is lowered: the OpenMP pool is
         created here and its threads keep the priority they start with."""
         self.lib.ms_ocr_set_threads(int(n))
+
+    def quantize_rows(self, rows, out, scales, run):
+        """--quantize int8 of `rows` [N, K] (C-contiguous float32, or bf16 words as uint16) into `out` (int8 [N, K])
+        and `scales` (float32, N * K / run), one scale per run of `run` columns: models/quantize.py quantize_rows'
+        values, bit for bit, on the kernels' threads."""
+        import numpy as np
+        n, k = rows.shape
+        assert rows.flags.c_contiguous and out.flags.c_contiguous and scales.flags.c_contiguous
+        assert rows.dtype in (np.float32, np.uint16) and out.dtype == np.int8 and out.shape == rows.shape
+        assert scales.dtype == np.float32 and scales.size == n * (k // run)
+        status = self.lib.ms_ocr_quantize_rows(rows.ctypes.data, int(rows.dtype == np.uint16), n, k, run,
+                                               out.ctypes.data, scales.ctypes.data)
+        if status:
+            raise ValueError(f"quantize_rows: {k} columns are not a multiple of {run}")
 
     @property
     def matmul_t_calls(self):

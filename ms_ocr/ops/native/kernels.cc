@@ -772,6 +772,35 @@ inline void scale_rows(float* y, const float* scale, int m, int64_t out, int64_t
     for (int64_t i = o; i < o1; ++i) y[r * out + i] *= scale[i];
 }
 
+// One run of --quantize int8 (ms_ocr_quantize_rows): the run's scale max |w| / 127 and its values divided by it,
+// rounded to nearest even by adding and taking away 1.5 * 2^23 (exact for |x| < 2^22; np.rint's rounding),
+// clipped to +-127.
+template <typename W>
+inline void quantize_run(const W* w, int64_t len, int8_t* q, float* scale_out) {
+  vf peak_v = {};
+  int64_t i = 0;
+  for (; i + kVL <= len; i += kVL) peak_v = vmax(peak_v, vabs(vload(w + i)));
+  float peak = 0.f;
+  for (int l = 0; l < kVL; ++l) peak = peak_v[l] > peak ? peak_v[l] : peak;
+  for (; i < len; ++i) peak = std::fabs(to_float(w[i])) > peak ? std::fabs(to_float(w[i])) : peak;
+  float scale = peak / 127.f;
+  if (scale == 0.f) scale = 1.f;
+  *scale_out = scale;
+  constexpr float kMagic = 12582912.f;  // 1.5 * 2^23
+  const vf vs = vset(scale), magic = vset(kMagic), hi = vset(127.f), lo = vset(-127.f);
+  for (i = 0; i + kVL <= len; i += kVL) {
+    vf x = vload(w + i) / vs;
+    x = (x + magic) - magic;
+    const vq b = __builtin_convertvector(__builtin_convertvector(vmin(vmax(x, lo), hi), vi), vq);
+    std::memcpy(q + i, &b, sizeof b);
+  }
+  for (; i < len; ++i) {
+    float x = to_float(w[i]) / scale;
+    x = (x + kMagic) - kMagic;
+    q[i] = static_cast<int8_t>(x > 127.f ? 127.f : (x < -127.f ? -127.f : x));
+  }
+}
+
 inline bool is_bf16(const char* dtype) { return dtype != nullptr && std::strcmp(dtype, "bfloat16") == 0; }
 inline bool is_int8(const char* dtype) { return dtype != nullptr && std::strcmp(dtype, "int8") == 0; }
 
@@ -1061,12 +1090,36 @@ int DequantQ8(int nparam, void** params, int* ndims, int64_t** shapes, const cha
   }
   float* w = static_cast<float*>(params[2]);
 #pragma omp parallel for num_threads(n * k >= (1 << 16) ? g_threads : 1) schedule(static)
-  for (int64_t r = 0; r < n * ng; ++r)
-    for (int64_t i = r * width; i < (r + 1) * width; ++i) w[i] = static_cast<float>(q[i]) * scale[r];
+  for (int64_t r = 0; r < n * ng; ++r) {
+    const vf s = vset(scale[r]);
+    int64_t i = r * width;
+    for (; i + kVL <= (r + 1) * width; i += kVL) vstore(w + i, vload(q + i) * s);
+    for (; i < (r + 1) * width; ++i) w[i] = static_cast<float>(q[i]) * scale[r];
+  }
   return 0;
 }
 
 int64_t ms_ocr_decode_layer_calls() { return g_decode_layer_calls.load(); }
+
+// ms_ocr_quantize_rows: --quantize int8's load-time quantisation (models/quantize.py quantize_rows, which it
+// matches bit for bit): w [N, K] (fp32, or bfloat16 words when `bf16` is set) -> q [N, K] int8 and scales
+// [N * K / run], one per run of `run` columns (K: one per row): scale = max |w| / 127 (1 where that is 0),
+// q = w / scale rounded to nearest, ties to even, clipped to +-127. Every thread takes whole runs. Returns 0, or 1
+// when `run` does not divide K.
+int ms_ocr_quantize_rows(const void* src, int bf16_src, int64_t n, int64_t k, int64_t run, int8_t* q,
+                         float* scales) {
+  if (n < 0 || k < 1 || run < 1 || k % run) return 1;
+  const int64_t runs = n * (k / run);
+#pragma omp parallel for num_threads(runs * run >= (1 << 16) ? g_threads : 1) schedule(static)
+  for (int64_t r = 0; r < runs; ++r) {
+    if (bf16_src)
+      quantize_run(static_cast<const bf16*>(src) + r * run, run, q + r * run, scales + r);
+    else
+      quantize_run(static_cast<const float*>(src) + r * run, run, q + r * run, scales + r);
+  }
+  return 0;
+}
+
 
 // DecodeLayer: one dense pre-norm decoder layer (RMSNorm -> GQA attention with rope -> residual -> RMSNorm ->
 // SiLU-gated MLP -> residual) for one new token per sequence over KV caches it only reads, as
