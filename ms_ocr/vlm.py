@@ -48,6 +48,37 @@ class TaskInputs:
         return max(settings.max_pixels, self.pixels[task][1]) if task in self.pixels else settings.max_pixels
 
 
+def _text_line_height(model_dir):
+    """preprocessor_config.json's `text_line_height` (an ms_ocr key: the checkpoint reads single text lines of this
+    height, the demo model), or None."""
+    from ms_ocr.processing.settings import read_image_processor_dict
+    raw = read_image_processor_dict(model_dir, required=False) if model_dir else None
+    height = (raw or {}).get("text_line_height")
+    return int(height) if height else None
+
+
+def _joined(outs):
+    """One answer from the answers of a crop's lines: texts joined by "\n", tokens in order, the last line's finish
+    reason (or "length" where a line ran out of tokens), the timings summed (load and memory: the last's)."""
+    out = dict(outs[-1])
+    out["text"] = "\n".join(o["text"] for o in outs)
+    out["token_ids"] = [t for o in outs for t in o["token_ids"]]
+    if any(o["finish_reason"] == "length" for o in outs):
+        out["finish_reason"] = "length"
+    timings = dict(out["timings"])
+    for key in ("preprocess_ms", "vision_ms", "prefill_ms", "decode_tokens", "prompt_tokens"):
+        timings[key] = sum(o["timings"][key] for o in outs)
+    decode_s = sum(o["timings"]["decode_tokens"] / o["timings"]["decode_tokens_per_s"] for o in outs
+                   if o["timings"]["decode_tokens_per_s"])
+    timings["decode_tokens_per_s"] = timings["decode_tokens"] / decode_s if decode_s else 0.0
+    timings["compile_ms"] = {k: sum(o["timings"]["compile_ms"][k] for o in outs) for k in timings["compile_ms"]}
+    if "startup_ms" in outs[0]["timings"]:
+        timings["startup_ms"] = outs[0]["timings"]["startup_ms"]
+    timings["lines"] = len(outs)
+    out["timings"] = timings
+    return out
+
+
 class VLMPipeline:
     """Glue between a model package and the generic runtime.
 
@@ -73,6 +104,7 @@ class VLMPipeline:
         self.load_rss_gb = rss_gb()
         self.runs = 0
         self._load_text, self._vision_params = None, ()
+        self.text_line_height = _text_line_height(model_dir)
 
     def stage_text_weights(self, load_text, vision_params):
         """The text weights are not loaded yet (models/loading.staged_weights): `load_text()` loads them; the
@@ -106,6 +138,19 @@ class VLMPipeline:
         return self.runtime.encode_images(prep.vision_inputs) if prep.vision_inputs else None
 
     def run(self, images, prompt, sampling, on_token=None, task=None, on_logits=None, release_vision=False):
+        """OCR one request (see run_image). A line reader (preprocessor_config.json's `text_line_height`: the demo
+        model) given one image reads each text line of it scaled to that height (processing/text_lines.py), one
+        request per line; the answer is the lines' texts joined by "\n", their tokens in order, and the timings
+        summed."""
+        if not self.text_line_height or len(images) != 1:
+            return self.run_image(images, prompt, sampling, on_token, task, on_logits, release_vision)
+        from ms_ocr.processing.text_lines import line_images
+        outs = []
+        for line in line_images(images[0], self.text_line_height):
+            outs.append(self.run_image([line], prompt, sampling, on_token, task, on_logits, release_vision))
+        return _joined(outs)
+
+    def run_image(self, images, prompt, sampling, on_token=None, task=None, on_logits=None, release_vision=False):
         """OCR one request: a batch of one through BatchEngine, the loop batch jobs and the server run. Returns
         dict(text, token_ids, finish_reason, timings in ms / tokens per s) plus the model's extras for the task
         (e.g. "boxes"). `on_token(id)` sees each token as it is chosen; `on_logits(logits)` each step's raw logits

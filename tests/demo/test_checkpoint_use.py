@@ -80,3 +80,31 @@ def test_pipeline_uses_it_as_the_recognizer(tmp_path):
     assert not [b for b in record["blocks"] if "error" in b]
     read = [b for b in record["blocks"] if "image" not in b]
     assert read and all(isinstance(b["content"], str) for b in read)
+
+
+def test_a_line_reader_reads_each_line_of_a_crop_at_its_height(tmp_path):
+    """The demo checkpoint with `text_line_height` in its preprocessor_config.json (processing/text_lines.py): the
+    README's example line drawn 80 px high with paper on every side, and a block of two lines, read as the 34-px
+    lines it was trained on (the checkpoint as committed reads the 80-px crop as garbage)."""
+    import random
+    import shutil
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(demo_checkpoint(), ckpt)
+    with open(ckpt / "preprocessor_config.json") as f:
+        config = json.load(f)
+    with open(ckpt / "preprocessor_config.json", "w") as f:
+        json.dump({**config, "text_line_height": 34}, f)
+    text = EXAMPLES["invoice.png"]
+    font = demo_data.font_path("DejaVuSerif.ttf")
+    tall, _ = demo_data.render_crop([text], font, random.Random(1), 42, (60, 19, 90, 12), screen=True)
+    block, _ = demo_data.render_crop(["Total due 15 Mar 2026", "Invoice #2041"], font, random.Random(2), 30,
+                                     (40, 30, 40, 30), pitch=1.3, screen=True)
+    assert tall.height == 80
+    tall.save(tmp_path / "tall.png")
+    block.save(tmp_path / "block.png")
+    proc = run_module("ms_ocr.infer", "--model", "paddleocr-vl", "--model-path", str(ckpt), "--image",
+                      str(tmp_path / "tall.png"), str(tmp_path / "block.png"), "--max-new-tokens", str(NEW), "--json")
+    assert proc.returncode == 0, proc.stderr
+    got = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert got[0]["text"] == text and got[0]["timings"]["lines"] == 1
+    assert got[1]["text"] == "Total due 15 Mar 2026\nInvoice #2041" and got[1]["timings"]["lines"] == 2
