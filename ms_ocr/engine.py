@@ -63,6 +63,45 @@ class _Sequence:
     reported: bool = False  # on_result was called for it
 
 
+def by_lines(requests, on_result, height):
+    """(requests, on_result) for a line reader: each request with one image and no `prep` becomes one request per
+    text line of its image (processing/text_lines.py, `height` px high; keys "<key>#line<i>"), and `on_result`
+    sees the original request once all its lines have finished, with their answers joined (vlm.joined_lines) or
+    the first line's error. Other requests pass through."""
+    import dataclasses
+
+    from ms_ocr.processing.text_lines import line_images
+    from ms_ocr.vlm import joined_lines
+    parent = {}  # id(line request) -> (original request, line index)
+    gathered = {}  # id(original) -> [line results, first error, lines not reported yet]
+    keep = {}  # the line requests by id, alive until reported (so their ids stay unique)
+
+    def split():
+        for req in requests:
+            if len(req.images) != 1 or req.prep is not None:
+                yield req
+                continue
+            lines = line_images(req.images[0], height)
+            gathered[id(req)] = [[None] * len(lines), None, len(lines)]
+            for i, line in enumerate(lines):
+                sub = dataclasses.replace(req, key=f"{req.key}#line{i}", images=[line])
+                parent[id(sub)], keep[id(sub)] = (req, i), sub
+                yield sub
+
+    def report(req, result, error):
+        if id(req) not in parent:
+            return on_result(req, result, error)
+        original, i = parent.pop(id(req))
+        del keep[id(req)]
+        entry = gathered[id(original)]
+        entry[0][i], entry[1], entry[2] = result, entry[1] or error, entry[2] - 1
+        if not entry[2]:  # every line has been reported
+            del gathered[id(original)]
+            on_result(original, None if entry[1] is not None else joined_lines(entry[0]), entry[1])
+
+    return split(), report
+
+
 class BatchEngine:
     def __init__(self, pipe, sampling, max_batch_size=4, max_input_length=4096, max_output_length=1024,
                  ignore_eos=False, max_model_len=None, pack_vision=True, text_after_vision=False):
@@ -123,7 +162,11 @@ class BatchEngine:
     def run(self, requests, on_result):
         """Process an iterable of Requests; on_result(request, result_or_None, error_or_None) is called as each
         finishes (in completion order). A request that fails to preprocess, or whose group fails in vision or
-        prefill, is reported with its error and the run goes on."""
+        prefill, is reported with its error and the run goes on. For a line reader (the pipeline's
+        `text_line_height`) a one-image request not yet prepared is read line by line (by_lines)."""
+        height = getattr(self.pipe, "text_line_height", None)
+        if height:
+            requests, on_result = by_lines(requests, on_result, height)
         pending = iter(requests)
 
         def take(n, wait):

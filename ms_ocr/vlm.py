@@ -57,9 +57,10 @@ def _text_line_height(model_dir):
     return int(height) if height else None
 
 
-def _joined(outs):
+def joined_lines(outs):
     """One answer from the answers of a crop's lines: texts joined by "\n", tokens in order, the last line's finish
-    reason (or "length" where a line ran out of tokens), the timings summed (load and memory: the last's)."""
+    reason (or "length" where a line ran out of tokens), the timings summed (load and memory: the last's; an
+    engine's per-request timings without compile or load figures are summed where present)."""
     out = dict(outs[-1])
     out["text"] = "\n".join(o["text"] for o in outs)
     out["token_ids"] = [t for o in outs for t in o["token_ids"]]
@@ -67,11 +68,14 @@ def _joined(outs):
         out["finish_reason"] = "length"
     timings = dict(out["timings"])
     for key in ("preprocess_ms", "vision_ms", "prefill_ms", "decode_tokens", "prompt_tokens"):
-        timings[key] = sum(o["timings"][key] for o in outs)
-    decode_s = sum(o["timings"]["decode_tokens"] / o["timings"]["decode_tokens_per_s"] for o in outs
-                   if o["timings"]["decode_tokens_per_s"])
-    timings["decode_tokens_per_s"] = timings["decode_tokens"] / decode_s if decode_s else 0.0
-    timings["compile_ms"] = {k: sum(o["timings"]["compile_ms"][k] for o in outs) for k in timings["compile_ms"]}
+        if key in timings:
+            timings[key] = sum(o["timings"][key] for o in outs)
+    if "decode_tokens_per_s" in timings:
+        decode_s = sum(o["timings"]["decode_tokens"] / o["timings"]["decode_tokens_per_s"] for o in outs
+                       if o["timings"]["decode_tokens_per_s"])
+        timings["decode_tokens_per_s"] = timings["decode_tokens"] / decode_s if decode_s else 0.0
+    if "compile_ms" in timings:
+        timings["compile_ms"] = {k: sum(o["timings"]["compile_ms"][k] for o in outs) for k in timings["compile_ms"]}
     if "startup_ms" in outs[0]["timings"]:
         timings["startup_ms"] = outs[0]["timings"]["startup_ms"]
     timings["lines"] = len(outs)
@@ -146,9 +150,9 @@ class VLMPipeline:
             return self.run_image(images, prompt, sampling, on_token, task, on_logits, release_vision)
         from ms_ocr.processing.text_lines import line_images
         outs = []
-        for line in line_images(images[0], self.text_line_height):
-            outs.append(self.run_image([line], prompt, sampling, on_token, task, on_logits, release_vision))
-        return _joined(outs)
+        for line in line_images(images[0], self.text_line_height):  # a few sizes that keep recurring: graphs kept
+            outs.append(self.run_image([line], prompt, sampling, on_token, task, on_logits, release_vision=False))
+        return joined_lines(outs)
 
     def run_image(self, images, prompt, sampling, on_token=None, task=None, on_logits=None, release_vision=False):
         """OCR one request: a batch of one through BatchEngine, the loop batch jobs and the server run. Returns

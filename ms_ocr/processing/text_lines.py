@@ -17,6 +17,7 @@ MIN_CONTRAST = 30.0  # ... and at least this many grey levels (scan noise is up 
 ROW_INK = 0.002  # a row with ink in fewer than this share of its pixels is paper (noise, JPEG ringing)
 THIN = 0.35  # a run of ink rows thinner than this share of the tallest is a dot, accent or stroke of a neighbour
 PAD_Y, PAD_X = 0.31, 0.18  # paper around a line's ink, in ink heights: the training's 34-px line with 22-px text
+WIDTH_MULTIPLE = 112  # line images are widened with paper to a multiple of this (4 merged patches)
 
 
 def _grey(img):
@@ -67,12 +68,14 @@ def line_boxes(img):
     return boxes
 
 
-def line_images(img, height):
-    """Each text line of `img` as an RGB image `height` px high (the line's ink with PAD_Y / PAD_X of paper around
-    it, outside the crop filled with its paper colour), top to bottom; [img] when no ink is found."""
+def line_crops(img, height, width_multiple=WIDTH_MULTIPLE):
+    """Each text line of `img`, top to bottom, as (image, (x0, y0), scale): an RGB image `height` px high of the
+    line's ink with PAD_Y / PAD_X of paper around it (outside the crop filled with its paper colour), widened with
+    paper on the right to a multiple of `width_multiple` px (a few image sizes: few graph compilations); a point
+    (x, y) of `img` lands at ((x - x0) * scale, (y - y0) * scale). [] when no ink is found."""
     boxes = line_boxes(img)
     if not boxes:
-        return [img.convert("RGB")]
+        return []
     rgb, paper = img.convert("RGB"), paper_colour(img)
     out = []
     for left, top, right, bottom in boxes:
@@ -83,5 +86,16 @@ def line_images(img, height):
         line.paste(rgb.crop((max(0, x0), max(0, y0), min(img.width, x1), min(img.height, y1))),
                    (max(0, -x0), max(0, -y0)))
         scale = height / line.height
-        out.append(line.resize((max(1, round(line.width * scale)), height), Image.BICUBIC))
+        line = line.resize((max(1, round(line.width * scale)), height), Image.BICUBIC)
+        width = -(-line.width // width_multiple) * width_multiple
+        if width != line.width:
+            wide = Image.new("RGB", (width, height), paper)
+            wide.paste(line, (0, 0))
+            line = wide
+        out.append((line, (x0, y0), scale))
     return out
+
+
+def line_images(img, height, width_multiple=WIDTH_MULTIPLE):
+    """The images of line_crops; [img] when no ink is found."""
+    return [line for line, _, _ in line_crops(img, height, width_multiple)] or [img.convert("RGB")]

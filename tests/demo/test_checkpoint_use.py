@@ -61,15 +61,17 @@ def test_mindir_export_reads_an_example(tmp_path):
 
 
 def test_pipeline_uses_it_as_the_recognizer(tmp_path):
-    """A page of the three example lines through the pipeline (a tiny random layout detector: its boxes are
+    """A page of the example images through the pipeline (a tiny random layout detector: its boxes are
     arbitrary, so the run and its records are checked, not the text)."""
     from tests.helpers.tiny_layout import make_tiny_layout_checkpoint
 
     layout = make_tiny_layout_checkpoint(str(tmp_path / "layout"))
     lines = [Image.open(os.path.join(EXAMPLE_DIR, name)).convert("RGB") for name in EXAMPLES]
-    page = Image.new("RGB", (max(im.width for im in lines) + 80, 60 * len(lines) + 80), "white")
-    for i, im in enumerate(lines):
-        page.paste(im, (40, 40 + 60 * i))
+    page = Image.new("RGB", (max(im.width for im in lines) + 80, sum(im.height + 26 for im in lines) + 80), "white")
+    y = 40
+    for im in lines:
+        page.paste(im, (40, y))
+        y += im.height + 26
     page.save(tmp_path / "page.png")
     proc = run_module("ms_ocr.pipeline", "--image", str(tmp_path / "page.png"), "--out", str(tmp_path / "out"),
                       "--model-path", demo_checkpoint(), "--layout-model-path", layout, "--max-new-tokens",
@@ -108,3 +110,17 @@ def test_a_line_reader_reads_each_line_of_a_crop_at_its_height(tmp_path):
     got = [json.loads(line) for line in proc.stdout.splitlines()]
     assert got[0]["text"] == text and got[0]["timings"]["lines"] == 1
     assert got[1]["text"] == "Total due 15 Mar 2026\nInvoice #2041" and got[1]["timings"]["lines"] == 2
+    # the batch runner (continuous batching over the engine: each crop's lines as requests of their own, joined
+    # when the crop's last line is done) gives the same answers and tokens
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name in ("tall.png", "block.png"):
+        shutil.copy(tmp_path / name, folder / name)
+    proc = run_module("ms_ocr.batch", "--model", "paddleocr-vl", "--model-path", str(ckpt), "--input", str(folder),
+                      "--out", str(tmp_path / "out"), "--max-batch-size", "3", "--max-output-length", str(NEW),
+                      "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    batch = {os.path.basename(r["source"]): r for r in _records(tmp_path / "out" / "results.jsonl")}
+    for name, record in zip(("tall.png", "block.png"), got):
+        assert batch[name]["text"] == record["text"] and batch[name]["token_ids"] == record["token_ids"]
+    assert batch["block.png"]["timings"]["lines"] == 2

@@ -41,6 +41,7 @@ def test_a_single_line_crop_gives_one_line_at_the_readers_height(kind):
         cols = np.nonzero(ink_mask(lines[0]).any(0))[0]
         assert lines[0].height == 34 and 16 <= rows[-1] - rows[0] + 1 <= 25
         assert rows[0] >= 1 and rows[-1] <= 32 and cols[0] >= 1 and cols[-1] <= lines[0].width - 2
+        assert lines[0].width % 112 == 0  # paper on the right to a multiple of 112 px: few image sizes
 
 
 def test_no_ink_gives_the_image_itself_and_dark_paper_works():

@@ -342,18 +342,46 @@ def sample_crop(rng, fonts=TRAIN_FONTS, max_chars=MAX_CHARS, kind=None, max_area
     return img, "\n".join(lines), centres
 
 
+def sample_crop_lines(rng, fonts=TRAIN_FONTS, max_chars=MAX_CHARS, height=34):
+    """The lines of one crop (sample_crop) as ms_ocr's line reader sees them (ms_ocr/processing/text_lines.py:
+    found, scaled to `height` px): [(image, text, x centres of its characters)], or [] when the lines found are not
+    the lines drawn (the reader would misread that crop whatever it learns)."""
+    from ms_ocr.processing.text_lines import line_crops
+    img, text, centres = sample_crop(rng, fonts, max_chars)
+    crops, lines = line_crops(img, height), text.split("\n")
+    if len(crops) != len(lines):
+        return []
+    per_line, current = [], []
+    for c in centres + [None]:  # None: the newline between two lines (and the end)
+        if c is None:
+            per_line.append(current)
+            current = []
+        else:
+            current.append(c)
+    return [(line, t, [(x - x0) * scale for x, _ in cs])
+            for (line, (x0, _), scale), t, cs in zip(crops, lines, per_line)]
+
+
 EXAMPLES = (("invoice.png", "Invoice #2041 due 15 Mar 2026: $1,284.50", "DejaVuSerif.ttf"),
             ("address.png", "221B Baker Street, London NW1 6XE", "DejaVuSans.ttf"),
-            ("receipt.png", "Total (incl. 19% tax): EUR 86.37", "DejaVuSansMono.ttf"))
+            ("receipt.png", "Total (incl. 19% tax): EUR 86.37", "DejaVuSansMono.ttf"),
+            ("note.png", "Meeting moved to Friday 14:30\nRoom 4B, second floor\nPlease bring the March report",
+             "DejaVuSans.ttf"))
 
 
 def make_examples(out_dir):
-    """Write the example line images (clean renders, fixed seed) and return their paths."""
+    """Write the example images (clean renders, fixed seed) and return their paths: the single lines as the
+    renderer draws them, a text of several lines as a screenshot of a note (24-px text, paper around it)."""
     os.makedirs(out_dir, exist_ok=True)
     paths = []
     for i, (name, text, font) in enumerate(EXAMPLES):
         path = os.path.join(out_dir, name)
-        render_line(text, font_path(font), random.Random(i), augment=False).save(path, optimize=True)
+        if "\n" in text:
+            img, _ = render_crop(text.split("\n"), font_path(font), random.Random(i), 24, (28, 22, 40, 26),
+                                 pitch=1.35, screen=True)
+        else:
+            img = render_line(text, font_path(font), random.Random(i), augment=False)
+        img.save(path, optimize=True)
         paths.append(path)
     return paths
 

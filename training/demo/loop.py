@@ -24,17 +24,27 @@ def max_pixels(args):
     return MAX_PIXELS_CROPS if args.data == "crops" else MAX_PIXELS
 
 
-def evaluate(model, batcher, sets, max_new_tokens=64):
+def evaluate(model, batcher, sets, max_new_tokens=64, line_height=None):
+    """CER of each set; with `line_height`, the crop sets ("crops...") are read as ms_ocr reads them for a line
+    reader: each text line found and scaled to that height (ms_ocr/processing/text_lines.py), answers joined by
+    "\n"."""
+    from ms_ocr.processing.text_lines import line_images
     model.eval()
     figures = {}
     for name, items in sets.items():
-        preds = greedy_texts(model, batcher, [img for img, _ in items], max_new_tokens)
+        if line_height and name.startswith("crops"):
+            lines = [line_images(img, line_height) for img, _ in items]
+            flat = iter(greedy_texts(model, batcher, [im for group in lines for im in group], max_new_tokens))
+            preds = ["\n".join(next(flat) for _ in group) for group in lines]
+        else:
+            preds = greedy_texts(model, batcher, [img for img, _ in items], max_new_tokens)
         figures[name] = cer(preds, [t for _, t in items])
     model.train()
     return figures
 
 
-EVAL_TOKENS = {"lines": 64, "crops": 160}  # a block of four 32-character lines is ~140 tokens
+EVAL_TOKENS = {"lines": 64, "crops": 160, "crop-lines": 64}  # crops: a block of four 32-character lines is ~140 tokens
+LINE_HEIGHT = 34  # --data crop-lines: the height the line reader scales each line to (text_line_height)
 EVAL_SECONDS = 15.0  # what the final evaluation is given before the first one is timed (~5 s for 3 x 64 lines)
 FINISH_SECONDS = 5.0  # export, figures and the processes' exit after it (~1 s on the 2-core Zen 4)
 STATE_FILE = "train_state.pt"  # resumable state, removed when the checkpoint is written
@@ -104,10 +114,19 @@ def draw_batches(rng, order_rng, per_rank, buckets, max_chars, margin, data="lin
     if data == "crops":
         draw, length = (lambda: demo_data.sample_crop(rng, max_chars=max_chars),
                         lambda item: len(item[1]) + min(item[0].width * item[0].height, MAX_PIXELS_CROPS) / 784)
+    elif data == "crop-lines":  # half the renderer's lines, half the lines of crops as the line reader finds them
+        length = lambda item: len(item[1]) + item[0].width / item[0].height  # noqa: E731
+        drawn = []
+        while len(drawn) < per_rank * max(1, buckets):
+            drawn.extend([demo_data.sample(rng, max_chars=max_chars, centres=True, margin=margin)]
+                         if rng.random() < 0.5 else demo_data.sample_crop_lines(rng, max_chars=max_chars,
+                                                                                height=LINE_HEIGHT))
+        drawn = drawn[:per_rank * max(1, buckets)]
     else:
         draw, length = (lambda: demo_data.sample(rng, max_chars=max_chars, centres=True, margin=margin),
                         lambda item: len(item[1]) + item[0].width / item[0].height)
-    drawn = [draw() for _ in range(per_rank * max(1, buckets))]
+    if data != "crop-lines":
+        drawn = [draw() for _ in range(per_rank * max(1, buckets))]
     if buckets > 1:
         drawn.sort(key=length)
     groups = [drawn[i * per_rank:(i + 1) * per_rank] for i in range(max(1, buckets))]
@@ -161,7 +180,7 @@ def train(args, ranks=None):
                  # the training-font lines again, right margins to a multiple of 224 px as the accuracy gate has them
                  "train_fonts_margin": demo_data.held_out(SEEDS["held_out"], args.eval_lines,
                                                           pad_to=demo_data.MARGIN_PX)}
-    if args.data == "crops":  # crops of every kind, training fonts and the unseen ones
+    if args.data in ("crops", "crop-lines"):  # crops of every kind, training fonts and the unseen ones
         eval_sets.update(crops=held_out_crops(SEEDS["held_out"] + 2, args.eval_lines),
                          crops_unseen=held_out_crops(SEEDS["held_out"] + 3, args.eval_lines, demo_data.UNSEEN_FONTS))
     rng = random.Random(args.seed + 7919 * ranks.rank)  # each rank draws its own lines
@@ -251,7 +270,8 @@ def train(args, ranks=None):
         if (args.eval_every and step and step % args.eval_every == 0) or last:
             if ranks.rank == 0:
                 began = time.time()
-                figures = evaluate(model, batcher, eval_sets, EVAL_TOKENS[args.data])
+                figures = evaluate(model, batcher, eval_sets, EVAL_TOKENS[args.data],
+                                   LINE_HEIGHT if args.data == "crop-lines" else None)
                 reserve = FINISH_SECONDS + time.time() - began
                 log["eval"].append({"step": step, "seconds": round(time.time() - start, 1), **figures})
                 print(f"step {step} held-out CER {figures}", flush=True)
@@ -331,9 +351,11 @@ def main(argv=None):
     p.add_argument("--guide", type=float, default=1.0, help="weight of the guided-attention loss (GUIDE_LAYER, "
                                                             "GUIDE_HEAD; 0: off)")
     p.add_argument("--aux", type=float, default=1.0, help="weight of the per-image-token character loss (0: off)")
-    p.add_argument("--data", choices=("lines", "crops"), default="lines", help="lines: the renderer's 28-40 px lines "
-                   "(the committed checkpoint); crops: crops as users bring them, 20-200 px high with paper on every "
-                   "side, screenshots and 2-4-line blocks (training/demo/data.py sample_crop)")
+    p.add_argument("--data", choices=("lines", "crops", "crop-lines"), default="lines", help="lines: the "
+                   "renderer's 28-40 px lines; crops: crops as users bring them, 20-200 px high with paper on every "
+                   "side, screenshots and 2-4-line blocks (training/demo/data.py sample_crop); crop-lines: half the "
+                   "renderer's lines, half the lines of such crops as ms_ocr's line reader finds and scales them "
+                   "(text_line_height 34; the committed checkpoint's second stage)")
     p.add_argument("--crops-from", type=int, default=0, help="with --data crops: train on the renderer's lines "
                    "until this step (the text-to-image alignment is found on them first), crops after it")
     p.add_argument("--margin", type=float, default=0.5, help="share of training lines given a blank right margin "
@@ -406,7 +428,8 @@ def _rank_main(rank, args, port):
 
 
 def _finish(args, model, tok, log):
-    export(model, tok, args.out, text_config(args), max_pixels(args))
+    export(model, tok, args.out, text_config(args), max_pixels(args),
+           LINE_HEIGHT if args.data == "crop-lines" else None)
     if os.path.exists(os.path.join(args.out, STATE_FILE)):
         os.remove(os.path.join(args.out, STATE_FILE))
     save_figures(log, args.out)

@@ -230,8 +230,9 @@ def flat_config(text=TEXT):
             "use_cache": False, "torch_dtype": "bfloat16", "vision_config": vision}
 
 
-def export(model, tok, out_dir, text=TEXT, max_pixels=MAX_PIXELS):
-    """The checkpoint in the hub's layout, bf16 weights."""
+def export(model, tok, out_dir, text=TEXT, max_pixels=MAX_PIXELS, text_line_height=None):
+    """The checkpoint in the hub's layout, bf16 weights; `text_line_height` (a line reader: ms_ocr reads each text
+    line of a crop scaled to it, processing/text_lines.py) goes into preprocessor_config.json."""
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -251,5 +252,6 @@ def export(model, tok, out_dir, text=TEXT, max_pixels=MAX_PIXELS):
                 {"min_pixels": MIN_PIXELS, "max_pixels": max_pixels, "image_mean": IMAGE_MEAN, "image_std": IMAGE_STD,
                  "patch_size": 14, "merge_size": 2, "temporal_patch_size": 1, "resample": 3,
                  "rescale_factor": 1 / 255, "do_convert_rgb": True, "do_normalize": True, "do_rescale": True,
-                 "do_resize": True, "image_processor_type": "PaddleOCRVLImageProcessor"})
+                 "do_resize": True, "image_processor_type": "PaddleOCRVLImageProcessor",
+                 **({"text_line_height": text_line_height} if text_line_height else {})})
     write_tokenizer(tok, out_dir)
