@@ -111,22 +111,22 @@ def draw_batches(rng, order_rng, per_rank, buckets, max_chars, margin, data="lin
     data "crops": crops as users bring them (data.sample_crop) instead of the renderer's 28-40 px lines."""
     # sequence length ~ answer characters + image tokens: a line's width / height after resizing; a crop's pixels
     # (the processor's budget caps them)
+    line = lambda: [demo_data.sample(rng, max_chars=max_chars, centres=True, margin=margin)]  # noqa: E731
+    line_length = lambda item: len(item[1]) + item[0].width / item[0].height  # noqa: E731
+    # each draw: a list of items (crop-lines: a crop's lines, half the draws; the others one line or crop)
     if data == "crops":
-        draw, length = (lambda: demo_data.sample_crop(rng, max_chars=max_chars),
+        draw, length = (lambda: [demo_data.sample_crop(rng, max_chars=max_chars)],
                         lambda item: len(item[1]) + min(item[0].width * item[0].height, MAX_PIXELS_CROPS) / 784)
     elif data == "crop-lines":  # half the renderer's lines, half the lines of crops as the line reader finds them
-        length = lambda item: len(item[1]) + item[0].width / item[0].height  # noqa: E731
-        drawn = []
-        while len(drawn) < per_rank * max(1, buckets):
-            drawn.extend([demo_data.sample(rng, max_chars=max_chars, centres=True, margin=margin)]
-                         if rng.random() < 0.5 else demo_data.sample_crop_lines(rng, max_chars=max_chars,
-                                                                                height=LINE_HEIGHT))
-        drawn = drawn[:per_rank * max(1, buckets)]
+        draw = lambda: line() if rng.random() < 0.5 else demo_data.sample_crop_lines(  # noqa: E731
+            rng, max_chars=max_chars, height=LINE_HEIGHT)
+        length = line_length
     else:
-        draw, length = (lambda: demo_data.sample(rng, max_chars=max_chars, centres=True, margin=margin),
-                        lambda item: len(item[1]) + item[0].width / item[0].height)
-    if data != "crop-lines":
-        drawn = [draw() for _ in range(per_rank * max(1, buckets))]
+        draw, length = line, line_length
+    total, drawn = per_rank * max(1, buckets), []
+    while len(drawn) < total:
+        drawn.extend(draw())
+    drawn = drawn[:total]
     if buckets > 1:
         drawn.sort(key=length)
     groups = [drawn[i * per_rank:(i + 1) * per_rank] for i in range(max(1, buckets))]
