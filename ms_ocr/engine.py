@@ -10,6 +10,7 @@ in the lowest slots and a step computes only the rows that cover them (1, 2, 4 o
 as fast as one alone. Sampling is ms_ocr/generate.py's, output handling VLMPipeline.finish.
 """
 
+import functools
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -39,6 +40,9 @@ class Request:
     on_token: object = None
     cancelled: object = None
     ignore_eos: bool = False  # run to the token budget (vLLM's ignore_eos; benchmarks)
+    # a line reader's request (VLMPipeline.prepare_request): [(line image, Prepared)] of its one image's text lines,
+    # each read as a request of its own (LineFanOut)
+    lines: list = None
 
 
 class Cancelled(Exception):
@@ -63,43 +67,114 @@ class _Sequence:
     reported: bool = False  # on_result was called for it
 
 
-def by_lines(requests, on_result, height):
-    """(requests, on_result) for a line reader: each request with one image and no `prep` becomes one request per
-    text line of its image (processing/text_lines.py, `height` px high; keys "<key>#line<i>"), and `on_result`
-    sees the original request once all its lines have finished, with their answers joined (vlm.joined_lines) or
-    the first line's error. Other requests pass through."""
-    import dataclasses
+def joined_lines(outs, stopped=False):
+    """One answer from the answers of a crop's lines, in order: texts joined by "\n", the generated token ids one
+    line's after the other (each a dump's step), finish reason "length" where a line ran out of tokens ("stop" when
+    `stopped`: the caller's on_token ended the answer), a dump's steps concatenated, the timings summed (latency and
+    first token: the last line's and the first's)."""
+    out = dict(outs[-1])
+    out["text"] = "\n".join(o["text"] for o in outs)
+    out["token_ids"] = [t for o in outs for t in o["token_ids"]]
+    out["finish_reason"] = "stop" if stopped else \
+        "length" if any(o["finish_reason"] == "length" for o in outs) else outs[-1]["finish_reason"]
+    if all("dump" in o for o in outs):
+        out["dump"] = {key: np.concatenate([o["dump"][key] for o in outs]) for key in ("logits", "token_ids")}
+    timings = dict(out["timings"])
+    for key in ("vision_ms", "prefill_ms", "decode_tokens", "prompt_tokens"):
+        timings[key] = sum(o["timings"][key] for o in outs)
+    decode_s = sum(o["timings"]["decode_tokens"] / o["timings"]["decode_tokens_per_s"] for o in outs
+                   if o["timings"]["decode_tokens_per_s"])
+    timings["decode_tokens_per_s"] = timings["decode_tokens"] / decode_s if decode_s else 0.0
+    timings["first_token_ms"] = outs[0]["timings"]["first_token_ms"]
+    timings["lines"] = len(outs)
+    out["timings"] = timings
+    return out
 
-    from ms_ocr.processing.text_lines import line_images
-    from ms_ocr.vlm import joined_lines
-    parent = {}  # id(line request) -> (original request, line index)
-    gathered = {}  # id(original) -> [line results, first error, lines not reported yet]
-    keep = {}  # the line requests by id, alive until reported (so their ids stay unique)
 
-    def split():
-        for req in requests:
-            if len(req.images) != 1 or req.prep is not None:
-                yield req
-                continue
-            lines = line_images(req.images[0], height)
-            gathered[id(req)] = [[None] * len(lines), None, len(lines)]
-            for i, line in enumerate(lines):
-                sub = dataclasses.replace(req, key=f"{req.key}#line{i}", images=[line])
-                parent[id(sub)], keep[id(sub)] = (req, i), sub
-                yield sub
+class _Crop:
+    """A request read line by line: its line requests' results and the order their tokens reach the caller."""
 
-    def report(req, result, error):
-        if id(req) not in parent:
-            return on_result(req, result, error)
-        original, i = parent.pop(id(req))
-        del keep[id(req)]
-        entry = gathered[id(original)]
-        entry[0][i], entry[1], entry[2] = result, entry[1] or error, entry[2] - 1
-        if not entry[2]:  # every line has been reported
-            del gathered[id(original)]
-            on_result(original, None if entry[1] is not None else joined_lines(entry[0]), entry[1])
+    def __init__(self, request, count):
+        self.request, self.results, self.error, self.left = request, [None] * count, None, count
+        self.live, self.held, self.finished, self.stopped = 0, [[] for _ in range(count)], set(), False
 
-    return split(), report
+
+class LineFanOut:
+    """A line reader's requests (VLMPipeline.text_line_height: the demo model) as one request per text line, for
+    BatchEngine.serve: `take` and `report` wrap the caller's take(n, wait) and on_result(request, result, error).
+
+    A request with `lines` (the caller found and prepared them: VLMPipeline.prepare_request), or with one image and
+    nothing prepared when `height` is set (its lines are found here, processing/text_lines.py), becomes requests
+    "<key>#line<i>" that run like any other (in one batch, a crop's lines decode together). The caller's
+    on_result sees the original request once every line has finished, with the answers joined (joined_lines) or the
+    first line's error. Its on_token sees the lines' tokens in reading order and `line_break` (the tokenizer's ids
+    of "\n") between two lines, so a stream of them reads as the joined text; the tokens of a line wait until the lines above it have finished; when on_token ends the answer (a stop string)
+    the lines not yet read stop at their first token. Other requests pass through."""
+
+    def __init__(self, take, on_result, height=None, line_break=()):
+        from collections import deque
+        self._take, self._on_result, self.height, self.line_break = take, on_result, height, tuple(line_break)
+        self.buffer, self.crops = deque(), {}  # id(line request) -> (_Crop, line index, line request)
+
+    def take(self, n, wait):
+        if not self.buffer:
+            got = self._take(n, wait)
+            if got is None:
+                return None
+            for req in got:
+                self.buffer.extend(self.split(req))
+        return [self.buffer.popleft() for _ in range(min(n, len(self.buffer)))]
+
+    def split(self, req):
+        import dataclasses
+        lines = req.lines
+        if lines is None and self.height and len(req.images) == 1 and req.prep is None:
+            from ms_ocr.processing.text_lines import line_images
+            lines = [(img, None) for img in line_images(req.images[0], self.height)]
+        if lines is None:
+            return [req]
+        crop = _Crop(req, len(lines))
+        subs = []
+        for i, (img, prep) in enumerate(lines):
+            hook = None if req.on_token is None else functools.partial(self._token, crop, i)
+            sub = dataclasses.replace(req, key=f"{req.key}#line{i}", images=[img], prep=prep, lines=None,
+                                      on_token=hook)
+            self.crops[id(sub)] = (crop, i, sub)  # the line request itself kept alive: its id stays unique
+            subs.append(sub)
+        return subs
+
+    def _token(self, crop, i, token):
+        if crop.stopped:
+            return True
+        if i != crop.live:
+            crop.held[i].append(token)
+            return False
+        if crop.request.on_token(token):
+            crop.stopped = True
+        return crop.stopped
+
+    def _advance(self, crop):
+        """The next lines' turn to reach on_token, once the lines above them have finished."""
+        while crop.live in crop.finished and crop.live + 1 < len(crop.results) and not crop.stopped:
+            crop.live += 1
+            for token in self.line_break + tuple(crop.held[crop.live]):
+                if crop.request.on_token(token):
+                    crop.stopped = True
+                    break
+            crop.held[crop.live] = []
+
+    def report(self, req, result, error):
+        entry = self.crops.pop(id(req), None)
+        if entry is None:
+            return self._on_result(req, result, error)
+        crop, i, _ = entry
+        crop.results[i], crop.error, crop.left = result, crop.error or error, crop.left - 1
+        crop.finished.add(i)
+        if crop.request.on_token is not None and crop.error is None:
+            self._advance(crop)
+        if not crop.left:  # every line has been reported
+            joined = None if crop.error is not None else joined_lines(crop.results, crop.stopped)
+            self._on_result(crop.request, joined, crop.error)
 
 
 class BatchEngine:
@@ -162,11 +237,8 @@ class BatchEngine:
     def run(self, requests, on_result):
         """Process an iterable of Requests; on_result(request, result_or_None, error_or_None) is called as each
         finishes (in completion order). A request that fails to preprocess, or whose group fails in vision or
-        prefill, is reported with its error and the run goes on. For a line reader (the pipeline's
-        `text_line_height`) a one-image request not yet prepared is read line by line (by_lines)."""
-        height = getattr(self.pipe, "text_line_height", None)
-        if height:
-            requests, on_result = by_lines(requests, on_result, height)
+        prefill, is reported with its error and the run goes on. A line reader's requests are read line by line
+        (LineFanOut)."""
         pending = iter(requests)
 
         def take(n, wait):
@@ -179,7 +251,12 @@ class BatchEngine:
 
         take(n, wait) returns up to n new Requests, [] when none is ready, or None once the source is closed;
         `wait` is True when the engine is idle (the source may block for a while). Requests whose `cancelled`
-        event is set are dropped with a Cancelled error, running ones at the next decode step."""
+        event is set are dropped with a Cancelled error, running ones at the next decode step. A line reader's
+        requests (the pipeline's `text_line_height`, or a request with `lines`) are read line by line
+        (LineFanOut)."""
+        fan = LineFanOut(take, on_result, getattr(self.pipe, "text_line_height", None),
+                         getattr(self.pipe, "line_break_ids", ()))
+        take, on_result = fan.take, fan.report
         self._cache_ready = False  # sized and zeroed at the first admission, after its vision (not resident then)
         active, closed = {}, False
         while True:

@@ -57,32 +57,6 @@ def _text_line_height(model_dir):
     return int(height) if height else None
 
 
-def joined_lines(outs):
-    """One answer from the answers of a crop's lines: texts joined by "\n", tokens in order, the last line's finish
-    reason (or "length" where a line ran out of tokens), the timings summed (load and memory: the last's; an
-    engine's per-request timings without compile or load figures are summed where present)."""
-    out = dict(outs[-1])
-    out["text"] = "\n".join(o["text"] for o in outs)
-    out["token_ids"] = [t for o in outs for t in o["token_ids"]]
-    if any(o["finish_reason"] == "length" for o in outs):
-        out["finish_reason"] = "length"
-    timings = dict(out["timings"])
-    for key in ("preprocess_ms", "vision_ms", "prefill_ms", "decode_tokens", "prompt_tokens"):
-        if key in timings:
-            timings[key] = sum(o["timings"][key] for o in outs)
-    if "decode_tokens_per_s" in timings:
-        decode_s = sum(o["timings"]["decode_tokens"] / o["timings"]["decode_tokens_per_s"] for o in outs
-                       if o["timings"]["decode_tokens_per_s"])
-        timings["decode_tokens_per_s"] = timings["decode_tokens"] / decode_s if decode_s else 0.0
-    if "compile_ms" in timings:
-        timings["compile_ms"] = {k: sum(o["timings"]["compile_ms"][k] for o in outs) for k in timings["compile_ms"]}
-    if "startup_ms" in outs[0]["timings"]:
-        timings["startup_ms"] = outs[0]["timings"]["startup_ms"]
-    timings["lines"] = len(outs)
-    out["timings"] = timings
-    return out
-
-
 class VLMPipeline:
     """Glue between a model package and the generic runtime.
 
@@ -109,6 +83,9 @@ class VLMPipeline:
         self.runs = 0
         self._load_text, self._vision_params = None, ()
         self.text_line_height = _text_line_height(model_dir)
+        # a line reader's streams get the ids of "\n" between two lines (engine.LineFanOut)
+        self.line_break_ids = tuple(processor.tokenizer.encode("\n", add_special_tokens=False)) \
+            if self.text_line_height else ()
 
     def stage_text_weights(self, load_text, vision_params):
         """The text weights are not loaded yet (models/loading.staged_weights): `load_text()` loads them; the
@@ -141,38 +118,39 @@ class VLMPipeline:
     def encode_images(self, prep):
         return self.runtime.encode_images(prep.vision_inputs) if prep.vision_inputs else None
 
-    def run(self, images, prompt, sampling, on_token=None, task=None, on_logits=None, release_vision=False):
-        """OCR one request (see run_image). A line reader (preprocessor_config.json's `text_line_height`: the demo
-        model) given one image reads each text line of it scaled to that height (processing/text_lines.py), one
-        request per line; the answer is the lines' texts joined by "\n", their tokens in order, and the timings
-        summed."""
-        if not self.text_line_height or len(images) != 1:
-            return self.run_image(images, prompt, sampling, on_token, task, on_logits, release_vision)
-        from ms_ocr.processing.text_lines import line_images
-        outs = []
-        for line in line_images(images[0], self.text_line_height):  # a few sizes that keep recurring: graphs kept
-            outs.append(self.run_image([line], prompt, sampling, on_token, task, on_logits, release_vision=False))
-        return joined_lines(outs)
+    def prepare_request(self, images, prompt, task=None):
+        """(prep, lines) of one request: a line reader (preprocessor_config.json's `text_line_height`: the demo
+        model) given one image reads each text line of it scaled to that height (processing/text_lines.py), and
+        lines = [(line image, Prepared)], prep None (engine.Request.lines); otherwise prep and lines None."""
+        if self.text_line_height and len(images) == 1:
+            from ms_ocr.processing.text_lines import line_images
+            return None, [(line, self.prepare([line], prompt, task)[0])
+                          for line in line_images(images[0], self.text_line_height)]
+        return self.prepare(images, prompt, task)[0], None
 
-    def run_image(self, images, prompt, sampling, on_token=None, task=None, on_logits=None, release_vision=False):
+    def run(self, images, prompt, sampling, on_token=None, task=None, on_logits=None, release_vision=False):
         """OCR one request: a batch of one through BatchEngine, the loop batch jobs and the server run. Returns
         dict(text, token_ids, finish_reason, timings in ms / tokens per s) plus the model's extras for the task
         (e.g. "boxes"). `on_token(id)` sees each token as it is chosen; `on_logits(logits)` each step's raw logits
         [V] (float32, before penalties and sampling), in order, once the request has finished. `release_vision`:
         no image size of this request comes back in this process: the vision graphs are freed once its images
-        are encoded (and, loaded in stages, each ViT layer's weights once the layer has run)."""
+        are encoded (and, loaded in stages, each ViT layer's weights once the layer has run). A line reader reads
+        the lines of a one-image request one after the other (prepare_request): their texts joined by "\n",
+        tokens in order, timings summed (`timings.lines`: how many)."""
         from ms_ocr.engine import BatchEngine, Request
         sampling.validate()
         compile_before = dict(self.runtime.compiler.seconds)
         t0 = time.perf_counter()
-        prep, _ = self.prepare(images, prompt, task)
+        prep, lines = self.prepare_request(images, prompt, task)
+        longest = max(p.input_ids.shape[0] for p in ([prep] if lines is None else [p for _, p in lines]))
+        release_vision = release_vision and lines is None  # each line's vision graphs run again for the next
         startup = process_age_ms() if self.runs == 0 else None  # launch to the first vision op
         self.runs += 1
         t1 = time.perf_counter()
         staged = self._load_text is not None
         # staged (one request) and no image size comes back: each ViT layer's weights are freed once it has run
         self.runtime.release_after_vision(graphs=release_vision, layers=staged and release_vision)
-        engine = BatchEngine(self, sampling, max_batch_size=1, max_input_length=int(prep.input_ids.shape[0]),
+        engine = BatchEngine(self, sampling, max_batch_size=1, max_input_length=int(longest),
                              max_output_length=sampling.max_new_tokens, text_after_vision=staged)
         done = {}
 
@@ -181,7 +159,7 @@ class VLMPipeline:
             return False  # never ends the sequence: eos and the token budget do
 
         request = Request("request", images, prompt, task=task, sampling=sampling, dump=on_logits is not None,
-                          prep=prep, on_token=token if on_token is not None else None)
+                          prep=prep, lines=lines, on_token=token if on_token is not None else None)
         try:
             engine.run([request], lambda req, result, error: done.update(result=result, error=error))
         finally:
@@ -207,6 +185,8 @@ class VLMPipeline:
             # resident memory after load and after each phase of this request, and the peak so far
             "rss_gb": {"load": self.load_rss_gb, **engine.rss, "decode": rss_gb(), "peak": peak_rss_gb()},
         }
+        if "lines" in t:
+            timings["lines"] = t["lines"]
         if startup is not None:
             timings["startup_ms"] = startup
         cache = CompileCache.active

@@ -140,14 +140,15 @@ class DocumentPipeline:
             key = str(b.index)
             by_key[key] = b
             try:
-                prep, _ = self.vlm.prepare([region], prompt)
+                prep, lines = self.vlm.prepare_request([region], prompt)  # a line reader: the region's lines
             except Exception as e:  # noqa: BLE001 - e.g. a sliver box the processor refuses: that block only
                 b.error = f"preprocess: {e}"
                 continue
-            requests.append(Request(key, [region], prompt, task=task, prep=prep))
+            requests.append(Request(key, [region], prompt, task=task, prep=prep, lines=lines))
         if not requests:
             return 0.0, 0
-        longest = max(r.prep.input_ids.shape[0] for r in requests)
+        longest = max(p.input_ids.shape[0] for r in requests for p in ([r.prep] if r.lines is None else
+                                                                        [p for _, p in r.lines]))
         tokens = [0]
 
         def done(req, result, error):

@@ -140,13 +140,15 @@ async def _chat(state, http_request):
         images = await loop.run_in_executor(state.fetch_pool if remote else None, media.load_images,
                                             conversation.image_urls, state.limits)
         mm = req.mm_processor_kwargs.model_dump() if req.mm_processor_kwargs else None
-        prep = await loop.run_in_executor(None, prepare, state.pipe, conversation, images, mm)
-        n_prompt = int(prep.input_ids.shape[0])
+        prep, lines = await loop.run_in_executor(None, prepare, state.pipe, conversation, images, mm)
+        preps = [prep] if lines is None else [p for _, p in lines]  # a line reader: each line is a sequence
+        n_prompt = sum(int(p.input_ids.shape[0]) for p in preps)
+        longest = max(int(p.input_ids.shape[0]) for p in preps)
         asked = req.max_completion_tokens or req.max_tokens
-        max_new = asked if asked is not None else state.max_model_len - n_prompt
-        if n_prompt + max(max_new, 1) > state.max_model_len:
+        max_new = asked if asked is not None else state.max_model_len - longest
+        if longest + max(max_new, 1) > state.max_model_len:
             raise ApiError(400, f"This model's maximum context length is {state.max_model_len} tokens. However, "
-                                f"you requested {n_prompt + max(max_new, 0)} tokens ({n_prompt} in the messages, "
+                                f"you requested {longest + max(max_new, 0)} tokens ({longest} in the messages, "
                                 f"{max(max_new, 0)} in the completion). Please reduce the length of the messages "
                                 "or completion.", param="max_tokens")
         sampling = sampling_for(req, max_new)
@@ -157,7 +159,7 @@ async def _chat(state, http_request):
         key = f"chatcmpl-{uuid.uuid4().hex}"
         stream = TextStream(state.pipe.processor.tokenizer, req.skip_special_tokens, state.pipe.eos_ids, req.stop)
         events = asyncio.Queue()
-        job = Job(key, prep, sampling, stream, loop, events, state.metrics, arrival,
+        job = Job(key, prep, sampling, stream, loop, events, state.metrics, arrival, lines=lines,
                   ignore_eos=req.ignore_eos, postprocess=not req.skip_postprocess)
         state.worker.submit(job)
         submitted = True

@@ -47,7 +47,8 @@ def request_processor(processor, system, mm_kwargs, task_inputs=None, prompt=Non
 
 
 def prepare(pipe, conversation, images, mm_kwargs=None):
-    """(Prepared, prompt text) for one request; models without a chat template (DeepSeek-OCR) get the system
+    """(Prepared, lines) for one request (VLMPipeline.prepare_request: a line reader's one image gives its text
+    lines, each prepared, and no Prepared of its own); models without a chat template (DeepSeek-OCR) get the system
     text, if any, before the user's text."""
     proc = request_processor(pipe.processor, conversation.system, mm_kwargs, getattr(pipe, "task_inputs", None),
                              conversation.prompt)
@@ -57,7 +58,6 @@ def prepare(pipe, conversation, images, mm_kwargs=None):
     view = copy.copy(pipe)
     view.processor = proc
     try:
-        prep, _ = view.prepare(images, prompt)
+        return view.prepare_request(images, prompt)
     except ValueError as e:  # ImageError (bad aspect ratio, ...) and prompt/template mismatches
         raise ApiError(400, " ".join(str(e).split()), param="messages") from None
-    return prep

@@ -16,11 +16,13 @@ class Job:
     ("delta", text) / ("done", finish_reason) / ("error", exception)."""
 
     def __init__(self, key, prep, sampling, stream, loop, events, metrics, arrival, ignore_eos=False,
-                 postprocess=True):
+                 postprocess=True, lines=None):
+        """`prep`: the request's Prepared; a line reader's request has `lines` instead (engine.Request.lines)."""
         self.key, self.prep, self.stream, self.loop, self.events = key, prep, stream, loop, events
+        self.n_prompt = int(prep.input_ids.shape[0]) if lines is None else int(lines[0][1].input_ids.shape[0])
         self.metrics, self.arrival = metrics, arrival
         self.cancelled = threading.Event()
-        self.request = Request(key, [], "", sampling=sampling, prep=prep, on_token=self.on_token,
+        self.request = Request(key, [], "", sampling=sampling, prep=prep, lines=lines, on_token=self.on_token,
                                cancelled=self.cancelled, ignore_eos=ignore_eos)
         self.n_tokens, self.t_last, self.finish_reason = 0, None, None
         self.taken = False  # the engine has taken it from the inbox
@@ -35,7 +37,7 @@ class Job:
     def on_token(self, token):  # engine thread
         now = time.perf_counter()
         if self.t_last is None:
-            self.metrics.first_token(now - self.arrival, int(self.prep.input_ids.shape[0]))
+            self.metrics.first_token(now - self.arrival, self.n_prompt)
         else:
             self.metrics.next_token(now - self.t_last)
         self.t_last = now

@@ -124,3 +124,48 @@ def test_a_line_reader_reads_each_line_of_a_crop_at_its_height(tmp_path):
     for name, record in zip(("tall.png", "block.png"), got):
         assert batch[name]["text"] == record["text"] and batch[name]["token_ids"] == record["token_ids"]
     assert batch["block.png"]["timings"]["lines"] == 2
+
+
+def test_a_line_reader_streams_and_serves_a_crops_lines(tmp_path, graph_mode):
+    """A crop of two lines: `infer --stream` prints them on two lines as they arrive (they ran together before the
+    final text), and the server reads the crop line by line like infer (its lines decode together in one batch),
+    streamed and whole, with usage counting every line's prompt."""
+    import base64
+    import io
+    import random
+
+    import httpx
+
+    from ms_ocr.generate import SamplingConfig
+    from ms_ocr.models.paddleocr_vl import SPEC
+    from tests.serve.live import LiveServer
+    font = demo_data.font_path("DejaVuSerif.ttf")
+    block, _ = demo_data.render_crop(["Total due 15 Mar 2026", "Invoice #2041"], font, random.Random(2), 30,
+                                     (40, 30, 40, 30), pitch=1.3, screen=True)
+    block.save(tmp_path / "block.png")
+    want = "Total due 15 Mar 2026\nInvoice #2041"
+    proc = run_module("ms_ocr.infer", "--model-path", demo_checkpoint(), "--model", "paddleocr-vl", "--image",
+                      str(tmp_path / "block.png"), "--max-new-tokens", str(NEW), "--stream")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == want + "\n"
+    pipe = SPEC.load(demo_checkpoint(), "CPU", "auto")
+    alone = pipe.run([block], "OCR:", SamplingConfig(max_new_tokens=NEW))
+    assert alone["text"] == want
+    server = LiveServer(pipe, "paddleocr-vl", "--max-model-len", "512", "--max-num-seqs", "4", "--no-warmup")
+    try:
+        buf = io.BytesIO()
+        block.save(buf, format="PNG")
+        url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+        content = [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "OCR:"}]
+        payload = {"model": "paddleocr-vl", "messages": [{"role": "user", "content": content}], "max_tokens": NEW,
+                   "temperature": 0}
+        whole = httpx.post(server.url + "/v1/chat/completions", json=payload, timeout=120).json()
+        assert whole["choices"][0]["message"]["content"] == want
+        prompts = [p.input_ids.shape[0] for _, p in pipe.prepare_request([block], "OCR:")[1]]
+        assert len(prompts) == 2 and whole["usage"]["prompt_tokens"] == sum(prompts)
+        chunks = server.client().chat.completions.create(model="paddleocr-vl", messages=payload["messages"],
+                                                         max_tokens=NEW, temperature=0, stream=True)
+        parts = [c.choices[0].delta.content or "" for c in chunks if c.choices]
+        assert "".join(parts) == want and sum(1 for p in parts if p) > 2
+    finally:
+        server.close()
