@@ -3,6 +3,7 @@ carries PaddleOCR-VL's special tokens and reproduces the hub chat template, and 
 
 import os
 import random
+import re
 
 import numpy as np
 import pytest
@@ -33,6 +34,8 @@ def test_lines_cover_the_text_distribution():
     for chars in ("0123456789", "abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ", ".,:;!?", "$%#-/()"):
         assert set(chars) <= set(text), set(chars) - set(text)
     assert any(w.isupper() and len(w) > 1 for line in lines for w in line.split())
+    # letters right after digits (221B, Room 4B, NW1 6XE) in at least 1 % of the lines
+    assert sum(bool(re.search(r"\d[A-Z]", line)) for line in lines) >= 4
 
 
 def test_rendered_line_sizes():

@@ -151,3 +151,26 @@ def test_guide_points_at_the_image_token_under_each_character():
     assert [g for i, g in enumerate(guide) if i not in range(answer, answer + 4)] == [-1] * (len(guide) - 4)
     lines = Batcher._guide(prompt, offsets[:3], [10.0, 150.0, 300.0], size, grid)
     assert lines[answer:answer + 3] == [first + 4 + 0, first + 4 + 2, first + 4 + 3]  # the middle row (1 of 3)
+
+
+def test_resumed_run_stops_at_stop_after(tmp_path):
+    """--resume from the state an evaluation wrote (step 2: three steps done) with --stop-after 3 trains no more
+    steps; it ran the rest of the schedule before (its check was step + 1 == stop_after, which the resumed run's
+    first step, 3, had already passed)."""
+    pytest.importorskip("transformers")
+    from training.demo import loop
+
+    out = str(tmp_path / "run")
+    small = ["--out", out, "--steps", "8", "--batch", "2", "--eval-lines", "2", "--eval-every", "2", "--procs", "1",
+             "--curriculum", "0"]
+    loop.main([*small, "--stop-after", "4"])  # evaluates at step 2 (writes the state) and stops after step 3
+    with open(os.path.join(out, "training.json")) as f:
+        assert json.load(f)["steps_done"] == 4
+    loop.main([*small, "--stop-after", "3", "--resume"])
+    with open(os.path.join(out, "training.json")) as f:
+        log = json.load(f)
+    assert log["steps_done"] == 3 and [entry[0] for entry in log["loss"]] == [0, 1, 2]
+    loop.main([*small, "--stop-after", "6", "--resume"])  # and on from there to step 6
+    with open(os.path.join(out, "training.json")) as f:
+        log = json.load(f)
+    assert log["steps_done"] == 6 and [entry[0] for entry in log["loss"]] == [0, 1, 2, 3, 4, 5]

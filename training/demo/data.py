@@ -89,10 +89,14 @@ def _amount(rng):
 
 
 def _code(rng):
+    """Codes, references, times, and letters after digits as in house numbers, rooms and postcodes (221B, 4B,
+    NW1 6XE: without them the model read `221B` as `2218`, a digit being all it had seen after digits)."""
     letters = "".join(rng.choice(string.ascii_uppercase) for _ in range(rng.randint(1, 3)))
     return rng.choice((f"{letters}-{rng.randint(0, 9999)}", f"{letters}{rng.randint(0, 999)}",
                        f"({letters.lower()})", f"[{rng.randint(1, 99)}]",
-                       f"{rng.randint(1, 99)}:{rng.randint(0, 59):02d}"))
+                       f"{rng.randint(1, 99)}:{rng.randint(0, 59):02d}", f"{rng.randint(1, 999)}{letters}",
+                       f"{letters[:2]}{rng.randint(1, 99)} {rng.randint(1, 9)}{rng.choice(string.ascii_uppercase)}"
+                       f"{rng.choice(string.ascii_uppercase)}"))
 
 
 def _word(rng):

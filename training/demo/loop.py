@@ -220,8 +220,11 @@ def train(args, ranks=None):
     deadline = args.launched + args.minutes * 60 - offset
     reserve = FINISH_SECONDS + EVAL_SECONDS
     model.train()
-    step = first
-    for step in range(first, args.steps):
+    end = min(args.steps, args.stop_after) if args.stop_after else args.steps
+    if first >= end and ranks.rank == 0:  # a resumed state already past --stop-after: nothing to train
+        print(f"step {first} is past --stop-after {args.stop_after}: no step trained", flush=True)
+    done = min(first, end)
+    for step in range(first, end):
         lr = lr_at(step, args.steps, args.lr, args.warmup)
         for group in opt.param_groups:
             group["lr"] = lr
@@ -266,7 +269,8 @@ def train(args, ranks=None):
             extra += f" aux {aux_value:.4f}"
         if step % 10 == 0 and ranks.rank == 0:
             print(f"step {step} loss {lm_loss:.4f}{extra} lr {lr:.2e} {elapsed:.0f}s", flush=True)
-        last = step == args.steps - 1 or step + 1 == args.stop_after or over > 0
+        done = step + 1
+        last = done == end or over > 0
         if (args.eval_every and step and step % args.eval_every == 0) or last:
             if ranks.rank == 0:
                 began = time.time()
@@ -285,7 +289,7 @@ def train(args, ranks=None):
             ranks.barrier()
         if last:
             break
-    log["steps_done"] = step + 1
+    log["steps_done"] = done
     log["seconds"] = round(time.time() - start, 1)
     return model, tok, log
 
