@@ -22,6 +22,7 @@ from PIL import Image
 INK_SHARE = 0.4  # a pixel is ink when it is this share of the crop's strongest contrast away from the paper
 MIN_CONTRAST = 30.0  # ... and at least this many grey levels (scan noise is up to ~12)
 ROW_INK = 0.002  # a row with ink in fewer than this share of its pixels is paper (noise, JPEG ringing)
+VALLEY = 0.04  # ... and inside a run of ink rows, a row with less than this share of its densest row's ink
 THIN = 0.35  # a run of ink rows thinner than this share of the tallest is a dot, accent or stroke of a neighbour
 # The geometry of the training's lines (training/demo/data.py render_line): font size 0.66 of the line's height, the
 # font's line box (ascent 0.93 + descent 0.24 of the size) centred, so the baseline is 0.345 sizes below the middle
@@ -69,7 +70,12 @@ def line_boxes(img, mask=None):
     its ink_mask when already computed."""
     mask = ink_mask(img) if mask is None else mask
     rows = mask.sum(1)
-    runs = _runs(rows >= max(1, ROW_INK * mask.shape[1]))
+    runs = []
+    for top, bottom in _runs(rows >= max(1, ROW_INK * mask.shape[1])):  # lines set solid touch (a bracket, a
+        part = rows[top:bottom]  # descender): cut where the ink nearly stops between them (every row kept)
+        dense = _runs(part > VALLEY * part.max())
+        cuts = [top + (a[1] + b[0]) // 2 for a, b in zip(dense, dense[1:])]
+        runs += [[a, b] for a, b in zip([top] + cuts, cuts + [bottom])]
     if not runs:
         return []
     tallest = max(b - a for a, b in runs)
