@@ -108,8 +108,9 @@ class LineFanOut:
     "<key>#line<i>" that run like any other (in one batch, a crop's lines decode together). The caller's
     on_result sees the original request once every line has finished, with the answers joined (joined_lines) or the
     first line's error. Its on_token sees the lines' tokens in reading order and `line_break` (the tokenizer's ids
-    of "\n") between two lines, so a stream of them reads as the joined text; the tokens of a line wait until the lines above it have finished; when on_token ends the answer (a stop string)
-    the lines not yet read stop at their first token. Other requests pass through."""
+    of "\n") between two lines, so a stream of them reads as the joined text: the tokens of a line wait until the
+    lines above it have finished. When on_token ends the answer (a stop string) the lines not yet read stop at
+    their first token. Other requests pass through."""
 
     def __init__(self, take, on_result, height=None, line_break=()):
         from collections import deque

@@ -54,6 +54,7 @@ class Job:
             return
         self.metrics.finished(time.perf_counter() - self.arrival)
         self.finish_reason = result["finish_reason"]
+        self.n_tokens = len(result["token_ids"])  # what the model generated (a line reader's stream also had "\n"s)
         # the whole answer as `infer` prints it: the model's post-processing (e.g. HunyuanOCR's repeat clean-up),
         # computed once by the engine; raw with skip_postprocess or skip_special_tokens false, and the raw text cut
         # at a stop string

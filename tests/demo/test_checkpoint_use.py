@@ -128,7 +128,7 @@ def test_a_line_reader_reads_each_line_of_a_crop_at_its_height(tmp_path):
 
 def test_a_line_reader_streams_and_serves_a_crops_lines(tmp_path, graph_mode):
     """A crop of two lines: `infer --stream` prints them on two lines as they arrive (they ran together before the
-    final text), and the server reads the crop line by line like infer (its lines decode together in one batch),
+    final text, with no newline between them), and the server reads the crop line by line like infer (its lines decode together in one batch),
     streamed and whole, with usage counting every line's prompt."""
     import base64
     import io
@@ -137,20 +137,20 @@ def test_a_line_reader_streams_and_serves_a_crops_lines(tmp_path, graph_mode):
     import httpx
 
     from ms_ocr.generate import SamplingConfig
+    from ms_ocr.infer import StreamPrinter
     from ms_ocr.models.paddleocr_vl import SPEC
     from tests.serve.live import LiveServer
     font = demo_data.font_path("DejaVuSerif.ttf")
     block, _ = demo_data.render_crop(["Total due 15 Mar 2026", "Invoice #2041"], font, random.Random(2), 30,
                                      (40, 30, 40, 30), pitch=1.3, screen=True)
-    block.save(tmp_path / "block.png")
     want = "Total due 15 Mar 2026\nInvoice #2041"
-    proc = run_module("ms_ocr.infer", "--model-path", demo_checkpoint(), "--model", "paddleocr-vl", "--image",
-                      str(tmp_path / "block.png"), "--max-new-tokens", str(NEW), "--stream")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == want + "\n"
     pipe = SPEC.load(demo_checkpoint(), "CPU", "auto")
-    alone = pipe.run([block], "OCR:", SamplingConfig(max_new_tokens=NEW))
-    assert alone["text"] == want
+    printed = io.StringIO()
+    printer = StreamPrinter(pipe.processor.tokenizer, pipe.eos_ids, printed)  # what infer --stream prints with
+    alone = pipe.run([block], "OCR:", SamplingConfig(max_new_tokens=NEW), on_token=printer)
+    assert alone["text"] == want and printed.getvalue() == want  # both lines, as they arrived
+    printer.finish(alone["text"])
+    assert printed.getvalue() == want + "\n"
     server = LiveServer(pipe, "paddleocr-vl", "--max-model-len", "512", "--max-num-seqs", "4", "--no-warmup")
     try:
         buf = io.BytesIO()
@@ -163,6 +163,7 @@ def test_a_line_reader_streams_and_serves_a_crops_lines(tmp_path, graph_mode):
         assert whole["choices"][0]["message"]["content"] == want
         prompts = [p.input_ids.shape[0] for _, p in pipe.prepare_request([block], "OCR:")[1]]
         assert len(prompts) == 2 and whole["usage"]["prompt_tokens"] == sum(prompts)
+        assert whole["usage"]["completion_tokens"] == len(alone["token_ids"])  # generated, not the "\n"s between
         chunks = server.client().chat.completions.create(model="paddleocr-vl", messages=payload["messages"],
                                                          max_tokens=NEW, temperature=0, stream=True)
         parts = [c.choices[0].delta.content or "" for c in chunks if c.choices]
