@@ -141,6 +141,13 @@ def held_out_crops(seed, count, fonts=demo_data.TRAIN_FONTS):
     return [demo_data.sample_crop(rng, fonts, max_area=None)[:2] for _ in range(count)]  # at users' sizes
 
 
+def tokenizer_changes(tok, folder):
+    """How many tokens of `tok` have another id (or none) in the tokenizer.json of checkpoint `folder`."""
+    with open(os.path.join(folder, "tokenizer.json"), encoding="utf-8") as f:
+        theirs = json.load(f)["model"]["vocab"]
+    return sum(theirs.get(token) != i for token, i in tok.get_vocab().items())
+
+
 def train(args, ranks=None):
     import torch
     from transformers import PaddleOCRVLForConditionalGeneration
@@ -155,6 +162,11 @@ def train(args, ranks=None):
         trained = PaddleOCRVLForConditionalGeneration.from_pretrained(args.init, dtype=torch.float32)
         model.load_state_dict(trained.state_dict())
         del trained
+        moved = tokenizer_changes(tok, args.init)
+        if moved and ranks.rank == 0:  # the tokenizer is a function of the text generator, trained in every run
+            print(f"note: {moved} of {tok.get_vocab_size()} tokens have other ids than in --init {args.init} (the text "
+                  "generator changed since it was trained): their embeddings start from other tokens' rows",
+                  flush=True)
     model.generation_config.update(eos_token_id=2, bos_token_id=1, pad_token_id=0)
     if args.guide:
         model.model.language_model.set_attn_implementation("eager")  # attention weights for the guide loss
@@ -337,7 +349,41 @@ def cpu_has_bf16():
     return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
+# The committed checkpoint's two stages (ms_ocr/demo/README.md): `--recipe --out DIR` runs both, the first into
+# DIR-lines (60 minutes on two AVX512_BF16 cores), the second from it into DIR (45 minutes)
+RECIPE = (["--steps", "10800", "--eval-every", "1000", "--minutes", "60", "--precision", "bf16", "--text-layers", "3",
+           "--text-intermediate", "512"],
+          ["--data", "crop-lines", "--steps", "5000", "--minutes", "45", "--eval-every", "500", "--precision", "bf16",
+           "--text-layers", "3", "--text-intermediate", "512", "--aux", "0", "--lr", "2e-4", "--curriculum", "0"])
+
+
+def recipe_commands(out, extra=()):
+    """The argument lists of the recipe's two stages into `out`, `extra` (e.g. --resume) added to both."""
+    first = out.rstrip("/" + os.sep) + "-lines"
+    return [["--out", first, *RECIPE[0], *extra], ["--init", first, "--out", out, *RECIPE[1], *extra]]
+
+
+def _recipe(argv):
+    p = argparse.ArgumentParser(description="the committed demo checkpoint's two training stages, one after the other")
+    p.add_argument("--recipe", action="store_true")
+    p.add_argument("--out", required=True, help="checkpoint folder of the second stage (the first: <out>-lines)")
+    p.add_argument("--resume", action="store_true", help="go on where an interrupted recipe stopped")
+    p.add_argument("--threads", default=None, help="as for one stage")
+    args = p.parse_args(argv)
+    extra = (["--resume"] if args.resume else []) + (["--threads", args.threads] if args.threads else [])
+    for i, stage in enumerate(recipe_commands(args.out, extra)):
+        out = stage[stage.index("--out") + 1]
+        if args.resume and os.path.isfile(os.path.join(out, "training.json")) and \
+                not os.path.exists(os.path.join(out, STATE_FILE)):  # written (the export removes the state)
+            print(f"stage {i + 1} already written in {out}", flush=True)
+            continue
+        main(stage)
+
+
 def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--recipe" in argv:
+        return _recipe(argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="checkpoint folder to write")
     p.add_argument("--steps", type=int, default=6500)
@@ -384,6 +430,8 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=SEEDS["train"])
     p.add_argument("--resume", action="store_true", help=f"go on from <out>/{STATE_FILE}, which every evaluation "
                    "writes (same options)")
+    p.add_argument("--recipe", action="store_true", help="the committed checkpoint's two stages, one after the other "
+                   "(RECIPE: the first into <out>-lines, then the second into <out>; with --resume, --threads)")
     args = p.parse_args(argv)
     args.launched = time.time()  # --minutes counts from here (start-up, tokenizer, evaluation sets included)
     if args.precision == "auto":
