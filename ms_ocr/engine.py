@@ -45,6 +45,11 @@ class Request:
     lines: list = None
 
 
+def prepared(prep, lines):
+    """The Prepared of each sequence a request becomes: [prep], or each line's for a line reader (Request.lines)."""
+    return [prep] if lines is None else [p for _, p in lines]
+
+
 class Cancelled(Exception):
     """A request dropped because its `cancelled` event was set (e.g. the client disconnected)."""
 
@@ -95,7 +100,7 @@ class _Crop:
     """A request read line by line: its line requests' results and the order their tokens reach the caller."""
 
     def __init__(self, request, count):
-        self.request, self.results, self.error, self.left = request, [None] * count, None, count
+        self.request, self.results, self.error = request, [None] * count, None
         self.live, self.held, self.finished, self.stopped = 0, [[] for _ in range(count)], set(), False
 
 
@@ -169,11 +174,11 @@ class LineFanOut:
         if entry is None:
             return self._on_result(req, result, error)
         crop, i, _ = entry
-        crop.results[i], crop.error, crop.left = result, crop.error or error, crop.left - 1
+        crop.results[i], crop.error = result, crop.error or error
         crop.finished.add(i)
         if crop.request.on_token is not None and crop.error is None:
             self._advance(crop)
-        if not crop.left:  # every line has been reported
+        if len(crop.finished) == len(crop.results):  # every line has been reported
             joined = None if crop.error is not None else joined_lines(crop.results, crop.stopped)
             self._on_result(crop.request, joined, crop.error)
 

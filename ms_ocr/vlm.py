@@ -137,12 +137,12 @@ class VLMPipeline:
         are encoded (and, loaded in stages, each ViT layer's weights once the layer has run). A line reader reads
         the lines of a one-image request one after the other (prepare_request): their texts joined by "\n",
         tokens in order, timings summed (`timings.lines`: how many)."""
-        from ms_ocr.engine import BatchEngine, Request
+        from ms_ocr.engine import BatchEngine, Request, prepared
         sampling.validate()
         compile_before = dict(self.runtime.compiler.seconds)
         t0 = time.perf_counter()
         prep, lines = self.prepare_request(images, prompt, task)
-        longest = max(p.input_ids.shape[0] for p in ([prep] if lines is None else [p for _, p in lines]))
+        longest = max(p.input_ids.shape[0] for p in prepared(prep, lines))
         release_vision = release_vision and lines is None  # each line's vision graphs run again for the next
         startup = process_age_ms() if self.runs == 0 else None  # launch to the first vision op
         self.runs += 1

@@ -132,7 +132,7 @@ class DocumentPipeline:
     def _recognize(self, kind, items):
         """Recognise one kind's regions as a batch; fills each block's content (or error). Returns (wall ms without
         compile time, generated tokens)."""
-        from ms_ocr.engine import BatchEngine, Request
+        from ms_ocr.engine import BatchEngine, Request, prepared
         task = self.spec.region_tasks[kind]
         prompt = self.spec.tasks[task]
         requests, by_key = [], {}
@@ -147,8 +147,7 @@ class DocumentPipeline:
             requests.append(Request(key, [region], prompt, task=task, prep=prep, lines=lines))
         if not requests:
             return 0.0, 0
-        longest = max(p.input_ids.shape[0] for r in requests for p in ([r.prep] if r.lines is None else
-                                                                        [p for _, p in r.lines]))
+        longest = max(p.input_ids.shape[0] for r in requests for p in prepared(r.prep, r.lines))
         tokens = [0]
 
         def done(req, result, error):

@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ms_ocr.engine import Cancelled
+from ms_ocr.engine import Cancelled, prepared
 from ms_ocr.errors import user_error_message
 from ms_ocr.generate import SamplingConfig
 from ms_ocr.serve import media
@@ -141,7 +141,7 @@ async def _chat(state, http_request):
                                             conversation.image_urls, state.limits)
         mm = req.mm_processor_kwargs.model_dump() if req.mm_processor_kwargs else None
         prep, lines = await loop.run_in_executor(None, prepare, state.pipe, conversation, images, mm)
-        preps = [prep] if lines is None else [p for _, p in lines]  # a line reader: each line is a sequence
+        preps = prepared(prep, lines)  # a line reader: each line is a sequence
         n_prompt = sum(int(p.input_ids.shape[0]) for p in preps)
         longest = max(int(p.input_ids.shape[0]) for p in preps)
         asked = req.max_completion_tokens or req.max_tokens

@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from ms_ocr.engine import Cancelled, Request
+from ms_ocr.engine import Cancelled, Request, prepared
 from ms_ocr.errors import user_error_message
 
 
@@ -19,12 +19,12 @@ class Job:
                  postprocess=True, lines=None):
         """`prep`: the request's Prepared; a line reader's request has `lines` instead (engine.Request.lines)."""
         self.key, self.prep, self.stream, self.loop, self.events = key, prep, stream, loop, events
-        self.n_prompt = int(prep.input_ids.shape[0]) if lines is None else int(lines[0][1].input_ids.shape[0])
+        self.n_prompt = int(prepared(prep, lines)[0].input_ids.shape[0])  # the first answer token's prompt
         self.metrics, self.arrival = metrics, arrival
         self.cancelled = threading.Event()
         self.request = Request(key, [], "", sampling=sampling, prep=prep, lines=lines, on_token=self.on_token,
                                cancelled=self.cancelled, ignore_eos=ignore_eos)
-        self.n_tokens, self.t_last, self.finish_reason = 0, None, None
+        self.n_tokens, self.t_last, self.finish_reason = 0, None, None  # n_tokens: set with the result
         self.taken = False  # the engine has taken it from the inbox
         self.postprocess, self.text = postprocess, None
 
@@ -41,7 +41,6 @@ class Job:
         else:
             self.metrics.next_token(now - self.t_last)
         self.t_last = now
-        self.n_tokens += 1
         stop = self.stream.add(token)
         delta = self.stream.pending()
         if delta:
