@@ -104,6 +104,11 @@ def test_paddleocr_vl_batched_equals_single(paddle, tiny_dir):
     lone, _ = _run(paddle, pages[3:4], "OCR:", 4, [NEW_TOKENS], engine_out=engines)
     assert lone["0"]["token_ids"] == want[3]
     assert engines[0].step_rows == {1: len(lone["0"]["token_ids"]) - 1}
+    # the prompt's embedding step is compiled per bucket of image rows (zero rows no token selects), not per image
+    # size: a line reader compiled one for each line width
+    rt = paddle.runtime
+    rows = {key[3][0][0] for key in rt.compiler._phases if key[1] == id(rt.prefill_prep_step)}
+    assert rows and all(r % rt.buckets.prefill == 0 for r in rows), rows
 
 
 def test_hunyuan_batched_equals_single(hunyuan_checkpoint, graph_mode):

@@ -121,6 +121,11 @@ class VLMRuntime:
         if not rows:  # text-only prompts: one dummy row that no token selects
             image_feats = Tensor(np.zeros((1, self.model.cfg.text.hidden_size), np.float32), self.compute_dtype)
         else:
+            # zero rows up to a prefill bucket, which no token selects: the embedding graph is compiled per bucket
+            # of image tokens, not per image size (a line reader's every line width compiled one)
+            pad = bucket(offset, self.buckets.prefill) - offset
+            if pad:
+                rows.append(Tensor(np.zeros((pad, rows[0].shape[1]), np.float32), rows[0].dtype))
             image_feats = rows[0] if len(rows) == 1 else ops.concat(rows, 0)
         return Tensor(ids), image_feats, Tensor(image_index), Tensor(pos)
 
