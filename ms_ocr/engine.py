@@ -43,6 +43,10 @@ class Request:
     # a line reader's request (VLMPipeline.prepare_request): [(line image, Prepared)] of its one image's text lines,
     # each read as a request of its own (LineFanOut)
     lines: list = None
+    # on_line_break(token_id): the tokenizer's "\n" ids a line reader's stream has between two lines (LineFanOut),
+    # returning True to end the answer as on_token does; None: they go to on_token (they are not generated tokens:
+    # the server's token metrics leave them out)
+    on_line_break: object = None
 
 
 def prepared(prep, lines):
@@ -144,7 +148,7 @@ class LineFanOut:
         for i, (img, prep) in enumerate(lines):
             hook = None if req.on_token is None else functools.partial(self._token, crop, i)
             sub = dataclasses.replace(req, key=f"{req.key}#line{i}", images=[img], prep=prep, lines=None,
-                                      on_token=hook)
+                                      on_token=hook, on_line_break=None)
             self.crops[id(sub)] = (crop, i, sub)  # the line request itself kept alive: its id stays unique
             subs.append(sub)
         return subs
@@ -163,8 +167,10 @@ class LineFanOut:
         """The next lines' turn to reach on_token, once the lines above them have finished."""
         while crop.live in crop.finished and crop.live + 1 < len(crop.results) and not crop.stopped:
             crop.live += 1
-            for token in self.line_break + tuple(crop.held[crop.live]):
-                if crop.request.on_token(token):
+            brk = crop.request.on_line_break or crop.request.on_token
+            for hook, token in [(brk, t) for t in self.line_break] + \
+                    [(crop.request.on_token, t) for t in crop.held[crop.live]]:
+                if hook(token):
                     crop.stopped = True
                     break
             crop.held[crop.live] = []

@@ -142,7 +142,6 @@ async def _chat(state, http_request):
         mm = req.mm_processor_kwargs.model_dump() if req.mm_processor_kwargs else None
         prep, lines = await loop.run_in_executor(None, prepare, state.pipe, conversation, images, mm)
         preps = prepared(prep, lines)  # a line reader: each line is a sequence
-        n_prompt = sum(int(p.input_ids.shape[0]) for p in preps)
         longest = max(int(p.input_ids.shape[0]) for p in preps)
         asked = req.max_completion_tokens or req.max_tokens
         max_new = asked if asked is not None else state.max_model_len - longest
@@ -167,7 +166,7 @@ async def _chat(state, http_request):
         if not submitted:
             state.worker.release()
     if req.stream:
-        return StreamingResponse(_sse(state, req, job, n_prompt), media_type="text/event-stream")
+        return StreamingResponse(_sse(state, req, job, job.n_prompt), media_type="text/event-stream")
     try:
         text = await _collect(job, http_request)
     finally:
@@ -178,8 +177,8 @@ async def _chat(state, http_request):
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "reasoning_content": None,
                                                  "tool_calls": []},
                          "logprobs": None, "finish_reason": job.finish_reason, "stop_reason": None}],
-            "usage": {"prompt_tokens": n_prompt, "completion_tokens": completion,
-                      "total_tokens": n_prompt + completion}}
+            "usage": {"prompt_tokens": job.n_prompt, "completion_tokens": completion,
+                      "total_tokens": job.n_prompt + completion}}
 
 
 def _engine_error(exc):

@@ -19,11 +19,11 @@ class Job:
                  postprocess=True, lines=None):
         """`prep`: the request's Prepared; a line reader's request has `lines` instead (engine.Request.lines)."""
         self.key, self.prep, self.stream, self.loop, self.events = key, prep, stream, loop, events
-        self.n_prompt = int(prepared(prep, lines)[0].input_ids.shape[0])  # the first answer token's prompt
+        self.n_prompt = sum(int(p.input_ids.shape[0]) for p in prepared(prep, lines))  # every line's, as usage
         self.metrics, self.arrival = metrics, arrival
         self.cancelled = threading.Event()
         self.request = Request(key, [], "", sampling=sampling, prep=prep, lines=lines, on_token=self.on_token,
-                               cancelled=self.cancelled, ignore_eos=ignore_eos)
+                               cancelled=self.cancelled, ignore_eos=ignore_eos, on_line_break=self._add)
         self.n_tokens, self.t_last, self.finish_reason = 0, None, None  # n_tokens: set with the result
         self.taken = False  # the engine has taken it from the inbox
         self.postprocess, self.text = postprocess, None
@@ -41,6 +41,9 @@ class Job:
         else:
             self.metrics.next_token(now - self.t_last)
         self.t_last = now
+        return self._add(token)
+
+    def _add(self, token):  # engine thread: a token of the text (generated, or a line break between two lines)
         stop = self.stream.add(token)
         delta = self.stream.pending()
         if delta:

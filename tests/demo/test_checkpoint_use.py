@@ -129,7 +129,7 @@ def test_a_line_reader_reads_each_line_of_a_crop_at_its_height(tmp_path):
 def test_a_line_reader_streams_and_serves_a_crops_lines(tmp_path, graph_mode):
     """A crop of two lines: `infer --stream` prints them on two lines as they arrive (they ran together before the
     final text, with no newline between them), and the server reads the crop line by line like infer (its lines decode together in one batch),
-    streamed and whole, with usage counting every line's prompt."""
+    streamed and whole, with usage and the metrics counting every line's prompt and only the generated tokens."""
     import base64
     import io
     import random
@@ -168,5 +168,11 @@ def test_a_line_reader_streams_and_serves_a_crops_lines(tmp_path, graph_mode):
                                                          max_tokens=NEW, temperature=0, stream=True)
         parts = [c.choices[0].delta.content or "" for c in chunks if c.choices]
         assert "".join(parts) == want and sum(1 for p in parts if p) > 2
+        # the metrics count what usage counts: every line's prompt, the generated tokens (not the line break's)
+        metrics = {line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+                   for line in httpx.get(server.url + "/metrics", timeout=30).text.splitlines()
+                   if line.startswith("ms_ocr:") and "_bucket" not in line and "running=" not in line}
+        assert metrics["ms_ocr:prompt_tokens_total"] == 2 * sum(prompts)
+        assert metrics["ms_ocr:generation_tokens_total"] == 2 * len(alone["token_ids"])
     finally:
         server.close()
