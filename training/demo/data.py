@@ -36,7 +36,12 @@ _WORDS = ("the of and to in is was for on that with as by at from it an are were
           "project summary section figure chapter note reference version update status approved pending "
           "model text image document scan line word value data result error system file record name title "
           "Monday Tuesday Friday January March April June August October December north south east west "
-          "water light house market school health energy travel garden window river morning evening").split()
+          "water light house market school health energy travel garden window river morning evening "
+          # doubled and narrow letters (ll, tt, ff, il, li): with only the words above, the model read `little`
+          # as `itttle`, `fill` as `fil` and `Please` as `Piease`
+          "all will well call small still till fill full bill hall shall little letter better attention office "
+          "effect support follow allow million billion illegal official William Phillips Elliott Illinois Billy "
+          "list link limit liability filled billing collection college dollar skill fifty fifth lift split").split()
 _MONTHS = ("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec").split()
 _CURRENCIES = ("$", "EUR ", "USD ", "GBP ", "")
 _PUNCT = ".,:;!?"
@@ -94,7 +99,7 @@ def _code(rng):
     letters = "".join(rng.choice(string.ascii_uppercase) for _ in range(rng.randint(1, 3)))
     return rng.choice((f"{letters}-{rng.randint(0, 9999)}", f"{letters}{rng.randint(0, 999)}",
                        f"({letters.lower()})", f"[{rng.randint(1, 99)}]",
-                       f"{rng.randint(1, 99)}:{rng.randint(0, 59):02d}", f"{rng.randint(1, 999)}{letters}",
+                       f"{rng.randint(1, 99)}:{rng.randint(0, 59):02d}", f"{rng.randint(1, 10 ** rng.randint(1, 3) - 1)}{letters}",
                        f"{letters[:2]}{rng.randint(1, 99)} {rng.randint(1, 9)}{rng.choice(string.ascii_uppercase)}"
                        f"{rng.choice(string.ascii_uppercase)}"))
 

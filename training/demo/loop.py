@@ -353,7 +353,7 @@ def cpu_has_bf16():
 # DIR-lines (60 minutes on two AVX512_BF16 cores), the second from it into DIR (45 minutes)
 RECIPE = (["--steps", "10800", "--eval-every", "1000", "--minutes", "60", "--precision", "bf16", "--text-layers", "3",
            "--text-intermediate", "512"],
-          ["--data", "crop-lines", "--steps", "5000", "--minutes", "45", "--eval-every", "500", "--precision", "bf16",
+          ["--data", "crop-lines", "--steps", "3600", "--minutes", "45", "--eval-every", "500", "--precision", "bf16",
            "--text-layers", "3", "--text-intermediate", "512", "--aux", "0", "--lr", "2e-4", "--curriculum", "0"])
 
 
