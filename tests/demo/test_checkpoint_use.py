@@ -39,9 +39,10 @@ def test_batch_runner_reads_the_examples(tmp_path):
     assert single.returncode == 0, single.stderr
     for record in (json.loads(line) for line in single.stdout.splitlines()):
         assert got[os.path.basename(record["image"])]["token_ids"] == record["token_ids"], record["image"]
-    # the README's example reads exactly; the model's accuracy is tests/demo/test_gate.py's (the 2026-11-25
-    # checkpoint misreads two characters of address.png and the brackets of receipt.png, as infer does)
-    assert got["invoice.png"]["text"] == EXAMPLES["invoice.png"]
+    # the single-line examples read exactly (the checkpoint before read NW11 for NW1 in address.png); the three-line
+    # note.png still has two characters wrong (Roon 48 for Room 4B): the model's accuracy is the gates'
+    for name in ("invoice.png", "receipt.png", "address.png"):
+        assert got[name]["text"] == EXAMPLES[name], (name, got[name]["text"])
     from training.demo.model import cer
     assert cer([got[n]["text"] for n in sorted(EXAMPLES)], [EXAMPLES[n] for n in sorted(EXAMPLES)]) <= 0.05
 
