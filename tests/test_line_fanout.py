@@ -95,3 +95,20 @@ def test_joined_lines_of_one_line_is_that_line():
     one = _result("A", [10, 2])
     joined = joined_lines([one])
     assert joined["text"] == "A" and joined["token_ids"] == [10, 2] and joined["timings"]["lines"] == 1
+
+
+def test_line_breaks_go_to_their_own_hook_when_the_caller_gives_one():
+    """The server counts generated tokens in on_token (its metrics); the line breaks between lines are text, not
+    generated tokens: with on_line_break set they go there, in the same place of the stream."""
+    text, generated = [], []
+    crop = Request("a", [Image.new("RGB", (8, 8))], "OCR:", lines=[(Image.new("RGB", (8, 8)), None)] * 2,
+                   on_token=lambda t: generated.append(t) or text.append(t) or False,
+                   on_line_break=lambda t: text.append(t) or False)
+    source = [[crop]]
+    fan = LineFanOut(lambda n, wait: source.pop(0) if source else None, lambda *a: None, line_break=(98, 99))
+    l0, l1 = fan.take(8, True)
+    assert l0.on_line_break is None and l1.on_line_break is None  # the line requests stream through on_token
+    assert l1.on_token(20) is False and l0.on_token(10) is False
+    fan.report(l0, _result("A", [10]), None)
+    fan.report(l1, _result("B", [20]), None)
+    assert text == [10, 98, 99, 20] and generated == [10, 20]
