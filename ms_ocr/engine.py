@@ -167,12 +167,9 @@ class LineFanOut:
         """The next lines' turn to reach on_token, once the lines above them have finished."""
         while crop.live in crop.finished and crop.live + 1 < len(crop.results) and not crop.stopped:
             crop.live += 1
-            brk = crop.request.on_line_break or crop.request.on_token
-            for hook, token in [(brk, t) for t in self.line_break] + \
-                    [(crop.request.on_token, t) for t in crop.held[crop.live]]:
-                if hook(token):
-                    crop.stopped = True
-                    break
+            req = crop.request
+            brk = req.on_line_break or req.on_token
+            crop.stopped = any(brk(t) for t in self.line_break) or any(req.on_token(t) for t in crop.held[crop.live])
             crop.held[crop.live] = []
 
     def report(self, req, result, error):

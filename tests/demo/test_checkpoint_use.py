@@ -129,8 +129,9 @@ def test_a_line_reader_reads_each_line_of_a_crop_at_its_height(tmp_path):
 
 def test_a_line_reader_streams_and_serves_a_crops_lines(tmp_path, graph_mode):
     """A crop of two lines: `infer --stream` prints them on two lines as they arrive (they ran together before the
-    final text, with no newline between them), and the server reads the crop line by line like infer (its lines decode together in one batch),
-    streamed and whole, with usage and the metrics counting every line's prompt and only the generated tokens."""
+    final text, with no newline between them), and the server reads the crop line by line like infer (its lines
+    decode together in one batch), streamed and whole, with usage and the metrics counting every line's prompt and
+    only the generated tokens."""
     import base64
     import io
     import random

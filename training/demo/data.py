@@ -99,7 +99,8 @@ def _code(rng):
     letters = "".join(rng.choice(string.ascii_uppercase) for _ in range(rng.randint(1, 3)))
     return rng.choice((f"{letters}-{rng.randint(0, 9999)}", f"{letters}{rng.randint(0, 999)}",
                        f"({letters.lower()})", f"[{rng.randint(1, 99)}]",
-                       f"{rng.randint(1, 99)}:{rng.randint(0, 59):02d}", f"{rng.randint(1, 10 ** rng.randint(1, 3) - 1)}{letters}",
+                       f"{rng.randint(1, 99)}:{rng.randint(0, 59):02d}",
+                       f"{rng.randint(1, 10 ** rng.randint(1, 3) - 1)}{letters}",
                        f"{letters[:2]}{rng.randint(1, 99)} {rng.randint(1, 9)}{rng.choice(string.ascii_uppercase)}"
                        f"{rng.choice(string.ascii_uppercase)}"))
 
