@@ -10,7 +10,7 @@ from mindspore import Tensor
 
 from ms_ocr.models.quantize import quantize_rows as quantize  # symmetric int8 (tests/test_quantize.py)
 from ms_ocr.ops import backend
-from tests.helpers.native import needs_compiler, op_cell
+from tests.helpers.native import KERNEL_REFUSED, needs_compiler, op_cell
 from tests.helpers.quant import dequantized
 from tests.ops.test_gemm_bf16 import rne_bf16
 from tests.ops.test_decode_layer import CASES, make_case, reference
@@ -74,16 +74,16 @@ def test_native_quantiser_is_numpys_bit_for_bit(group, isa_kernels, monkeypatch)
 
 
 @needs_compiler
-def test_q8_kernels_refuse_groups_that_do_not_fit(graph_cpu, isa_kernels):
+def test_q8_kernels_refuse_groups_that_do_not_fit(pynative_cpu, isa_kernels):
     """Scales [N, g] whose group (K / g) is not whole vectors, or does not divide K: an error, not a misread."""
     rng = np.random.default_rng(8)
     q, _ = quantize(rng.standard_normal((16, 96)))
     x = Tensor(rng.standard_normal((1, 96)).astype(np.float32))
     for groups in (12, 5):  # groups of 8 columns; 96 / 5 columns
         s = Tensor(np.ones((16, groups), np.float32))
-        with pytest.raises(RuntimeError):
+        with pytest.raises(RuntimeError, match=KERNEL_REFUSED):
             op_cell(backend.int8_ops(isa_kernels)[0])(x, Tensor(q), s).asnumpy()
-        with pytest.raises(RuntimeError):
+        with pytest.raises(RuntimeError, match=KERNEL_REFUSED):
             op_cell(backend.int8_ops(isa_kernels)[1])(Tensor(q), s).asnumpy()
 
 

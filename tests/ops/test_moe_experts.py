@@ -11,7 +11,7 @@ from mindspore import Tensor
 from ms_ocr.convert.loader import round_to_bf16
 from ms_ocr.models.quantize import quantize_rows
 from ms_ocr.ops import backend
-from tests.helpers.native import needs_compiler, op_cell
+from tests.helpers.native import KERNEL_REFUSED, needs_compiler, op_cell
 from tests.helpers.quant import dequantized
 
 
@@ -75,17 +75,17 @@ def test_moe_experts_at_every_isa_level(case, kind, graph_cpu, isa_kernels):
 
 
 @needs_compiler
-def test_moe_experts_refuses_stacks_that_do_not_fit(graph_cpu, isa_kernels):
+def test_moe_experts_refuses_stacks_that_do_not_fit(pynative_cpu, isa_kernels):
     rng = np.random.default_rng(2)
     h, ids, w = (Tensor(rng.standard_normal((1, 32)).astype(np.float32)), Tensor(np.array([[0, 1]], np.int32)),
                  Tensor(np.ones((1, 2), np.float32)))
     gate = Tensor(rng.standard_normal((4, 16, 32)).astype(np.float32))
     down = Tensor(rng.standard_normal((4, 32, 16)).astype(np.float32))
     op = op_cell(backend.native_ops(isa_kernels)[5])
-    with pytest.raises(RuntimeError):  # down [E, H, I] given where up [E, I, H] belongs
+    with pytest.raises(RuntimeError, match=KERNEL_REFUSED):  # down [E, H, I] given where up [E, I, H] belongs
         op(h, ids, w, gate, down, down).asnumpy()
     q = Tensor(np.zeros((4, 16, 32), np.int8))
-    with pytest.raises(RuntimeError):  # int8 stacks without scales
+    with pytest.raises(RuntimeError, match=KERNEL_REFUSED):  # int8 stacks without scales
         op(h, ids, w, q, q, Tensor(np.zeros((4, 32, 16), np.int8))).asnumpy()
 
 
