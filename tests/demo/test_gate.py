@@ -23,7 +23,11 @@ MAX_CER = 0.03
 MAX_NEW_TOKENS = 64
 PAD_TO = 224  # right margins to a multiple of 224 px: a handful of image shapes, so few graph compilations
 
-pytestmark = [pytest.mark.skipif(demo_checkpoint() is None, reason="ms_ocr/demo/paddleocr_vl holds no checkpoint yet "
+# With -m slow: the default run gates the exact path on crops of every height and the reduced precisions on the
+# training fonts' crops (tests/demo/test_gate_crops.py); these 250 renderer lines, read three times, took 293 s of
+# the default run's test time (2026-11-27, Intel Xeon model 207).
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(demo_checkpoint() is None, reason="ms_ocr/demo/paddleocr_vl holds no checkpoint yet "
                                  "(train one with scripts/train_demo.py; this gate then runs)"),
               pytest.mark.skipif(bool(demo_data.missing_fonts()), reason=f"fonts missing: {demo_data.missing_fonts()}; "
                                  f"apt-get install {demo_data.FONT_PACKAGES}")]
@@ -82,8 +86,7 @@ def gate_int8_g32(tmp_path_factory):
     return _held_out(tmp_path_factory, "--quantize", "int8-g32")
 
 
-# int8-g32 runs with -m slow (the default run's 20 minutes; its logits against transformers are in tests/matrix)
-@pytest.fixture(params=["bf16", "int8", pytest.param("int8_g32", marks=pytest.mark.slow)])
+@pytest.fixture(params=["bf16", "int8", "int8_g32"])
 def reduced(request):
     """(name, records) of a reduced-precision run: --dtype bf16, --quantize int8 or int8-g32."""
     return request.param, request.getfixturevalue(f"gate_{request.param}")
