@@ -16,7 +16,7 @@ os.environ.setdefault("MS_OCR_COMPILE_CACHE", "0")
 # workers in this order (--dist loadfile --no-loadscope-reorder); xdist's default order, most tests first,
 # started these last (2026-11-23, one clean-clone run each: 896 s before, 862 s after).
 LONGEST_FIRST = (  # seconds of test time, 2026-11-27 15:03-15:36 UTC (Intel Xeon model 207, a 2-worker run)
-    "tests/demo/test_gate_crops.py",  # 175 s alone (1 worker) with the reduced-precision runs since 2026-11-27
+    "tests/demo/test_gate_crops.py",  # 254 s with its reduced-precision runs (2026-11-27, 22:24 UTC run)
     "tests/models/test_bf16_resident.py",  # 271 s (62 s of it now with -m slow)
     "tests/test_compile_cache.py",  # 202 s (subprocesses of the CLI and batch runner)
     "tests/test_export.py",  # 157 s
