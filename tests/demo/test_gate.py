@@ -5,13 +5,11 @@ parity). The same lines with `--dtype bf16` (products in bf16 where the CPU has 
 int8` (a scale per row) and `--quantize int8-g32` (a scale per 32 columns) gate the reduced precisions: CER within
 MAX_CER_DRIFT of the exact path's on each set, and no output running on past twice its truth."""
 
-import json
-
 import pytest
 
 from ms_ocr.models import demo_checkpoint
 from training.demo import data as demo_data
-from tests.cli_util import run_module
+from tests.demo.cli_reads import read_sets
 
 GATE_SEED = 9100  # the training draws seeds 0 (lines) and 1000 (tokenizer corpus); its own eval uses 7000/7001
 # 150 unseen-font lines: with 50, three lines changing under --quantize int8 moved that set's CER by 0.35 points
@@ -43,27 +41,13 @@ MAX_CER_DRIFT = 0.003  # --dtype bf16 against the exact path, each set (0.3 poin
 
 
 def _held_out(tmp_path_factory, *options):
-    """Held-out images through the CLI's demo fallback (no --model, empty weights cache), with `options`: records
-    per image."""
-    tmp = tmp_path_factory.mktemp("gate")
+    """Held-out images through the CLI's demo fallback, with `options`: {set: [((image, truth), record)]}."""
     sets = {"train_fonts": demo_data.held_out(GATE_SEED, LINES, pad_to=PAD_TO),
             "unseen_font": demo_data.held_out(GATE_SEED + 1, UNSEEN_LINES, fonts=(demo_data.UNSEEN_FONT,),
                                               pad_to=PAD_TO)}
-    paths = {}
-    for name, items in sets.items():
-        paths[name] = []
-        for i, (img, _) in enumerate(items):
-            paths[name].append(str(tmp / f"{name}_{i:03d}.png"))
-            img.save(paths[name][-1])
-    every = paths["train_fonts"] + paths["unseen_font"]
-    proc = run_module("ms_ocr.infer", "--image", *every, "--json", "--max-new-tokens", str(MAX_NEW_TOKENS), *options,
-                      env={"MS_OCR_HOME": str(tmp / "empty_cache"), "OMP_NUM_THREADS": "2"})
-    assert proc.returncode == 0, proc.stderr
-    assert "built-in demo model" in proc.stderr
-    records = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert [r["image"] for r in records] == every
-    by_path = {r["image"]: r for r in records}
-    return {name: [(sets[name][i], by_path[p]) for i, p in enumerate(paths[name])] for name in sets}
+    records = read_sets(tmp_path_factory.mktemp("gate"), {name: [img for img, _ in items] for name, items in
+                                                           sets.items()}, MAX_NEW_TOKENS, *options)
+    return {name: list(zip(items, records[name])) for name, items in sets.items()}
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,13 @@ with `--dtype bf16` and with `--quantize int8` give a CER within MAX_CER_DRIFT o
 and no output runs on past twice its truth. (The renderer's own lines, with the unseen font and int8-g32 as well,
 are the same gate in tests/demo/test_gate.py, with -m slow.)"""
 
-import json
 import random
 
 import pytest
 
 from ms_ocr.models import demo_checkpoint
 from training.demo import data as demo_data
-from tests.cli_util import run_module
+from tests.demo.cli_reads import read_sets
 
 SEED = 9500  # the training draws 0 (lines), 1000 (tokenizer), 7000-7003 (its evaluation); test_gate.py 9100-9101
 COUNTS = {"lines": 90, "lines_unseen": 60, "screens": 40, "blocks": 40}
@@ -48,20 +47,10 @@ MAX_CER_DRIFT = 0.003  # --dtype bf16 / --quantize int8 against the exact path, 
 def _read(tmp_path_factory, names, *options):
     """{set: [(image, truth, CLI record)]}: the crops of `names` through one `infer` run of the demo fallback,
     with `options`."""
-    tmp = tmp_path_factory.mktemp("crops")
-    sets, paths = {name: _crops(name) for name in names}, []
-    for name, items in sets.items():
-        for i, (img, _) in enumerate(items):
-            paths.append(str(tmp / f"{name}_{i:03d}.png"))
-            img.save(paths[-1])
-    proc = run_module("ms_ocr.infer", "--image", *paths, "--json", "--max-new-tokens", str(MAX_NEW_TOKENS),
-                      *options, env={"MS_OCR_HOME": str(tmp / "empty_cache"), "OMP_NUM_THREADS": "2"})
-    assert proc.returncode == 0, proc.stderr
-    assert "built-in demo model" in proc.stderr
-    records = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert [r["image"] for r in records] == paths
-    records = iter(records)
-    return {name: [(img, text, next(records)) for img, text in items] for name, items in sets.items()}
+    sets = {name: _crops(name) for name in names}
+    records = read_sets(tmp_path_factory.mktemp("crops"), {name: [img for img, _ in items] for name, items in
+                                                            sets.items()}, MAX_NEW_TOKENS, *options)
+    return {name: [(img, text, rec) for (img, text), rec in zip(items, records[name])] for name, items in sets.items()}
 
 
 @pytest.fixture(scope="module")
