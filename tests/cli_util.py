@@ -108,13 +108,22 @@ class _ForkServer:
     def usable(cls, env):
         if os.environ.get("MS_OCR_TEST_FORK", "1") == "0" or not hasattr(os, "fork") or cls.lock.locked():
             return False  # (a second thread's command line while one runs: its own process)
-        base = cls.instance.env if cls.instance is not None else _base_env()
+        return cls._loads_alike(env, _base_env())
+
+    @classmethod
+    def _loads_alike(cls, env, base):
         differ = (set(env) ^ set(base)) | {k for k in set(env) & set(base) if env[k] != base[k]}
         return all(key.startswith(cls.CHILD_KEYS) for key in differ)
 
     @classmethod
     def get(cls):
-        if cls.instance is None or cls.instance.proc.poll() is not None:
+        """The running server, started again when it has stopped or when this process's own environment has
+        changed since it started (torch sets TORCHINDUCTOR_CACHE_DIR in os.environ the first time it needs it)."""
+        if cls.instance is not None and (cls.instance.proc.poll() is not None or
+                                         not cls._loads_alike(cls.instance.env, _base_env())):
+            cls.instance.stop()
+            cls.instance = None
+        if cls.instance is None:
             cls.instance = cls()
         return cls.instance
 

@@ -47,6 +47,19 @@ def test_other_environments_get_a_new_process(monkeypatch):
     assert not cli_util._ForkServer.usable(base)
 
 
+def test_a_change_to_this_process_environment_restarts_the_server(monkeypatch, tmp_path):
+    """Something in the test process sets a variable (torch: TORCHINDUCTOR_CACHE_DIR) after the server started:
+    later command lines are still forked, from a server started with it (they fell back to new processes)."""
+    monkeypatch.setenv("MS_OCR_TEST_FORK", "1")
+    _probe("0")
+    first = cli_util._ForkServer.instance.proc.pid
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    _, seen = _probe("0")
+    assert seen["ppid"] == cli_util._ForkServer.instance.proc.pid != first
+    _, seen = _probe("0")
+    assert seen["ppid"] == cli_util._ForkServer.instance.proc.pid
+
+
 def test_timeout_kills_the_child_and_raises(monkeypatch):
     monkeypatch.setenv("MS_OCR_TEST_FORK", "1")
     with pytest.raises(subprocess.TimeoutExpired):
