@@ -1,3 +1,4 @@
+import gc
 import os
 import sys
 
@@ -94,6 +95,15 @@ def pytest_collection_modifyitems(session, config, items):
             item.add_marker(pytest.mark.slow)
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep their order
+
+
+def pytest_collection_finish(session):
+    # MindSpore's graph compile starts with a full gc.collect() (ms_ocr/compiler.py, collector_skips_older_objects).
+    # Beside torch, transformers and the collected test modules that walk took ~0.4 s a graph, 195 s of the suite's
+    # test time in the tests that call Cells directly (2026-11-28, Intel Xeon model 207). What exists once the
+    # tests are collected lives as long as the session: it is kept out of the collector's walks.
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")

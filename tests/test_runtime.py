@@ -4,6 +4,7 @@ results as Cell.__call__ (and see parameters updated in place)."""
 import gc
 
 import numpy as np
+import pytest
 from mindspore import Parameter, Tensor, nn
 
 from ms_ocr.compiler import _NO_FAST_PATH, CompileTimer
@@ -61,7 +62,17 @@ def _collections_seen(monkeypatch):
     return seen
 
 
-def test_compile_collects_only_objects_made_during_it(graph_mode, monkeypatch):
+@pytest.fixture
+def unfrozen():
+    """A process that has frozen nothing (tests/conftest.py freezes what collection made); frozen again after."""
+    frozen = gc.get_freeze_count()
+    gc.unfreeze()
+    yield
+    if frozen:
+        gc.freeze()
+
+
+def test_compile_collects_only_objects_made_during_it(graph_mode, monkeypatch, unfrozen):
     """MindSpore's compile begins with a full gc.collect(); CompileTimer keeps the process's older objects out of
     its walk (gc.freeze) and hands them back to the collector afterwards."""
     seen = _collections_seen(monkeypatch)
@@ -77,7 +88,7 @@ def test_compile_collects_only_objects_made_during_it(graph_mode, monkeypatch):
     assert len(keep) == 50_000
 
 
-def test_a_process_with_frozen_objects_of_its_own_keeps_them_frozen(graph_mode, monkeypatch):
+def test_a_process_with_frozen_objects_of_its_own_keeps_them_frozen(graph_mode, monkeypatch, unfrozen):
     seen = _collections_seen(monkeypatch)
     gc.freeze()
     try:
