@@ -140,10 +140,11 @@ _NO_FAST_PATH = "no fast path"
 @contextlib.contextmanager
 def collector_skips_older_objects():
     """Every graph compile starts with a full gc.collect() (MindSpore's graph/api.py), which walks every object of
-    the process: ~0.065 s a graph beside ms_ocr's ~160,000 objects, ~0.2 s in a process that has imported torch
-    and transformers as well (the tests), for the ~35-50 graphs of a run. Inside this block the objects that exist
-    when it starts are kept out of the collector's sight (gc.freeze), and are put back into its oldest generation
-    at the end (gc.unfreeze), to be collected as before. A process that has frozen objects of its own
+    the process: ~0.065 s a graph beside ms_ocr's ~160,000 objects, ~0.35 s in a process that has imported torch
+    and transformers as well (a test worker), for the ~25-60 graphs of a run (a real-size PaddleOCR-VL page,
+    compiled afresh: 10.5 -> 8.2 s of compiling, docs/benchmarks.md "Start-up"). Inside this block the objects
+    that exist when it starts are kept out of the collector's sight (gc.freeze), and are put back into its oldest
+    generation at the end (gc.unfreeze), to be collected as before. A process that has frozen objects of its own
     (gc.get_freeze_count() > 0) is left as it is."""
     if gc.get_freeze_count():
         yield
