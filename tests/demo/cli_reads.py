@@ -19,8 +19,9 @@ def read_sets(tmp, sets, max_new_tokens, *options):
     every = [p for name in sets for p in paths[name]]
     home = tmp / "empty_cache"  # no weights; the native kernels this machine has built already (a build is ~8 s)
     home.mkdir()
-    os.makedirs(native.cache_dir(), exist_ok=True)
-    os.symlink(native.cache_dir(), home / "kernels")
+    kernels = native.cache_dir()
+    os.makedirs(kernels, exist_ok=True)
+    os.symlink(kernels, home / "kernels")
     proc = run_module("ms_ocr.infer", "--image", *every, "--json", "--max-new-tokens", str(max_new_tokens), *options,
                       env={"MS_OCR_HOME": str(home), "OMP_NUM_THREADS": "2"})
     assert proc.returncode == 0, proc.stderr
