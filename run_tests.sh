@@ -11,4 +11,7 @@ workers=${MS_OCR_TEST_WORKERS:-$(( $(nproc) < 2 ? 1 : 2 ))}
 case " $* " in *slow*) workers=1 ;; esac
 par=()
 [ "$workers" -gt 1 ] && par=(-n "$workers" --dist loadfile --no-loadscope-reorder)  # order: tests/conftest.py
+# The test install leaves bytecode to first import (scripts/ensure_env.sh): let Python write it, so each module
+# compiles once, not in every test process.
+unset PYTHONDONTWRITEBYTECODE
 MS_OCR_OFFLINE=1 GLOG_v=3 exec "$venv/bin/python" -m pytest -q "${par[@]}" "$@"

@@ -19,10 +19,14 @@ stamp="$venv/.ms_ocr_${kind}_$(cat $files | sha1sum | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
   echo "[ms_ocr] installing $kind requirements into $venv (first run takes a few minutes)" >&2
   args="-r $repo/requirements.txt"
+  # The test set-up skips pip's byte-compiling of every installed module (60 of its 121 s here, 2026-11-28):
+  # run_tests.sh lets Python write the bytecode of the modules the tests import as they first import them (~20 s).
+  compile=""
+  [ "$kind" = test ] && compile="--no-compile"
   # torch comes from the local CPU wheel; ask for it alone first so pip never reaches for a CUDA build.
-  [ "$kind" = test ] && "$venv/bin/pip" install -q torch==2.13.0 >&2
+  [ "$kind" = test ] && "$venv/bin/pip" install -q $compile torch==2.13.0 >&2
   [ "$kind" = test ] && args="$args -r $repo/requirements-test.txt"
-  "$venv/bin/pip" install -q $args >&2
+  "$venv/bin/pip" install -q $compile $args >&2
   touch "$stamp"
 fi
 # The demo model's tests render text in Debian's DejaVu and Liberation fonts (training/demo/data.py); install them
