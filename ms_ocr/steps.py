@@ -65,10 +65,11 @@ class ViTBlockStep(nn.Cell):
     def __init__(self, scale, eps, act):
         super().__init__()
         self.scale, self.eps, self.act = scale, eps, act
+        self.act_role = K.epilogue_role(act)
 
     def construct(self, q, k, v, x, ow, ob, ln2w, ln2b, f1w, f1b, f2w, f2b):
-        attn = K.attention(q, k, v, None, self.scale)
-        return F.vit_out_mlp(x, attn, (ow, ob, ln2w, ln2b, f1w, f1b, f2w, f2b), self.eps, self.act)
+        attn = K.attention_rows(q, k, v, self.scale)
+        return F.vit_out_mlp(x, attn, (ow, ob, ln2w, ln2b, f1w, f1b, f2w, f2b), self.eps, self.act, self.act_role)
 
 
 class WidenStep(nn.Cell):

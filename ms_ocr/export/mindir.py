@@ -77,7 +77,7 @@ class VisionGraph(nn.Cell):
             x, cos, sin = out, None, None
         for i in range(self.count):
             q, k, v = F.vit_attention_in(x, cos, sin, self.w_in[i], self.heads, self.eps)
-            x = F.vit_out_mlp(x, K.attention(q, k, v, None, self.scale), self.w_out[i], self.eps, self.act)
+            x = F.vit_out_mlp(x, K.attention_rows(q, k, v, self.scale), self.w_out[i], self.eps, self.act)
         return self.model.vision_head(x, *inputs[self.n_embed:])
 
 

@@ -25,9 +25,8 @@ def widen(weights, x):
 def linear(x, w, b=None):
     """x W^T (+ b) with W [out, in]; MatMul(transpose_b) never materialises W^T (kernel in ops/linear.py)."""
     shape = x.shape
-    y = K.matmul_t(x.reshape(-1, shape[-1]), w)
-    if b is not None:
-        y = y + b
+    x = x.reshape(-1, shape[-1])
+    y = K.matmul_t(x, w) if b is None else K.linear_bias(x, w, b)
     return y.reshape(shape[:-1] + (w.shape[0],))
 
 
@@ -63,22 +62,23 @@ def vit_attention_in(x, cos, sin, weights, heads, eps):
     n, c = x.shape
     dim = c // heads
     h = layer_norm(x, ln1w, ln1b, eps)
+    if cos is not None:  # the bias adds, head transposes and rope in one op (K.vit_heads)
+        return K.vit_heads(K.matmul_t(h, qw), K.matmul_t(h, kw), K.matmul_t(h, vw), qb, kb, vb, cos, sin, heads)
     q = heads_first(linear(h, qw, qb), n, heads, dim)
     k = heads_first(linear(h, kw, kb), n, heads, dim)
     v = heads_first(linear(h, vw, vb), n, heads, dim)
-    if cos is not None:
-        q = K.apply_rope(q, cos, sin)
-        k = K.apply_rope(k, cos, sin)
     return q, k, v
 
 
-def vit_out_mlp(x, attn, weights, eps, act):
-    """out projection + residual, then layer_norm2 -> fc1 -> act -> fc2 + residual. attn [1, H, N, D]."""
+def vit_out_mlp(x, attn, weights, eps, act, act_role=None):
+    """out projection + residual, then layer_norm2 -> fc1 -> act -> fc2 + residual. attn [N, C] rows (or [1, N, C]:
+    K.attention_rows). Each product with its bias, activation and residual through K.linear_bias (one op each
+    where products are in bf16; act_role: K.epilogue_role(act))."""
     ow, ob, ln2w, ln2b, f1w, f1b, f2w, f2b = weights
     n, c = x.shape
-    # transpose the 4-D tensor: indexing attn[0] first is a StridedSlice copy (11 ms per 512-row block on CPU)
-    x = x + linear(attn.transpose(0, 2, 1, 3).reshape(n, c), ow, ob)
-    return x + linear(act(linear(layer_norm(x, ln2w, ln2b, eps), f1w, f1b)), f2w, f2b)
+    x = K.linear_bias(attn.reshape(n, c), ow, ob, residual=x)
+    mid = K.linear_bias(layer_norm(x, ln2w, ln2b, eps), f1w, f1b, act=act, act_role=act_role)
+    return K.linear_bias(mid, f2w, f2b, residual=x)
 
 
 # A llama-family decoder layer's weights (no biases), split around attention like the ViT layer's; layers

@@ -40,6 +40,16 @@ def attention(q, k, v, mask, scale):
     return _attention_composed(q, k, v, mask, scale)
 
 
+def attention_rows(q, k, v, scale):
+    """Unmasked `attention` as rows: [B, S, Hq * D], head h's values of row i at [b, i, h * D:(h + 1) * D] (what an
+    out projection reads). The native kernel writes that layout itself (VisionAttentionRows); elsewhere the heads
+    are transposed after the attention."""
+    b, hq, s, d = q.shape
+    if not backend.FUSED and backend.NATIVE_ATTENTION_ROWS is not None and _native_ok(q, k, v):
+        return backend.NATIVE_ATTENTION_ROWS(q, k, v, Tensor(np.array([scale], np.float32)))
+    return attention(q, k, v, None, scale).transpose(0, 2, 1, 3).reshape(b, s, hq * d)
+
+
 # The native kernel (VisionAttention in ms_ocr/ops/native/kernels.cc) serves unmasked fp32 attention with as many
 # kv heads as query heads and head_dim a multiple of 8 up to 256: the vision encoders. It keeps each 32 query
 # rows' scores in L2 instead of writing and re-reading the [H, S, T] scores and probabilities three times

@@ -20,6 +20,9 @@ NATIVE_ATTENTION = None     # unmasked attention (vision encoders; ops/attention
 NATIVE_CAUSAL_ATTENTION = None  # causal attention of a prompt (prefill; ops/attention.py)
 NATIVE_GELU = None          # (tanh form, erf form) (ops/activation.py)
 NATIVE_MOE_EXPERTS = None   # a decode step's routed experts of a MoE layer (ops/moe.py experts_decode)
+NATIVE_VIT_HEADS = None     # a ViT layer's biased, heads-first, rotated q, k, v (nn/functional.py vit_attention_in)
+# Unmasked attention written as rows [B, S, H * D] (ops/attention.py attention_rows): routed with NATIVE_ATTENTION.
+NATIVE_ATTENTION_ROWS = None
 # Weights kept in bf16 (device.bf16_resident): the embedding lookup of a bf16 table (ops/linear.py embedding_rows;
 # MindSpore's CPU Gather has no bfloat16 kernel) and bf16 -> fp32 widening (ops/linear.py widen; MindSpore's CPU
 # Cast from bfloat16 is scalar, ~12x slower). Not in the route table (no composed path to measure against, or an
@@ -33,6 +36,9 @@ NATIVE_INTERP_ROWS = None
 # weight in bf16 with fp32 accumulation (ops/linear.py matmul_t: GemmBf16 over MindSpore's oneDNN), and 2-D bf16
 # weights are no longer widened for them (ops/linear.py keeps_bf16). None: every product computes in fp32.
 BF16_PRODUCTS = None
+# With BF16_PRODUCTS: the products with their epilogue on the computing thread (ops/linear.py linear_bias), a dict
+# of "bias", "gelu_erf", "gelu_tanh" (the bias, then GELU) and "residual" (the bias, then a residual added) -> op.
+BF16_EPILOGUES = None
 BF16_PRODUCTS_ENV = "MS_OCR_BF16_PRODUCTS"  # "0": --dtype bf16 keeps the exact path (fp32 products on bf16 weights)
 # (MatMulTQ8, DequantQ8): --quantize int8's products (ops/linear.py matmul_t_q8, dequant_q8); set wherever the
 # library is loaded on the CPU, like the bf16 ops.
@@ -49,11 +55,12 @@ _configured = None
 # prefill's attention, which keeps no score buffers in the layer graph) measured on an Intel Xeon (family 6 model
 # 167), 2026-11-26, PaddleOCR-VL page through `infer`: AVX2 build prefill 3.57 s against 3.82 composed, the whole
 # run's peak RSS 1.90 against 2.40 GB; AVX-512 build the same route; SSE2 not measured. MoeExperts (DeepSeek's
-# routed experts in decode; docs/native-kernels.md, "MoE experts").
+# routed experts in decode; docs/native-kernels.md, "MoE experts"). ViTHeads (a ViT layer's bias adds, head
+# transposes and rope in one pass; docs/native-kernels.md, "ViT layer epilogues").
 # MS_OCR_NATIVE_ROUTES ("all", "none" or a comma list of KERNELS) overrides the table, e.g. to measure a level.
-KERNELS = ("matmul_t", "decode_layer", "attention", "gelu", "causal_attention", "moe_experts")
+KERNELS = ("matmul_t", "decode_layer", "attention", "gelu", "causal_attention", "moe_experts", "vit_heads")
 NATIVE_ROUTES = {
-    "avx512": ("matmul_t", "decode_layer", "attention", "gelu", "causal_attention", "moe_experts"),
+    "avx512": ("matmul_t", "decode_layer", "attention", "gelu", "causal_attention", "moe_experts", "vit_heads"),
     "avx2": ("matmul_t", "decode_layer", "gelu", "causal_attention", "moe_experts"),
     "sse2": ("matmul_t", "decode_layer", "gelu"),
     "neon": (),
@@ -87,8 +94,8 @@ class portable:
 
 # every native op above: what `without_native` clears
 _NATIVE_NAMES = ("NATIVE_MATMUL_T", "NATIVE_DECODE_LAYER", "NATIVE_ATTENTION", "NATIVE_CAUSAL_ATTENTION", "NATIVE_GELU",
-                 "NATIVE_MOE_EXPERTS", "NATIVE_GATHER_ROWS", "NATIVE_WIDEN", "NATIVE_INTERP_ROWS", "BF16_PRODUCTS",
-                 "NATIVE_Q8")
+                 "NATIVE_MOE_EXPERTS", "NATIVE_VIT_HEADS", "NATIVE_ATTENTION_ROWS", "NATIVE_GATHER_ROWS",
+                 "NATIVE_WIDEN", "NATIVE_INTERP_ROWS", "BF16_PRODUCTS", "BF16_EPILOGUES", "NATIVE_Q8")
 
 
 class without_native:
@@ -129,7 +136,8 @@ def configure(device_target=None):
     Called once by the model loader after the MindSpore context is set. Returns the target used.
     """
     global FUSED, NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS, NATIVE_WIDEN
-    global NATIVE_CAUSAL_ATTENTION, NATIVE_MOE_EXPERTS, NATIVE_INTERP_ROWS, NATIVE_Q8, _configured
+    global NATIVE_CAUSAL_ATTENTION, NATIVE_MOE_EXPERTS, NATIVE_INTERP_ROWS, NATIVE_Q8, NATIVE_VIT_HEADS
+    global NATIVE_ATTENTION_ROWS, _configured
     target = device_target or ms.get_context("device_target")
     FUSED = target == "Ascend"
     kernels = native.load() if target == "CPU" else None
@@ -140,7 +148,8 @@ def configure(device_target=None):
         routes = native_routes(kernels.isa_level)
         chosen = tuple(op if name in routes else None for name, op in zip(KERNELS, native_ops(kernels)))
     (NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_CAUSAL_ATTENTION,
-     NATIVE_MOE_EXPERTS) = chosen
+     NATIVE_MOE_EXPERTS, NATIVE_VIT_HEADS) = chosen
+    NATIVE_ATTENTION_ROWS = attention_rows_op(kernels) if NATIVE_ATTENTION is not None else None
     _configured = target
     return target
 
@@ -149,7 +158,7 @@ def routed():
     """The native kernels the configured ops use (names from KERNELS, and "bf16_products" when enabled), for
     reports and the compile cache's key."""
     ops_ = (NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_CAUSAL_ATTENTION,
-            NATIVE_MOE_EXPERTS)
+            NATIVE_MOE_EXPERTS, NATIVE_VIT_HEADS)
     names = tuple(name for name, op in zip(KERNELS, ops_) if op is not None)
     return names + (("bf16_products",) if BF16_PRODUCTS is not None else ())
 
@@ -158,7 +167,7 @@ def enable_bf16_products():
     """Turn on products in bf16 for this process (--dtype bf16 on the CPU): returns None when on, else the reason
     they stay fp32 (no bf16 dot products on this CPU, no native kernel library, no oneDNN in MindSpore's wheel).
     Decided before any graph is built; every bf16-resident weight of the process is then read this way."""
-    global BF16_PRODUCTS
+    global BF16_PRODUCTS, BF16_EPILOGUES
     if BF16_PRODUCTS is not None:
         return None
     if _configured != "CPU":
@@ -173,6 +182,7 @@ def enable_bf16_products():
     if not kernels.load_dnnl():
         return "MindSpore's oneDNN (mindspore/lib/libdnnl.so) was not found"
     BF16_PRODUCTS = bf16_gemm_op(kernels)
+    BF16_EPILOGUES = bf16_epilogue_ops(kernels)
     return None
 
 
@@ -182,6 +192,31 @@ def bf16_gemm_op(kernels):
     if key not in _native_ops:
         _native_ops[key] = ops.Custom(kernels.func("GemmBf16"), out_shape=lambda x, w: [x[0], w[0]],
                                       out_dtype=lambda x, w: ms.float32, func_type="aot")
+    return _native_ops[key]
+
+
+def bf16_epilogue_ops(kernels):
+    """GemmBf16 with its epilogue (BF16_EPILOGUES' keys), made once: x [M, K], bf16 w [N, K], b [N] (, res [M, N])
+    -> fp32 [M, N]."""
+    key = (kernels.path, "gemm_bf16_epilogues")
+    if key not in _native_ops:
+        names = {"bias": "GemmBf16Bias", "gelu_erf": "GemmBf16BiasGeluErf", "gelu_tanh": "GemmBf16BiasGeluTanh",
+                 "residual": "GemmBf16BiasResidual"}
+        _native_ops[key] = {
+            role: ops.Custom(kernels.func(name), out_shape=lambda x, w, *rest: [x[0], w[0]],
+                             out_dtype=lambda *dtypes: ms.float32, func_type="aot")
+            for role, name in names.items()}
+    return _native_ops[key]
+
+
+def attention_rows_op(kernels):
+    """The VisionAttentionRows Custom op of a kernel library, made once: q [B, H, S, D], k, v, scale [1] ->
+    [B, S, H * D]."""
+    key = (kernels.path, "attention_rows")
+    if key not in _native_ops:
+        _native_ops[key] = ops.Custom(kernels.func("VisionAttentionRows"),
+                                      out_shape=lambda q, k, v, s: [q[0], q[2], q[1] * q[3]],
+                                      out_dtype=lambda *dtypes: dtypes[0], func_type="aot")
     return _native_ops[key]
 
 
@@ -196,14 +231,20 @@ def _decode_layer_out_shape(*shapes):
     return list(shapes[0]), [b, hkv, 1, d], [b, hkv, 1, d]
 
 
+def _vit_heads_shape(yq, yk, yv, qb, kb, vb, cos, sin):
+    # [N, H * D] -> [1, H, N, D] each, D the rope tables' last axis
+    d = cos[-1]
+    return ([1, yq[1] // d, yq[0], d],) * 3
+
+
 def _first(*args):
     return args[0]
 
 
 def native_ops(kernels):
     """The Custom ops over a loaded kernel library, made once per library, in KERNELS order: (MatMulT, (DecodeLayer
-    without, with q/k norms), VisionAttention, (GeluTanh, GeluErf), CausalAttention, MoeExperts) — what `configure`
-    routes to (tests pass other builds)."""
+    without, with q/k norms), VisionAttention, (GeluTanh, GeluErf), CausalAttention, MoeExperts, ViTHeads) — what
+    `configure` routes to (tests pass other builds)."""
     if kernels.path not in _native_ops:
         def custom(name, out_shape, out_dtype=_first):
             return ops.Custom(kernels.func(name), out_shape=out_shape, out_dtype=out_dtype, func_type="aot")
@@ -215,7 +256,8 @@ def native_ops(kernels):
             custom("VisionAttention", _first),
             tuple(custom(name, _first) for name in ("GeluTanh", "GeluErf")),
             custom("CausalAttention", _first),
-            custom("MoeExperts", lambda h, *rest: list(h)))
+            custom("MoeExperts", lambda h, *rest: list(h)),
+            custom("ViTHeads", _vit_heads_shape, lambda *dtypes: (dtypes[0],) * 3))
     return _native_ops[kernels.path]
 
 

@@ -5,6 +5,7 @@ import mindspore as ms
 from mindspore import ops
 
 from ms_ocr.ops import backend
+from ms_ocr.ops.activation import gelu_erf, gelu_tanh
 
 _mm = ops.MatMul(transpose_b=True)
 
@@ -40,6 +41,32 @@ def matmul_t(x, w):
     if x.dtype == ms.float32 and w.dtype == ms.bfloat16:
         w = widen(w, ms.float32)
     return _mm(x, w)
+
+
+def linear_bias(x, w, b, act=None, residual=None, act_role=None):
+    """residual + act(x w^T + b) for x [M, K], w [N, K], b [N] (act, residual optional; residual [M, N]). With
+    products in bf16 on and a product GemmBf16 serves (see matmul_t), one GemmBf16 variant adds the bias, applies
+    the activation and adds the residual on each thread's slice of the output as it is computed (no separate
+    passes over [M, N]: a PaddleOCR-VL layer's four bias adds, GELU and two residual adds); else the same sum
+    through matmul_t and MindSpore's element-wise ops. act_role: `epilogue_role(act)`, decided outside the graph
+    (graph mode cannot compare functions); an act without one is applied after the product."""
+    role = ("residual" if act is None else None) if residual is not None else ("bias" if act is None else act_role)
+    if (role is not None and backend.BF16_EPILOGUES is not None and w.dtype == ms.bfloat16
+            and x.dtype == ms.float32 and b.dtype == ms.float32 and x.shape[0] > NATIVE_MAX_ROWS):
+        if residual is None:
+            return backend.BF16_EPILOGUES[role](x, w, b)
+        if residual.dtype == ms.float32:
+            return backend.BF16_EPILOGUES[role](x, w, b, residual)
+    y = matmul_t(x, w) + b
+    if act is not None:
+        y = act(y)
+    return y if residual is None else residual + y
+
+
+def epilogue_role(act):
+    """The name `linear_bias` takes as act_role for activation function `act`: "gelu_erf" / "gelu_tanh" for the
+    GELUs GemmBf16 applies itself, else None."""
+    return {gelu_erf: "gelu_erf", gelu_tanh: "gelu_tanh"}.get(act)
 
 
 def matmul_t_q8(x, q, scale):

@@ -1,6 +1,7 @@
 """Rotary position embedding (rotate-half form): Ascend RotaryPositionEmbedding or composed."""
 
 import numpy as np
+import mindspore as ms
 from mindspore import Tensor, ops
 from mindspore.ops import functional as F
 
@@ -55,3 +56,24 @@ def signed_sin(sin):
     (negation commutes with rounding). The same table feeds every layer, so graph CSE computes it once."""
     half = sin.shape[-1] // 2
     return ops.concat((-sin[..., :half], sin[..., half:]), -1)
+
+
+def vit_heads(yq, yk, yv, qb, kb, vb, cos, sin, heads):
+    """A ViT layer's q, k, v projections (yq, yk, yv [N, H * D], without their biases qb, kb, vb [H * D]) ->
+    q, k, v [1, H, N, D] heads-first, the biases added and q, k rotated by the tables cos, sin [..., N, D]
+    (`apply_rope`'s formula, paired tables). On the CPU the native ViTHeads does it in one pass (the same values
+    bit for bit: each sum and product rounded as the composed ops round it)."""
+    n, c = yq.shape
+    d = c // heads
+    if backend.NATIVE_VIT_HEADS is not None and cos.shape[-1] == d and _all_fp32(yq, yk, yv, qb, kb, vb, cos, sin):
+        return backend.NATIVE_VIT_HEADS(yq, yk, yv, qb, kb, vb, cos, sin)
+    q, k, v = ((y + b).reshape(n, heads, d).transpose(1, 0, 2)[None] for y, b in ((yq, qb), (yk, kb), (yv, vb)))
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+
+def _all_fp32(*tensors):
+    """Whether every tensor is fp32 (decided at compile time)."""
+    for t in tensors:
+        if t.dtype != ms.float32:
+            return False
+    return True

@@ -898,7 +898,8 @@ inline void attn_values_tile(const float* v, const float* st, float* acc, int64_
 // zero); st [t][kAttnRows] and acc [d][kAttnRows] scratch. diag >= 0: causal, row i sees keys j <= diag + i only
 // (the caller passes t = diag + rows, so the scores above the diagonal are all in the last kAttnRows keys).
 void attn_task(const float* qt, const float* k, const float* v, float* out, int64_t rows, int64_t t, int64_t d,
-               float* st, float* acc, int64_t diag = -1) {
+               float* st, float* acc, int64_t diag = -1, int64_t out_stride = 0) {
+  if (out_stride == 0) out_stride = d;
   int64_t j = 0;
   for (; j + kJR <= t; j += kJR) attn_scores_tile<kJR>(k + j * d, qt, st + j * kAttnRows, d);
   for (; j < t; ++j) attn_scores_tile<1>(k + j * d, qt, st + j * kAttnRows, d);
@@ -926,7 +927,7 @@ void attn_task(const float* qt, const float* k, const float* v, float* out, int6
     for (int64_t g = 0; g < d; g += kJD) attn_values_tile(v + g, st, acc + g * kAttnRows, d, j0, j1);
   }
   for (int64_t i = 0; i < rows; ++i)
-    for (int64_t e = 0; e < d; ++e) out[i * d + e] = acc[e * kAttnRows + i] * inv[i];
+    for (int64_t e = 0; e < d; ++e) out[i * out_stride + e] = acc[e * kAttnRows + i] * inv[i];
 }
 
 // ---- GELU -----------------------------------------------------------------------------------------------------
@@ -1438,7 +1439,9 @@ int WidenBf16(int nparam, void** params, int* ndims, int64_t** shapes, const cha
 // [1]. Output [B, H, S, D]. VisionAttention: every key visible. CausalAttention (T >= S, the queries are the last S
 // positions): query row i sees keys j <= T - S + i; each 32-row tile reads only the keys its last row sees and
 // masks the triangle above the diagonal, so no [S, T] scores or probabilities are ever written.
-int attention_entry(int nparam, void** params, int* ndims, int64_t** shapes, bool causal) {
+// VisionAttentionRows: VisionAttention written as rows, [B, S, H * D] (head h's D values of row i at i * H * D +
+// h * D): the layout the out projection reads, without the [B, H, S, D] -> [B, S, H, D] transpose.
+int attention_entry(int nparam, void** params, int* ndims, int64_t** shapes, bool causal, bool rows_out = false) {
   if (nparam != 5 || ndims[0] != 4 || ndims[1] != 4 || ndims[2] != 4) return 1;
   const int64_t b = shapes[0][0], h = shapes[0][1], s = shapes[0][2], d = shapes[0][3];
   const int64_t hkv = shapes[1][1], t = shapes[1][2];
@@ -1463,8 +1466,9 @@ int attention_entry(int nparam, void** params, int* ndims, int64_t** shapes, boo
       for (int64_t e = 0; e < d; ++e)
         for (int64_t i = 0; i < kAttnRows; ++i) qt[e * kAttnRows + i] = i < rows ? qb[i * d + e] * scale : 0.f;
       const int64_t diag = causal ? offset + r0 : -1;
-      attn_task(qt.data(), k + kvh * t * d, v + kvh * t * d, out + (bh * s + r0) * d, rows,
-                causal ? diag + rows : t, d, st.data(), acc.data(), diag);
+      float* o = rows_out ? out + ((bh / h * s + r0) * h + bh % h) * d : out + (bh * s + r0) * d;
+      attn_task(qt.data(), k + kvh * t * d, v + kvh * t * d, o, rows, causal ? diag + rows : t, d, st.data(),
+                acc.data(), diag, rows_out ? h * d : d);
     }
   }
   return 0;
@@ -1475,12 +1479,69 @@ int VisionAttention(int nparam, void** params, int* ndims, int64_t** shapes, con
   (void)stream; (void)extra; (void)dtypes;
   return attention_entry(nparam, params, ndims, shapes, false);
 }
+int VisionAttentionRows(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+                        void* extra) {
+  (void)stream; (void)extra; (void)dtypes;
+  return attention_entry(nparam, params, ndims, shapes, false, true);
+}
 int CausalAttention(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
                     void* extra) {
   (void)stream; (void)extra; (void)dtypes;
   return attention_entry(nparam, params, ndims, shapes, true);
 }
 int64_t ms_ocr_vision_attention_calls() { return g_vision_attention_calls.load(); }
+
+// ViTHeads: a ViT layer's q, k, v projections (without their biases) -> the biased, heads-first q, k, v of the
+// attention, q and k rotated: yq, yk, yv [N, H * D] fp32, their biases qb, kb, vb [H * D], the rope tables cos,
+// sin [..., N, D] -> q, k, v [1, H, N, D], with t = y + b, q = t * cos + rotate_half(t) * sin (rotate_half(t) =
+// concat(-t[D/2:], t[D/2:])), v = t. One pass instead of the bias adds, head transposes and the rope's slices,
+// products and concats (~12.5 of a PaddleOCR-VL layer's 30 ms before its attention at 512 rows, bf16 products,
+// 2026-11-28). Each value is rounded as the composed ops round it (no fused multiply-adds: the same bits).
+__attribute__((optimize("fp-contract=off"))) int ViTHeads(int nparam, void** params, int* ndims, int64_t** shapes,
+                                                          const char** dtypes, void* stream, void* extra) {
+  (void)stream; (void)extra; (void)dtypes;
+  if (nparam != 11 || ndims[0] != 2 || ndims[6] < 2) return 1;
+  const int64_t n = shapes[0][0], c = shapes[0][1], d = shapes[6][ndims[6] - 1];
+  if (d < 2 || d % 2 != 0 || c % d != 0 || shapes[6][ndims[6] - 2] != n) return 1;
+  for (int i = 1; i < 3; ++i)
+    if (ndims[i] != 2 || shapes[i][0] != n || shapes[i][1] != c) return 1;
+  const int64_t h = c / d, half = d / 2;
+  const float* cos_t = static_cast<const float*>(params[6]);
+  const float* sin_t = static_cast<const float*>(params[7]);
+#pragma omp parallel num_threads(n >= 16 ? g_threads : 1)
+  {
+    std::vector<float> t(d);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < n; ++r) {
+      const float* cr = cos_t + r * d;
+      const float* sr = sin_t + r * d;
+      for (int which = 0; which < 3; ++which) {
+        const float* y = static_cast<const float*>(params[which]) + r * c;
+        const float* b = static_cast<const float*>(params[3 + which]);
+        float* out = static_cast<float*>(params[8 + which]);
+        for (int64_t hh = 0; hh < h; ++hh) {
+          float* o = out + (hh * n + r) * d;
+          const float* yh = y + hh * d;
+          const float* bh = b + hh * d;
+          if (which == 2) {
+            for (int64_t e = 0; e < d; ++e) o[e] = yh[e] + bh[e];
+            continue;
+          }
+          for (int64_t e = 0; e < d; ++e) t[e] = yh[e] + bh[e];
+          for (int64_t e = 0; e < half; ++e) {
+            const float a = t[e] * cr[e], m = t[e + half] * sr[e];
+            o[e] = a - m;
+          }
+          for (int64_t e = half; e < d; ++e) {
+            const float a = t[e] * cr[e], m = t[e - half] * sr[e];
+            o[e] = a + m;
+          }
+        }
+      }
+    }
+  }
+  return 0;
+}
 
 // GeluTanh / GeluErf: x (any shape, fp32) -> GELU(x), the tanh approximation or the exact (erf) form.
 int GeluTanh(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
@@ -1524,17 +1585,48 @@ int ms_ocr_load_dnnl(const char* path) {
 
 int64_t ms_ocr_gemm_bf16_calls() { return g_gemm_bf16_calls.load(); }
 
-// GemmBf16: x [M, K] (fp32, rounded to bf16 here, or bf16), w [N, K] (bf16) -> y [M, N] = x w^T (fp32): each
-// product of bf16 values summed in fp32.
-int GemmBf16(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
-             void* extra) {
-  (void)stream; (void)extra;
-  if (g_dnnl_gemm_bf16 == nullptr || nparam != 3 || ndims[0] != 2 || ndims[1] != 2 || !is_bf16(dtypes[1])) return 1;
+}  // extern "C"
+
+namespace {
+
+// What a GemmBf16 variant does to its output slice after the product, on the thread that computed it (the slice is
+// still in that core's cache): y += b, then GELU (erf or tanh form) or y = res + y.
+enum class Epilogue { kNone, kBias, kBiasGeluErf, kBiasGeluTanh, kBiasResidual };
+
+void apply_epilogue(Epilogue ep, float* y, int64_t ldy, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                    const float* b, const float* res) {
+  if (ep == Epilogue::kNone) return;
+  for (int64_t r = r0; r < r1; ++r) {
+    float* yr = y + r * ldy;
+    for (int64_t j = c0; j < c1; ++j) yr[j] = yr[j] + b[j];
+    if (ep == Epilogue::kBiasGeluErf || ep == Epilogue::kBiasGeluTanh) {
+      int64_t j = c0;
+      const bool erf_form = ep == Epilogue::kBiasGeluErf;
+      for (; j + kVL <= c1; j += kVL)
+        vstore(yr + j, erf_form ? gelu_vec<true>(vload(yr + j)) : gelu_vec<false>(vload(yr + j)));
+      for (; j < c1; ++j) yr[j] = gelu_scalar(yr[j], erf_form);
+    } else if (ep == Epilogue::kBiasResidual) {
+      const float* rr = res + r * ldy;
+      for (int64_t j = c0; j < c1; ++j) yr[j] = rr[j] + yr[j];
+    }
+  }
+}
+
+// GemmBf16 and its variants: x [M, K] (fp32, rounded to bf16 here, or bf16), w [N, K] (bf16) [, b [N] fp32 [, res
+// [M, N] fp32]] -> y [M, N] = x w^T (fp32): each product of bf16 values summed in fp32, then the epilogue.
+int gemm_bf16_entry(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, Epilogue ep) {
+  const int inputs = ep == Epilogue::kNone ? 2 : ep == Epilogue::kBiasResidual ? 4 : 3;
+  if (g_dnnl_gemm_bf16 == nullptr || nparam != inputs + 1 || ndims[0] != 2 || ndims[1] != 2 || !is_bf16(dtypes[1]))
+    return 1;
   const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[1][0];
   if (shapes[1][1] != k || m < 1 || n < 1 || k < 1) return 1;
+  if (inputs >= 3 && (ndims[2] != 1 || shapes[2][0] != n || is_bf16(dtypes[2]))) return 1;
+  if (inputs == 4 && (ndims[3] != 2 || shapes[3][0] != m || shapes[3][1] != n || is_bf16(dtypes[3]))) return 1;
+  const float* b = inputs >= 3 ? static_cast<const float*>(params[2]) : nullptr;
+  const float* res = inputs == 4 ? static_cast<const float*>(params[3]) : nullptr;
   g_gemm_bf16_calls.fetch_add(1);
   const uint16_t* w = static_cast<const uint16_t*>(params[1]);
-  float* y = static_cast<float*>(params[2]);
+  float* y = static_cast<float*>(params[inputs]);
   const uint16_t* xb = static_cast<const uint16_t*>(params[0]);
   std::vector<uint16_t> rounded;
   if (!is_bf16(dtypes[0])) {
@@ -1557,8 +1649,47 @@ int GemmBf16(int nparam, void** params, int* ndims, int64_t** shapes, const char
     int status = by_rows ? g_dnnl_gemm_bf16('N', 'T', cnt, n, k, 1.f, xb + a * k, k, w, k, 0.f, y + a * n, n)
                          : g_dnnl_gemm_bf16('N', 'T', m, cnt, k, 1.f, xb, k, w + a * k, k, 0.f, y + a, n);
     failed = failed || status != 0;
+    if (status == 0) {
+      if (by_rows)
+        apply_epilogue(ep, y, n, a, a + cnt, 0, n, b, res);
+      else
+        apply_epilogue(ep, y, n, 0, m, a, a + cnt, b, res);
+    }
   }
   return failed ? 1 : 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+int GemmBf16(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+             void* extra) {
+  (void)stream; (void)extra;
+  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kNone);
+}
+// x w^T + b
+int GemmBf16Bias(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+                 void* extra) {
+  (void)stream; (void)extra;
+  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBias);
+}
+// GELU(x w^T + b), the exact (erf) form and the tanh approximation (GeluErf / GeluTanh's formulas)
+int GemmBf16BiasGeluErf(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+                        void* extra) {
+  (void)stream; (void)extra;
+  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBiasGeluErf);
+}
+int GemmBf16BiasGeluTanh(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
+                         void* stream, void* extra) {
+  (void)stream; (void)extra;
+  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBiasGeluTanh);
+}
+// res + (x w^T + b): a residual branch's last product
+int GemmBf16BiasResidual(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
+                         void* stream, void* extra) {
+  (void)stream; (void)extra;
+  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBiasResidual);
 }
 
 }  // extern "C"
