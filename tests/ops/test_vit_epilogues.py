@@ -95,7 +95,8 @@ def test_attention_rows_is_attention_with_heads_moved_behind_rows(pynative_cpu, 
     heads_op = backend.native_ops(isa_kernels)[2]
     rng = np.random.default_rng(11)
     for b, h, s, t, d in [(1, 16, 70, 70, 72), (2, 3, 33, 40, 8)]:
-        q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in ((b, h, s, d), (b, h, t, d), (b, h, t, d)))
+        shapes = ((b, h, s, d), (b, h, t, d), (b, h, t, d))
+        q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in shapes)
         scale = Tensor(np.array([d ** -0.5], np.float32))
         got = rows_op(Tensor(q), Tensor(k), Tensor(v), scale).asnumpy()
         heads_first = heads_op(Tensor(q), Tensor(k), Tensor(v), scale).asnumpy()
