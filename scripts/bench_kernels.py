@@ -36,10 +36,13 @@ KERNEL_CASES = {
     "matmul_t": ("PaddleOCR-VL head GEMV: x [1, 1,024] x W [103,424, 1,024]^T", 30),
     "gelu_tanh": ("GELU tanh (PaddleOCR-VL ViT MLP) on [3,996, 4,304]", 12),
     "gelu_erf": ("GELU erf (HunyuanOCR ViT MLP) on [3,996, 4,304]", 12),
+    "vit_heads": ("PaddleOCR-VL ViT q/k/v bias adds, head transposes and rope, one 512-row block: 16 heads x 72", 30),
+    "layer_norm": ("PaddleOCR-VL ViT LayerNorm, one 512-row block of 1,152", 30),
 }
 DECODER_LAYERS = 18  # PaddleOCR-VL's decoder (the same weights and cache in each: 54 MB a layer, past L3 anyway)
 ROUTE_OF = {"attention": "attention", "decode_layer": "decode_layer", "matmul_t": "matmul_t",
-            "gelu_tanh": "gelu", "gelu_erf": "gelu"}
+            "gelu_tanh": "gelu", "gelu_erf": "gelu", "vit_heads": "vit_heads",
+            "layer_norm": "layer_norm"}
 
 
 def _inputs(kernel):
@@ -52,6 +55,12 @@ def _inputs(kernel):
         return [f(1, 1024), f(103424, 1024, scale=0.03)]
     if kernel.startswith("gelu"):
         return [f(3996, 4304, scale=2.0)]
+    if kernel == "vit_heads":
+        angles = rng.uniform(0, 6, (1, 1, 512, 36)).astype(np.float32)
+        angles = np.concatenate([angles, angles], -1)  # paired tables, as the tower's 2D rope
+        return [f(512, 1152) for _ in range(3)] + [f(1152) for _ in range(3)] + [np.cos(angles), np.sin(angles)]
+    if kernel == "layer_norm":
+        return [f(512, 1152, scale=3.0), 1 + f(1152, scale=0.1), f(1152, scale=0.1)]
     hidden, hq, hkv, d, inter, t = 1024, 16, 2, 128, 3072, 2048
     angles = rng.uniform(0, 6, (1, 1, 1, d)).astype(np.float32)
     mask = np.full((1, 1, 1, t), -3.0e38, np.float32)
@@ -78,6 +87,10 @@ def _cell(kernel):
                 return K.gelu_tanh(args[0])
             if kernel == "gelu_erf":
                 return K.gelu_erf(args[0])
+            if kernel == "vit_heads":
+                return K.vit_heads(*args, 16)
+            if kernel == "layer_norm":
+                return K.layer_norm(args[0], args[1], args[2], 1e-6)
             x, cos, sin, mask, kc, vc = args[:6]
             weights = args[6:]
             ks = []

@@ -21,6 +21,7 @@ NATIVE_CAUSAL_ATTENTION = None  # causal attention of a prompt (prefill; ops/att
 NATIVE_GELU = None          # (tanh form, erf form) (ops/activation.py)
 NATIVE_MOE_EXPERTS = None   # a decode step's routed experts of a MoE layer (ops/moe.py experts_decode)
 NATIVE_VIT_HEADS = None     # a ViT layer's biased, heads-first, rotated q, k, v (nn/functional.py vit_attention_in)
+NATIVE_LAYER_NORM = None    # LayerNorm over the last axis, fp32 (ops/norm.py)
 # Unmasked attention written as rows [B, S, H * D] (ops/attention.py attention_rows): routed with NATIVE_ATTENTION.
 NATIVE_ATTENTION_ROWS = None
 # Weights kept in bf16 (device.bf16_resident): the embedding lookup of a bf16 table (ops/linear.py embedding_rows;
@@ -56,12 +57,14 @@ _configured = None
 # 167), 2026-11-26, PaddleOCR-VL page through `infer`: AVX2 build prefill 3.57 s against 3.82 composed, the whole
 # run's peak RSS 1.90 against 2.40 GB; AVX-512 build the same route; SSE2 not measured. MoeExperts (DeepSeek's
 # routed experts in decode; docs/native-kernels.md, "MoE experts"). ViTHeads (a ViT layer's bias adds, head
-# transposes and rope in one pass; docs/native-kernels.md, "ViT layer epilogues").
+# transposes and rope in one pass) and LayerNormRows (docs/native-kernels.md, "ViT layer epilogues").
 # MS_OCR_NATIVE_ROUTES ("all", "none" or a comma list of KERNELS) overrides the table, e.g. to measure a level.
-KERNELS = ("matmul_t", "decode_layer", "attention", "gelu", "causal_attention", "moe_experts", "vit_heads")
+KERNELS = ("matmul_t", "decode_layer", "attention", "gelu", "causal_attention", "moe_experts", "vit_heads",
+           "layer_norm")
 NATIVE_ROUTES = {
-    "avx512": ("matmul_t", "decode_layer", "attention", "gelu", "causal_attention", "moe_experts", "vit_heads"),
-    "avx2": ("matmul_t", "decode_layer", "gelu", "causal_attention", "moe_experts"),
+    "avx512": ("matmul_t", "decode_layer", "attention", "gelu", "causal_attention", "moe_experts", "vit_heads",
+               "layer_norm"),
+    "avx2": ("matmul_t", "decode_layer", "gelu", "causal_attention", "moe_experts", "vit_heads", "layer_norm"),
     "sse2": ("matmul_t", "decode_layer", "gelu"),
     "neon": (),
     "scalar": (),
@@ -94,7 +97,8 @@ class portable:
 
 # every native op above: what `without_native` clears
 _NATIVE_NAMES = ("NATIVE_MATMUL_T", "NATIVE_DECODE_LAYER", "NATIVE_ATTENTION", "NATIVE_CAUSAL_ATTENTION", "NATIVE_GELU",
-                 "NATIVE_MOE_EXPERTS", "NATIVE_VIT_HEADS", "NATIVE_ATTENTION_ROWS", "NATIVE_GATHER_ROWS",
+                 "NATIVE_MOE_EXPERTS", "NATIVE_VIT_HEADS", "NATIVE_LAYER_NORM", "NATIVE_ATTENTION_ROWS",
+                 "NATIVE_GATHER_ROWS",
                  "NATIVE_WIDEN", "NATIVE_INTERP_ROWS", "BF16_PRODUCTS", "BF16_EPILOGUES", "NATIVE_Q8")
 
 
@@ -137,7 +141,7 @@ def configure(device_target=None):
     """
     global FUSED, NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS, NATIVE_WIDEN
     global NATIVE_CAUSAL_ATTENTION, NATIVE_MOE_EXPERTS, NATIVE_INTERP_ROWS, NATIVE_Q8, NATIVE_VIT_HEADS
-    global NATIVE_ATTENTION_ROWS, _configured
+    global NATIVE_ATTENTION_ROWS, NATIVE_LAYER_NORM, _configured
     target = device_target or ms.get_context("device_target")
     FUSED = target == "Ascend"
     kernels = native.load() if target == "CPU" else None
@@ -148,7 +152,7 @@ def configure(device_target=None):
         routes = native_routes(kernels.isa_level)
         chosen = tuple(op if name in routes else None for name, op in zip(KERNELS, native_ops(kernels)))
     (NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_CAUSAL_ATTENTION,
-     NATIVE_MOE_EXPERTS, NATIVE_VIT_HEADS) = chosen
+     NATIVE_MOE_EXPERTS, NATIVE_VIT_HEADS, NATIVE_LAYER_NORM) = chosen
     NATIVE_ATTENTION_ROWS = attention_rows_op(kernels) if NATIVE_ATTENTION is not None else None
     _configured = target
     return target
@@ -158,7 +162,7 @@ def routed():
     """The native kernels the configured ops use (names from KERNELS, and "bf16_products" when enabled), for
     reports and the compile cache's key."""
     ops_ = (NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_CAUSAL_ATTENTION,
-            NATIVE_MOE_EXPERTS, NATIVE_VIT_HEADS)
+            NATIVE_MOE_EXPERTS, NATIVE_VIT_HEADS, NATIVE_LAYER_NORM)
     names = tuple(name for name, op in zip(KERNELS, ops_) if op is not None)
     return names + (("bf16_products",) if BF16_PRODUCTS is not None else ())
 
@@ -243,8 +247,8 @@ def _first(*args):
 
 def native_ops(kernels):
     """The Custom ops over a loaded kernel library, made once per library, in KERNELS order: (MatMulT, (DecodeLayer
-    without, with q/k norms), VisionAttention, (GeluTanh, GeluErf), CausalAttention, MoeExperts, ViTHeads) — what
-    `configure` routes to (tests pass other builds)."""
+    without, with q/k norms), VisionAttention, (GeluTanh, GeluErf), CausalAttention, MoeExperts, ViTHeads,
+    LayerNormRows) — what `configure` routes to (tests pass other builds)."""
     if kernels.path not in _native_ops:
         def custom(name, out_shape, out_dtype=_first):
             return ops.Custom(kernels.func(name), out_shape=out_shape, out_dtype=out_dtype, func_type="aot")
@@ -257,7 +261,8 @@ def native_ops(kernels):
             tuple(custom(name, _first) for name in ("GeluTanh", "GeluErf")),
             custom("CausalAttention", _first),
             custom("MoeExperts", lambda h, *rest: list(h)),
-            custom("ViTHeads", _vit_heads_shape, lambda *dtypes: (dtypes[0],) * 3))
+            custom("ViTHeads", _vit_heads_shape, lambda *dtypes: (dtypes[0],) * 3),
+            custom("LayerNormRows", _first))
     return _native_ops[kernels.path]
 
 

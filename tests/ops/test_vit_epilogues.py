@@ -177,3 +177,44 @@ def test_linear_bias_routes_bf16_products_through_one_epilogue_op(pynative_cpu, 
     K.linear_bias(x[:4], w, b)  # a decode step's rows
     K.linear_bias(x, w.astype(ms.float32), b)  # an fp32 matrix
     assert kernels.gemm_bf16_calls == before + 3
+
+
+@needs_compiler
+def test_layer_norm_rows_at_every_isa_level(pynative_cpu, isa_kernels):
+    """(x - mean) / sqrt(var + eps) * w + b per row, against float64 NumPy; rows of a width that is not a multiple
+    of any vector width, and rows with a large common offset (the two-pass variance keeps its error at the size of
+    the mean's fp32 rounding; a one-pass E[x^2] - mean^2 would lose the variance there)."""
+    op = backend.native_ops(isa_kernels)[7]
+    rng = np.random.default_rng(5)
+    for shape, offset in (((37, 1152), 0.0), ((2, 9, 77), 0.0), ((16, 72), 300.0)):
+        c = shape[-1]
+        x = (rng.standard_normal(shape) * 3 + offset).astype(np.float32)
+        w, b = (1 + 0.1 * rng.standard_normal(c)).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+        got = op(Tensor(x), Tensor(w), Tensor(b), Tensor(np.array([1e-6], np.float32))).asnumpy()
+        xd = x.astype(np.float64)
+        mean = xd.mean(-1, keepdims=True)
+        want = (xd - mean) / np.sqrt(((xd - mean) ** 2).mean(-1, keepdims=True) + 1e-6) * w + b
+        tol = 4e-6 if offset == 0 else 3e-5
+        assert got.shape == shape and np.abs(got - want).max() <= tol * np.abs(want).max(), (isa_kernels.isa_level,
+                                                                                                shape)
+
+
+@needs_compiler
+def test_layer_norm_routes_fp32_to_the_kernel(pynative_cpu, monkeypatch):
+    """Routed, K.layer_norm of fp32 tensors is the kernel and agrees with MindSpore's LayerNorm (the unrouted path);
+    graphs built for export (without_native) keep MindSpore's."""
+    monkeypatch.setenv(backend.ROUTES_ENV, "all")
+    backend.configure("CPU")
+    try:
+        assert backend.NATIVE_LAYER_NORM is not None
+        rng = np.random.default_rng(8)
+        x, w, b = (Tensor(rng.standard_normal(s).astype(np.float32)) for s in ((64, 1152), (1152,), (1152,)))
+        native_out = K.layer_norm(x, w, b, 1e-6).asnumpy()
+        with backend.without_native():
+            assert backend.NATIVE_LAYER_NORM is None
+            mindspore_out = K.layer_norm(x, w, b, 1e-6).asnumpy()
+        assert 0 < np.abs(native_out - mindspore_out).max() <= 2e-5 * np.abs(mindspore_out).max()
+    finally:
+        monkeypatch.undo()
+        backend.configure("CPU")
+
