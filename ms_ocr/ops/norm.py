@@ -1,5 +1,5 @@
-"""Norm kernels: RMSNorm (Ascend fused RmsNorm or the composed T5-style norm) and LayerNorm (MindSpore's
-LayerNorm operator, or composed for ONNX export)."""
+"""Norm kernels: RMSNorm (Ascend fused RmsNorm or the composed T5-style norm) and LayerNorm (the native
+LayerNormRows on the CPU, MindSpore's LayerNorm operator, or composed for ONNX export)."""
 
 import numpy as np
 import mindspore as ms

@@ -67,6 +67,18 @@ def test_vit_heads_computes_the_documented_formula_at_every_isa_level(pynative_c
 
 
 @needs_compiler
+def test_vit_heads_refuses_tables_it_would_misread(pynative_cpu):
+    """Rope tables with a leading axis > 1 (or of another row count) are an error, not the first table read."""
+    op = backend.native_ops(build_kernels("native"))[6]
+    ys, bs, (cos, sin) = _heads_case(np.random.default_rng(1), 4, 2, 8)
+    args = [Tensor(a) for a in ys + bs]
+    for bad in (np.concatenate([cos, cos]), cos[:, :, :3]):
+        with pytest.raises(RuntimeError, match="ViTHeads"):
+            op(*args, Tensor(bad), Tensor(bad))[0].asnumpy()
+    assert op(*args, Tensor(cos), Tensor(sin))[0].shape == (1, 2, 4, 8)
+
+
+@needs_compiler
 def test_vit_heads_is_the_composed_path_bit_for_bit(pynative_cpu, monkeypatch):
     """With paired tables (what the ViT layers pass) the kernel gives the composed ops' bits: each sum and product
     rounded once, no fused multiply-adds."""

@@ -1494,17 +1494,21 @@ int64_t ms_ocr_vision_attention_calls() { return g_vision_attention_calls.load()
 // ViTHeads: a ViT layer's q, k, v projections (without their biases) -> the biased, heads-first q, k, v of the
 // attention, q and k rotated: yq, yk, yv [N, H * D] fp32, their biases qb, kb, vb [H * D], the rope tables cos,
 // sin [..., N, D] -> q, k, v [1, H, N, D], with t = y + b, q = t * cos + rotate_half(t) * sin (rotate_half(t) =
-// concat(-t[D/2:], t[D/2:])), v = t. One pass instead of the bias adds, head transposes and the rope's slices,
+// concat(-t[D/2:], t[:D/2])), v = t. One pass instead of the bias adds, head transposes and the rope's slices,
 // products and concats (~12.5 of a PaddleOCR-VL layer's 30 ms before its attention at 512 rows, bf16 products,
 // 2026-11-28). Each value is rounded as the composed ops round it (no fused multiply-adds: the same bits).
 __attribute__((optimize("fp-contract=off"))) int ViTHeads(int nparam, void** params, int* ndims, int64_t** shapes,
                                                           const char** dtypes, void* stream, void* extra) {
   (void)stream; (void)extra; (void)dtypes;
-  if (nparam != 11 || ndims[0] != 2 || ndims[6] < 2) return 1;
+  if (nparam != 11 || ndims[0] != 2 || ndims[6] < 2 || ndims[7] != ndims[6]) return 1;
   const int64_t n = shapes[0][0], c = shapes[0][1], d = shapes[6][ndims[6] - 1];
-  if (d < 2 || d % 2 != 0 || c % d != 0 || shapes[6][ndims[6] - 2] != n) return 1;
+  if (d < 2 || d % 2 != 0 || c % d != 0) return 1;
+  for (int i = 0; i < ndims[6]; ++i)  // one table of [n, d] each (leading axes of size 1)
+    if (shapes[6][i] != shapes[7][i] || shapes[6][i] != (i == ndims[6] - 1 ? d : i == ndims[6] - 2 ? n : 1)) return 1;
   for (int i = 1; i < 3; ++i)
     if (ndims[i] != 2 || shapes[i][0] != n || shapes[i][1] != c) return 1;
+  for (int i = 3; i < 6; ++i)
+    if (ndims[i] != 1 || shapes[i][0] != c) return 1;
   const int64_t h = c / d, half = d / 2;
   const float* cos_t = static_cast<const float*>(params[6]);
   const float* sin_t = static_cast<const float*>(params[7]);
