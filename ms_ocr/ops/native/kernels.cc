@@ -1645,12 +1645,10 @@ void apply_epilogue(Epilogue ep, float* y, int64_t ldy, int64_t r0, int64_t r1, 
   for (int64_t r = r0; r < r1; ++r) {
     float* yr = y + r * ldy;
     for (int64_t j = c0; j < c1; ++j) yr[j] = yr[j] + b[j];
-    if (ep == Epilogue::kBiasGeluErf || ep == Epilogue::kBiasGeluTanh) {
-      int64_t j = c0;
-      const bool erf_form = ep == Epilogue::kBiasGeluErf;
-      for (; j + kVL <= c1; j += kVL)
-        vstore(yr + j, erf_form ? gelu_vec<true>(vload(yr + j)) : gelu_vec<false>(vload(yr + j)));
-      for (; j < c1; ++j) yr[j] = gelu_scalar(yr[j], erf_form);
+    if (ep == Epilogue::kBiasGeluErf) {
+      gelu_range<true>(yr + c0, yr + c0, c1 - c0);
+    } else if (ep == Epilogue::kBiasGeluTanh) {
+      gelu_range<false>(yr + c0, yr + c0, c1 - c0);
     } else if (ep == Epilogue::kBiasResidual) {
       const float* rr = res + r * ldy;
       for (int64_t j = c0; j < c1; ++j) yr[j] = rr[j] + yr[j];
