@@ -41,6 +41,11 @@ BF16_PRODUCTS = None
 # of "bias", "gelu_erf", "gelu_tanh" (the bias, then GELU) and "residual" (the bias, then a residual added) -> op.
 BF16_EPILOGUES = None
 BF16_PRODUCTS_ENV = "MS_OCR_BF16_PRODUCTS"  # "0": --dtype bf16 keeps the exact path (fp32 products on bf16 weights)
+# With BF16_PRODUCTS on a CPU with AMX-BF16 (Intel Xeon, Sapphire Rapids on): a decode step's products against bf16
+# weights on the tiles, activations rounded to bf16 — (MatMulTBf16, (DecodeLayerBf16 without, with q/k norms)), the
+# native MatMulT / DecodeLayer's stand-ins where those are routed (ops/linear.py matmul_t, ops/decode_layer.py).
+BF16_DECODE = None
+AMX_ENV = "MS_OCR_AMX"  # "0": no AMX tiles (a decode step's products stay fp32 with --dtype bf16)
 # (MatMulTQ8, DequantQ8): --quantize int8's products (ops/linear.py matmul_t_q8, dequant_q8); set wherever the
 # library is loaded on the CPU, like the bf16 ops.
 NATIVE_Q8 = None
@@ -99,7 +104,7 @@ class portable:
 _NATIVE_NAMES = ("NATIVE_MATMUL_T", "NATIVE_DECODE_LAYER", "NATIVE_ATTENTION", "NATIVE_CAUSAL_ATTENTION", "NATIVE_GELU",
                  "NATIVE_MOE_EXPERTS", "NATIVE_VIT_HEADS", "NATIVE_LAYER_NORM", "NATIVE_ATTENTION_ROWS",
                  "NATIVE_GATHER_ROWS",
-                 "NATIVE_WIDEN", "NATIVE_INTERP_ROWS", "BF16_PRODUCTS", "BF16_EPILOGUES", "NATIVE_Q8")
+                 "NATIVE_WIDEN", "NATIVE_INTERP_ROWS", "BF16_PRODUCTS", "BF16_EPILOGUES", "BF16_DECODE", "NATIVE_Q8")
 
 
 class without_native:
@@ -159,19 +164,20 @@ def configure(device_target=None):
 
 
 def routed():
-    """The native kernels the configured ops use (names from KERNELS, and "bf16_products" when enabled), for
-    reports and the compile cache's key."""
+    """The native kernels the configured ops use (names from KERNELS, and "bf16_products" / "amx_decode" when
+    enabled), for reports and the compile cache's key."""
     ops_ = (NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_CAUSAL_ATTENTION,
             NATIVE_MOE_EXPERTS, NATIVE_VIT_HEADS, NATIVE_LAYER_NORM)
     names = tuple(name for name, op in zip(KERNELS, ops_) if op is not None)
-    return names + (("bf16_products",) if BF16_PRODUCTS is not None else ())
+    return names + (("bf16_products",) if BF16_PRODUCTS is not None else ()) + \
+        (("amx_decode",) if BF16_DECODE is not None else ())
 
 
 def enable_bf16_products():
     """Turn on products in bf16 for this process (--dtype bf16 on the CPU): returns None when on, else the reason
     they stay fp32 (no bf16 dot products on this CPU, no native kernel library, no oneDNN in MindSpore's wheel).
     Decided before any graph is built; every bf16-resident weight of the process is then read this way."""
-    global BF16_PRODUCTS, BF16_EPILOGUES
+    global BF16_PRODUCTS, BF16_EPILOGUES, BF16_DECODE
     if BF16_PRODUCTS is not None:
         return None
     if _configured != "CPU":
@@ -187,7 +193,22 @@ def enable_bf16_products():
         return "MindSpore's oneDNN (mindspore/lib/libdnnl.so) was not found"
     BF16_PRODUCTS = bf16_gemm_op(kernels)
     BF16_EPILOGUES = bf16_epilogue_ops(kernels)
+    if kernels.amx_init(os.environ.get(AMX_ENV) != "0"):
+        BF16_DECODE = bf16_decode_ops(kernels)
     return None
+
+
+def bf16_decode_ops(kernels):
+    """(MatMulTBf16, (DecodeLayerBf16 without, with q/k norms)) of a kernel library, made once: MatMulT's and
+    DecodeLayer's signatures."""
+    key = (kernels.path, "bf16_decode")
+    if key not in _native_ops:
+        _native_ops[key] = (
+            ops.Custom(kernels.func("MatMulTBf16"), out_shape=lambda x, w: [x[0], w[0]], out_dtype=_first,
+                       func_type="aot"),
+            tuple(ops.Custom(kernels.func("DecodeLayerBf16"), out_shape=_decode_layer_out_shape,
+                             out_dtype=lambda *dtypes: (dtypes[0],) * 3, func_type="aot") for _ in range(2)))
+    return _native_ops[key]
 
 
 def bf16_gemm_op(kernels):

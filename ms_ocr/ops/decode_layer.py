@@ -41,7 +41,9 @@ def decoder_layer_decode(x, cos, sin, mask, k_cache, v_cache, weights, eps, q8_s
     layer and this token's k, v [B, Hkv, 1, D] (after the rope and q/k norm) for the host to store. With int8
     matrices (--quantize int8), q8_scales holds their scales packed in the order q, k, v, o, gate, up, down, each
     matrix's [N] (one per row) or, with q8_group G, [N, K / G] (one per group of G columns) flattened."""
-    op = backend.NATIVE_DECODE_LAYER[1 if len(weights) == 11 else 0]  # with q/k norms: 11 weights
+    # --dtype bf16 on a CPU with AMX: DecodeLayerBf16 (its bf16 weights' products on the tiles, rows rounded to bf16)
+    ops_ = backend.BF16_DECODE[1] if backend.BF16_DECODE is not None else backend.NATIVE_DECODE_LAYER
+    op = ops_[1 if len(weights) == 11 else 0]  # with q/k norms: 11 weights
     scales = () if q8_scales is None else (q8_scales,)
     eps = [eps, q8_group] if q8_scales is not None and q8_group else [eps]
     return op(x, cos, sin, mask, k_cache, v_cache, *weights, *scales, Tensor(np.array(eps, np.float32)))

@@ -29,7 +29,8 @@ def matmul_t(x, w):
     registers, bit-identical to the widened weight's product), else by MatMul over a widened copy. With products
     in bf16 on (--dtype bf16, backend.BF16_PRODUCTS), more than NATIVE_MAX_ROWS rows against a bf16 w are
     rounded to bf16 and multiplied with fp32 accumulation (GemmBf16); a decode step's few rows stay as above (its
-    products are bound by reading the weight, not by arithmetic)."""
+    products are bound by reading the weight, not by arithmetic), but on a CPU with AMX (backend.BF16_DECODE),
+    where the native kernel multiplies them rounded to bf16 on the tiles (several rows cost what one does)."""
     if (backend.BF16_PRODUCTS is not None and w.dtype == ms.bfloat16 and x.dtype == ms.float32
             and x.shape[0] > NATIVE_MAX_ROWS):
         return backend.BF16_PRODUCTS(x, w)
@@ -37,6 +38,8 @@ def matmul_t(x, w):
     if (backend.NATIVE_MATMUL_T is not None and x.shape[0] <= NATIVE_MAX_ROWS
             and w.shape[0] * w.shape[1] >= least and x.dtype == ms.float32
             and w.dtype in (ms.float32, ms.bfloat16)):
+        if backend.BF16_DECODE is not None and w.dtype == ms.bfloat16:
+            return backend.BF16_DECODE[0](x, w)  # on the AMX tiles, x rounded to bf16
         return backend.NATIVE_MATMUL_T(x, w)
     if x.dtype == ms.float32 and w.dtype == ms.bfloat16:
         w = widen(w, ms.float32)

@@ -47,6 +47,7 @@ class NativeKernels:
         self.lib.ms_ocr_isa_level.restype = ctypes.c_char_p
         self.lib.ms_ocr_gemm_bf16_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_load_dnnl.argtypes = [ctypes.c_char_p]
+        self.lib.ms_ocr_amx_init.argtypes = [ctypes.c_int]
         self.lib.ms_ocr_quantize_rows.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
                                                   ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
         self._dnnl = None
@@ -109,6 +110,11 @@ class NativeKernels:
             path = dnnl_path()
             self._dnnl = path is not None and self.lib.ms_ocr_load_dnnl(path.encode()) == 0
         return self._dnnl
+
+    def amx_init(self, on=True):
+        """Turn the AMX tiles on (when the CPU has AMX-BF16 and Linux grants the tile state) or off for
+        DecodeLayerBf16 / MatMulTBf16: whether they are on."""
+        return bool(self.lib.ms_ocr_amx_init(1 if on else 0))
 
     @property
     def isa_level(self):

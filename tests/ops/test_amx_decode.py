@@ -1,0 +1,109 @@
+"""MatMulTBf16 and DecodeLayerBf16 (ms_ocr/ops/native/kernels.cc): --dtype bf16's decode-step products on Intel's
+AMX tiles. What they are documented to compute, with the tiles on: a bf16 weight's product of the step's
+activation rows rounded to bf16 (to nearest, ties to even), each dot product summed in fp32 — checked against
+float64 NumPy over the rounded operands — whatever the number of rows (a sequence's result does not depend on
+the batch it is decoded in: bit for bit). With the tiles off (MS_OCR_AMX=0, a CPU without AMX) they are MatMulT
+and DecodeLayer, bit for bit. On a CPU without AMX-BF16 the tile checks skip (their fallback is still checked)."""
+
+import numpy as np
+import pytest
+import mindspore as ms
+from mindspore import Tensor
+
+from ms_ocr.convert.loader import round_to_bf16
+from ms_ocr.ops import backend
+from tests.helpers.native import build_kernels, needs_compiler
+from tests.ops.test_decode_layer import CASES, _Layer, make_case, reference
+from tests.ops.test_gemm_bf16 import rne_bf16
+
+
+@pytest.fixture(scope="module", params=["native", "x86-64-v3"])
+def kernels(request):
+    k = build_kernels(request.param)
+    yield k
+    k.amx_init(False)
+
+
+def _tiles(kernels):
+    if not kernels.amx_init(True):
+        pytest.skip("this CPU (or kernel) gives no AMX-BF16 tiles")
+
+
+def _matmul(kernels, x, w, on):
+    mm, _ = backend.bf16_decode_ops(kernels)
+    kernels.amx_init(on)
+    return mm(Tensor(x), Tensor(w).astype(ms.bfloat16)).asnumpy()
+
+
+@needs_compiler
+@pytest.mark.parametrize("k,n", [(1024, 600), (96, 64), (80, 70)])  # outputs past whole blocks; k off the 32 grid
+def test_matmul_t_bf16_rounds_rows_and_sums_in_fp32(kernels, pynative_cpu, k, n):
+    _tiles(kernels)
+    rng = np.random.default_rng(k + n)
+    x = rng.standard_normal((8, k)).astype(np.float32)
+    w = round_to_bf16(rng.standard_normal((n, k)) * 0.1)
+    got = _matmul(kernels, x, w, True)
+    want = rne_bf16(x).astype(np.float64) @ w.astype(np.float64).T
+    assert got.shape == (8, n) and got.dtype == np.float32
+    assert np.abs(got - want).max() <= 2e-6 * np.sqrt(k) * np.abs(want).max()
+    exact = x.astype(np.float64) @ w.astype(np.float64).T  # the rows are rounded, not kept
+    assert np.abs(got - exact).max() > 10 * np.abs(got - want).max()
+    for m in (1, 3):  # each row the same bits whatever the rows beside it
+        assert np.array_equal(_matmul(kernels, x[:m], w, True), got[:m])
+
+
+@needs_compiler
+def test_matmul_t_bf16_with_tiles_off_is_matmul_t(kernels, pynative_cpu):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 256)).astype(np.float32)
+    w = round_to_bf16(rng.standard_normal((300, 256)))
+    exact = backend.native_ops(kernels)[0](Tensor(x), Tensor(w).astype(ms.bfloat16)).asnumpy()
+    assert np.array_equal(_matmul(kernels, x, w, False), exact)
+
+
+def _layer(kernels, case, on, rows=None):
+    *tensors, weights = make_case(np.random.default_rng(11), *case)
+    weights = [round_to_bf16(w) for w in weights]
+    if rows is not None:  # the first `rows` sequences of the case
+        tensors = [a[:rows] if a.shape[0] == case[0] else a for a in tensors]
+    ops_by_qk_norm = backend.bf16_decode_ops(kernels)[1]
+    kernels.amx_init(on)
+    op = ops_by_qk_norm[1 if len(weights) == 11 else 0]
+    outs = _Layer(len(weights), 1e-6, op)(*(Tensor(a) for a in tensors),
+                                          *(Tensor(w).astype(ms.bfloat16) for w in weights))
+    return [o.asnumpy() for o in outs], reference(*tensors, weights, 1e-6)
+
+
+# PaddleOCR-VL's head_dim and GQA in miniature with widths on the tiles' grid, and a case off it (gemv fallback)
+TILE_CASES = [(8, 64, 4, 2, 32, 96, 24, False, 1, [24, 20, 16, 12, 8, 4, 2, 1]),
+              (3, 128, 8, 2, 16, 64, 9, True, 3, [9, 5, 1])] + [CASES[3]]
+
+
+@needs_compiler
+@pytest.mark.parametrize("case", TILE_CASES)
+def test_decode_layer_bf16_on_tiles(kernels, graph_cpu, case):
+    _tiles(kernels)
+    outs, ref = _layer(kernels, case, True)
+    exact, _ = _layer(kernels, case, False)
+    for got, want, ex in zip(outs, ref, exact):
+        # bf16-rounded activations: within bf16's resolution of the float64 layer, and not the exact kernel
+        scale = max(1.0, np.abs(want).max())
+        assert np.abs(got - want).max() <= 3e-2 * scale
+        assert np.abs(ex - want).max() <= 2e-5 * scale
+    assert any(not np.array_equal(o, e) for o, e in zip(outs, exact))
+    one, _ = _layer(kernels, case, True, rows=1)  # the first sequence alone: the same bits
+    for got, alone in zip(outs, one):
+        assert np.array_equal(got[:1], alone)
+
+
+@needs_compiler
+def test_decode_layer_bf16_with_tiles_off_is_decode_layer(kernels, graph_cpu):
+    case = TILE_CASES[0]
+    outs, _ = _layer(kernels, case, False)
+    *tensors, weights = make_case(np.random.default_rng(11), *case)
+    weights = [round_to_bf16(w) for w in weights]
+    op = backend.native_ops(kernels)[1][0]
+    exact = _Layer(len(weights), 1e-6, op)(*(Tensor(a) for a in tensors),
+                                           *(Tensor(w).astype(ms.bfloat16) for w in weights))
+    for got, want in zip(outs, exact):
+        assert np.array_equal(got, want.asnumpy())
