@@ -107,3 +107,30 @@ def test_decode_layer_bf16_with_tiles_off_is_decode_layer(kernels, graph_cpu):
                                            *(Tensor(w).astype(ms.bfloat16) for w in weights))
     for got, want in zip(outs, exact):
         assert np.array_equal(got, want.asnumpy())
+
+
+@needs_compiler
+def test_bf16_products_route_the_decode_step_to_the_tiles(pynative_cpu, monkeypatch):
+    """--dtype bf16 on a CPU with AMX: matmul_t's decode rows against a large bf16 weight take MatMulTBf16 (the
+    rows rounded) and "amx_decode" is in the routes (the compile cache's key); MS_OCR_AMX=0 keeps them exact."""
+    from ms_ocr import ops as K
+    from ms_ocr.ops import native
+    kernels = native.load()
+    if kernels is None or not native.cpu_bf16_dot() or not kernels.load_dnnl() or not kernels.amx_init(True):
+        pytest.skip("no AMX-BF16 tiles (or no bf16 products) here")
+    rng = np.random.default_rng(4)
+    w = round_to_bf16(rng.standard_normal((1024, 1024)) * 0.1)  # past NATIVE_MIN_WEIGHT_BF16: the native kernel
+    x = rng.standard_normal((4, 1024)).astype(np.float32)
+    want = rne_bf16(x).astype(np.float64) @ w.astype(np.float64).T
+    for env, on in ((None, True), ("0", False)):
+        for name in ("BF16_PRODUCTS", "BF16_EPILOGUES", "BF16_DECODE"):
+            monkeypatch.setattr(backend, name, None)
+        if env is None:
+            monkeypatch.delenv(backend.AMX_ENV, raising=False)
+        else:
+            monkeypatch.setenv(backend.AMX_ENV, env)
+        assert backend.enable_bf16_products() is None
+        assert (backend.BF16_DECODE is not None) is on and ("amx_decode" in backend.routed()) is on
+        got = K.matmul_t(Tensor(x), Tensor(w).astype(ms.bfloat16)).asnumpy()
+        err = np.abs(got - want).max()
+        assert bool(err <= 2e-6 * np.sqrt(1024) * np.abs(want).max()) is on

@@ -91,6 +91,8 @@ def test_matmul_t_routes_many_rows_against_bf16_weights(pynative_cpu, monkeypatc
     if not native.cpu_bf16_dot():
         monkeypatch.setattr(native, "cpu_bf16_dot", lambda: True)
     monkeypatch.setattr(backend, "BF16_PRODUCTS", None)
+    monkeypatch.setattr(backend, "BF16_EPILOGUES", None)
+    monkeypatch.setattr(backend, "BF16_DECODE", None)
     assert backend.enable_bf16_products() is None and backend.BF16_PRODUCTS is not None
     assert "bf16_products" in backend.routed()
     kernels = native.load()
@@ -110,6 +112,7 @@ def test_matmul_t_routes_many_rows_against_bf16_weights(pynative_cpu, monkeypatc
 
 def test_a_cpu_without_bf16_dot_products_keeps_fp32_and_says_so_once(monkeypatch, capsys):
     monkeypatch.setattr(backend, "BF16_PRODUCTS", None)
+    monkeypatch.setattr(backend, "BF16_DECODE", None)
     monkeypatch.setattr(backend, "_configured", "CPU")
     monkeypatch.setattr(native, "cpu_bf16_dot", lambda: False)
     monkeypatch.setattr(device, "_NOTICES", set())

@@ -168,6 +168,7 @@ def test_linear_bias_routes_bf16_products_through_one_epilogue_op(pynative_cpu, 
         monkeypatch.setattr(native, "cpu_bf16_dot", lambda: True)
     monkeypatch.setattr(backend, "BF16_PRODUCTS", None)
     monkeypatch.setattr(backend, "BF16_EPILOGUES", None)
+    monkeypatch.setattr(backend, "BF16_DECODE", None)
     assert backend.enable_bf16_products() is None and backend.BF16_EPILOGUES is not None
     kernels = native.load()
     rng = np.random.default_rng(3)
