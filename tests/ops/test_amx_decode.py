@@ -1,9 +1,8 @@
 """MatMulTBf16 and DecodeLayerBf16 (ms_ocr/ops/native/kernels.cc): --dtype bf16's decode-step products on Intel's
-AMX tiles. What they are documented to compute, with the tiles on: a bf16 weight's product of the step's
-activation rows rounded to bf16 (to nearest, ties to even), each dot product summed in fp32 — checked against
-float64 NumPy over the rounded operands — whatever the number of rows (a sequence's result does not depend on
-the batch it is decoded in: bit for bit). With the tiles off (MS_OCR_AMX=0, a CPU without AMX) they are MatMulT
-and DecodeLayer, bit for bit. On a CPU without AMX-BF16 the tile checks skip (their fallback is still checked)."""
+AMX tiles. What they are documented to compute, with the tiles on and two or more rows: a bf16 weight's product of
+the step's activation rows rounded to bf16 (to nearest, ties to even), each dot product summed in fp32 — checked
+against float64 NumPy over the rounded operands — a row's result the same bits whatever the other rows. One row,
+and with the tiles off (MS_OCR_AMX=0, a CPU without AMX): MatMulT and DecodeLayer, bit for bit. On a CPU without AMX-BF16 the tile checks skip (their fallback is still checked)."""
 
 import numpy as np
 import pytest
@@ -48,8 +47,11 @@ def test_matmul_t_bf16_rounds_rows_and_sums_in_fp32(kernels, pynative_cpu, k, n)
     assert np.abs(got - want).max() <= 2e-6 * np.sqrt(k) * np.abs(want).max()
     exact = x.astype(np.float64) @ w.astype(np.float64).T  # the rows are rounded, not kept
     assert np.abs(got - exact).max() > 10 * np.abs(got - want).max()
-    for m in (1, 3):  # each row the same bits whatever the rows beside it
+    for m in (2, 3):  # each row the same bits whatever the rows beside it
         assert np.array_equal(_matmul(kernels, x[:m], w, True), got[:m])
+    # one row: MatMulT's exact products (its step is not faster on the tiles)
+    exact_one = backend.native_ops(kernels)[0](Tensor(x[:1]), Tensor(w).astype(ms.bfloat16)).asnumpy()
+    assert np.array_equal(_matmul(kernels, x[:1], w, True), exact_one)
 
 
 @needs_compiler
@@ -91,9 +93,13 @@ def test_decode_layer_bf16_on_tiles(kernels, graph_cpu, case):
         assert np.abs(got - want).max() <= 3e-2 * scale
         assert np.abs(ex - want).max() <= 2e-5 * scale
     assert any(not np.array_equal(o, e) for o, e in zip(outs, exact))
-    one, _ = _layer(kernels, case, True, rows=1)  # the first sequence alone: the same bits
-    for got, alone in zip(outs, one):
-        assert np.array_equal(got[:1], alone)
+    two, _ = _layer(kernels, case, True, rows=2)  # the first two sequences alone: the same bits
+    for got, pair in zip(outs, two):
+        assert np.array_equal(got[:2], pair)
+    one, _ = _layer(kernels, case, True, rows=1)  # one sequence: the exact kernel's bits
+    one_exact, _ = _layer(kernels, case, False, rows=1)
+    for a, b in zip(one, one_exact):
+        assert np.array_equal(a, b)
 
 
 @needs_compiler
@@ -120,7 +126,7 @@ def test_bf16_products_route_the_decode_step_to_the_tiles(pynative_cpu, monkeypa
         pytest.skip("no AMX-BF16 tiles (or no bf16 products) here")
     rng = np.random.default_rng(4)
     w = round_to_bf16(rng.standard_normal((1024, 1024)) * 0.1)  # past NATIVE_MIN_WEIGHT_BF16: the native kernel
-    x = rng.standard_normal((4, 1024)).astype(np.float32)
+    x = rng.standard_normal((4, 1024)).astype(np.float32)  # a batched step's rows
     want = rne_bf16(x).astype(np.float64) @ w.astype(np.float64).T
     for env, on in ((None, True), ("0", False)):
         for name in ("BF16_PRODUCTS", "BF16_EPILOGUES", "BF16_DECODE"):

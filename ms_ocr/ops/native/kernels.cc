@@ -812,8 +812,9 @@ inline bool is_int8(const char* dtype) { return dtype != nullptr && std::strcmp(
 // interleaved, up to 16 rows, zeros past M), C = 16 outputs x 16 rows. One product costs what reading its
 // weight costs whatever M is (measured, 2 threads, 8 rows: 16-18 GB/s against 20 for a bare read of the same
 // weights, where the fp32 matrix-vector kernel's 8 rows are bound by FMAs), so a batched step of 8 sequences
-// costs about what one sequence's step does. Every M takes this path, so a sequence's tokens do not depend on
-// the batch it was decoded in. Linux hands out the tile state only on request (arch_prctl), done once in
+// costs about what one sequence's step does. A single row stays on the fp32 kernel (measured in `infer`, its step
+// was up to ~20 % slower on the tiles), so a sequence decoded alone gets the exact products and one decoded in a
+// batch the rounded ones. Linux hands out the tile state only on request (arch_prctl), done once in
 // ms_ocr_amx_init.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
 #define MS_OCR_AMX 1
@@ -1145,7 +1146,7 @@ int MatMulT(int nparam, void** params, int* ndims, int64_t** shapes, const char*
 // MatMulT's
 int MatMulTBf16(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
                 void* extra) {
-  if (nparam != 3 || ndims[0] != 2 || ndims[1] != 2 || !g_amx || !is_bf16(dtypes[1]))
+  if (nparam != 3 || ndims[0] != 2 || ndims[1] != 2 || !g_amx || !is_bf16(dtypes[1]) || shapes[0][0] < 2)
     return MatMulT(nparam, params, ndims, shapes, dtypes, stream, extra);
   const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[1][0];
   if (m < 1 || m > 8 || shapes[1][1] != k) return 1;
@@ -1326,7 +1327,7 @@ int decode_layer_entry(int nparam, void** params, int* ndims, int64_t** shapes, 
   const Weight qw = wt(7), kw = wt(8), vw = wt(9);
   const int w = qk_norm ? 12 : 10;
   const Weight ow = wt(w), gw = wt(w + 2), uw = wt(w + 3), dw = wt(w + 4);
-  tiles = tiles && qw.bf16 && ow.bf16 && gw.bf16 && uw.bf16 && dw.bf16;
+  tiles = tiles && shapes[0][0] >= 2 && qw.bf16 && ow.bf16 && gw.bf16 && uw.bf16 && dw.bf16;  // one row: fp32 kernels
   // every scale of the 7 matrices, and whole groups
   if (quant && (!groups_fit || scales != in(n_in - 2) + shapes[n_in - 2][0])) return 1;
   const float *inw = vec(6, norm_bufs[0]), *postw = vec(w + 1, norm_bufs[1]);
