@@ -812,8 +812,8 @@ inline bool is_int8(const char* dtype) { return dtype != nullptr && std::strcmp(
 // interleaved, up to 16 rows, zeros past M), C = 16 outputs x 16 rows. One product costs what reading its
 // weight costs whatever M is (measured, 2 threads, 8 rows: 16-18 GB/s against 20 for a bare read of the same
 // weights, where the fp32 matrix-vector kernel's 8 rows are bound by FMAs), so a batched step of 8 sequences
-// costs about what one sequence's step does. A single row stays on the fp32 kernel (measured in `infer`, its step
-// was up to ~20 % slower on the tiles), so a sequence decoded alone gets the exact products and one decoded in a
+// costs about what one sequence's step does. A single row stays on the fp32 kernel (no measurement showed the tiles
+// faster for it; docs/native-kernels.md), so a sequence decoded alone gets the exact products and one decoded in a
 // batch the rounded ones. Linux hands out the tile state only on request (arch_prctl), done once in
 // ms_ocr_amx_init.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
