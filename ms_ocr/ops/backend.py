@@ -100,11 +100,12 @@ class portable:
         self._native.__exit__(*exc)
 
 
+# what enable_bf16_products sets (once per process)
+BF16_NAMES = ("BF16_PRODUCTS", "BF16_EPILOGUES", "BF16_DECODE")
 # every native op above: what `without_native` clears
 _NATIVE_NAMES = ("NATIVE_MATMUL_T", "NATIVE_DECODE_LAYER", "NATIVE_ATTENTION", "NATIVE_CAUSAL_ATTENTION", "NATIVE_GELU",
                  "NATIVE_MOE_EXPERTS", "NATIVE_VIT_HEADS", "NATIVE_LAYER_NORM", "NATIVE_ATTENTION_ROWS",
-                 "NATIVE_GATHER_ROWS",
-                 "NATIVE_WIDEN", "NATIVE_INTERP_ROWS", "BF16_PRODUCTS", "BF16_EPILOGUES", "BF16_DECODE", "NATIVE_Q8")
+                 "NATIVE_GATHER_ROWS", "NATIVE_WIDEN", "NATIVE_INTERP_ROWS", "NATIVE_Q8") + BF16_NAMES
 
 
 class without_native:

@@ -38,6 +38,14 @@ def all_routes(monkeypatch):
     backend.configure("CPU")
 
 
+@pytest.fixture
+def bf16_unset(monkeypatch):
+    """The process's --dtype bf16 state (backend.BF16_NAMES, set once by enable_bf16_products) cleared for the test
+    and restored after it."""
+    for name in backend.BF16_NAMES:
+        monkeypatch.setattr(backend, name, None)
+
+
 _BUILDS = {}
 
 

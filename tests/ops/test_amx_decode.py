@@ -129,7 +129,7 @@ def test_bf16_products_route_the_decode_step_to_the_tiles(pynative_cpu, monkeypa
     x = rng.standard_normal((4, 1024)).astype(np.float32)  # a batched step's rows
     want = rne_bf16(x).astype(np.float64) @ w.astype(np.float64).T
     for env, on in ((None, True), ("0", False)):
-        for name in ("BF16_PRODUCTS", "BF16_EPILOGUES", "BF16_DECODE"):
+        for name in backend.BF16_NAMES:  # enable_bf16_products afresh (it sets them once per process)
             monkeypatch.setattr(backend, name, None)
         if env is None:
             monkeypatch.delenv(backend.AMX_ENV, raising=False)

@@ -85,14 +85,11 @@ def test_thread_count_does_not_change_the_result(kernels, pynative_cpu):
 
 @needs_compiler
 @needs_dnnl
-def test_matmul_t_routes_many_rows_against_bf16_weights(pynative_cpu, monkeypatch):
+def test_matmul_t_routes_many_rows_against_bf16_weights(pynative_cpu, bf16_unset, monkeypatch):
     """With products in bf16 on, more rows than a decode step's against a bf16 matrix take GemmBf16; a decode
     step's rows and fp32 weights do not, and the norm vectors are still widened (keeps_bf16)."""
     if not native.cpu_bf16_dot():
         monkeypatch.setattr(native, "cpu_bf16_dot", lambda: True)
-    monkeypatch.setattr(backend, "BF16_PRODUCTS", None)
-    monkeypatch.setattr(backend, "BF16_EPILOGUES", None)
-    monkeypatch.setattr(backend, "BF16_DECODE", None)
     assert backend.enable_bf16_products() is None and backend.BF16_PRODUCTS is not None
     assert "bf16_products" in backend.routed()
     kernels = native.load()
@@ -110,9 +107,7 @@ def test_matmul_t_routes_many_rows_against_bf16_weights(pynative_cpu, monkeypatc
     assert K.keeps_bf16(w) and not K.keeps_bf16(w[0]) and not K.keeps_bf16(w.astype(ms.float32))
 
 
-def test_a_cpu_without_bf16_dot_products_keeps_fp32_and_says_so_once(monkeypatch, capsys):
-    monkeypatch.setattr(backend, "BF16_PRODUCTS", None)
-    monkeypatch.setattr(backend, "BF16_DECODE", None)
+def test_a_cpu_without_bf16_dot_products_keeps_fp32_and_says_so_once(bf16_unset, monkeypatch, capsys):
     monkeypatch.setattr(backend, "_configured", "CPU")
     monkeypatch.setattr(native, "cpu_bf16_dot", lambda: False)
     monkeypatch.setattr(device, "_NOTICES", set())

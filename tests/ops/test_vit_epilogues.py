@@ -160,15 +160,12 @@ def test_gemm_bf16_epilogues(m, k, n, dnnl_kernels, pynative_cpu):
 
 @needs_compiler
 @needs_dnnl
-def test_linear_bias_routes_bf16_products_through_one_epilogue_op(pynative_cpu, monkeypatch):
+def test_linear_bias_routes_bf16_products_through_one_epilogue_op(pynative_cpu, bf16_unset, monkeypatch):
     """With products in bf16 on, linear_bias over many rows and a bf16 matrix is one GemmBf16 variant and equals
     the composed sum (GemmBf16, + b, GELU, + residual); a decode step's rows, an fp32 matrix and an activation
     without an epilogue take the composed ops."""
     if not native.cpu_bf16_dot():
         monkeypatch.setattr(native, "cpu_bf16_dot", lambda: True)
-    monkeypatch.setattr(backend, "BF16_PRODUCTS", None)
-    monkeypatch.setattr(backend, "BF16_EPILOGUES", None)
-    monkeypatch.setattr(backend, "BF16_DECODE", None)
     assert backend.enable_bf16_products() is None and backend.BF16_EPILOGUES is not None
     kernels = native.load()
     rng = np.random.default_rng(3)
