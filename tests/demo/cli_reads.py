@@ -30,3 +30,27 @@ def read_sets(tmp, sets, max_new_tokens, *options):
     assert [r["image"] for r in records] == every
     records = iter(records)
     return {name: [next(records) for _ in paths[name]] for name in sets}
+
+
+def read_sets_batched(tmp, sets, max_new_tokens, batch_size, *options):
+    """{name: [image, ...]} -> {name: [batch record, ...]} from one `python -m ms_ocr.batch` run over the demo
+    checkpoint with `options`, `batch_size` sequences decoded together (its continuous batching)."""
+    from ms_ocr.models import demo_checkpoint
+
+    folder = tmp / "images"
+    folder.mkdir()
+    names = {}
+    for name, images in sets.items():
+        names[name] = [f"{name}_{i:03d}.png" for i in range(len(images))]
+        for file, img in zip(names[name], images):
+            img.save(folder / file)
+    out = tmp / "out"
+    proc = run_module("ms_ocr.batch", "--model", "paddleocr-vl", "--model-path", demo_checkpoint(), "--input",
+                      str(folder), "--out", str(out), "--task", "ocr", "--max-batch-size", str(batch_size),
+                      "--max-output-length", str(max_new_tokens), "--no-progress", *options,
+                      env={"OMP_NUM_THREADS": "2"})
+    assert proc.returncode == 0, proc.stderr
+    with open(out / "results.jsonl", encoding="utf-8") as f:
+        got = {os.path.basename(r["source"]): r for r in map(json.loads, f)}
+    assert sorted(got) == sorted(file for files in names.values() for file in files)
+    return {name: [got[file] for file in files] for name, files in names.items()}

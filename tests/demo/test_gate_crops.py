@@ -7,8 +7,9 @@ on the same line images gives the same tokens.
 
 The reduced precisions are gated here too (issue 45): the training fonts' single lines and screenshot lines read
 with `--dtype bf16` and with `--quantize int8` give a CER within MAX_CER_DRIFT of the exact path's on each set,
-and no output runs on past twice its truth. (The renderer's own lines, with the unseen font and int8-g32 as well,
-are the same gate in tests/demo/test_gate.py, with -m slow.)"""
+and no output runs on past twice its truth; so do they read by the batch runner with `--dtype bf16`, eight
+sequences decoded together (the decode step's rows rounded to bf16 on AMX). (The renderer's own lines, with the
+unseen font and int8-g32 as well, are the same gate in tests/demo/test_gate.py, with -m slow.)"""
 
 import random
 
@@ -16,7 +17,7 @@ import pytest
 
 from ms_ocr.models import demo_checkpoint
 from training.demo import data as demo_data
-from tests.demo.cli_reads import read_sets
+from tests.demo.cli_reads import read_sets, read_sets_batched
 
 SEED = 9500  # the training draws 0 (lines), 1000 (tokenizer), 7000-7003 (its evaluation); test_gate.py 9100-9101
 COUNTS = {"lines": 90, "lines_unseen": 60, "screens": 40, "blocks": 40}
@@ -44,12 +45,14 @@ PRECISION_SETS = ("lines", "screens")  # training fonts: 130 crops
 MAX_CER_DRIFT = 0.003  # --dtype bf16 / --quantize int8 against the exact path, each set (0.3 points)
 
 
-def _read(tmp_path_factory, names, *options):
+def _read(tmp_path_factory, names, *options, batch_size=None):
     """{set: [(image, truth, CLI record)]}: the crops of `names` through one `infer` run of the demo fallback,
-    with `options`."""
+    with `options`, or through one batch-runner run decoding `batch_size` sequences together."""
     sets = {name: _crops(name) for name in names}
-    records = read_sets(tmp_path_factory.mktemp("crops"), {name: [img for img, _ in items] for name, items in
-                                                            sets.items()}, MAX_NEW_TOKENS, *options)
+    images = {name: [img for img, _ in items] for name, items in sets.items()}
+    tmp = tmp_path_factory.mktemp("crops")
+    records = (read_sets(tmp, images, MAX_NEW_TOKENS, *options) if batch_size is None else
+               read_sets_batched(tmp, images, MAX_NEW_TOKENS, batch_size, *options))
     return {name: [(img, text, rec) for (img, text), rec in zip(items, records[name])] for name, items in sets.items()}
 
 
@@ -59,12 +62,19 @@ def gate(tmp_path_factory):
     return _read(tmp_path_factory, COUNTS)
 
 
-@pytest.fixture(scope="module", params=[("bf16", "--dtype", "bf16"), ("int8", "--quantize", "int8")],
-                ids=lambda p: p[0])
+BATCH = 8  # the batched bf16 run: sequences decoded together
+
+
+@pytest.fixture(scope="module", params=[("bf16", "--dtype", "bf16"), ("int8", "--quantize", "int8"),
+                                        ("bf16_batched", "--dtype", "bf16")], ids=lambda p: p[0])
 def reduced(request, tmp_path_factory):
-    """(mode, records) of PRECISION_SETS read with --dtype bf16 or --quantize int8."""
+    """(mode, records) of PRECISION_SETS read by `infer` with --dtype bf16 or --quantize int8, or by the batch
+    runner with --dtype bf16 and BATCH sequences decoded together. `infer` decodes one sequence at a time, which
+    keeps exact products in the decode step; a step of two sequences or more rounds its rows to bf16 on a CPU with
+    AMX (docs/native-kernels.md, "AMX tiles for the decode step"), so only the batched run gates that rounding."""
     mode, *options = request.param
-    return mode, _read(tmp_path_factory, PRECISION_SETS, *options)
+    return mode, _read(tmp_path_factory, PRECISION_SETS, *options,
+                       batch_size=BATCH if mode == "bf16_batched" else None)
 
 
 def _set_cer(items):
