@@ -36,6 +36,8 @@ def attention(q, k, v, mask, scale):
     if backend.FUSED:
         return _attention_fused(q, k, v, mask, scale)
     if mask is None and _native_ok(q, k, v):
+        if _tiles_ok(q):
+            return backend.BF16_ATTENTION[0](q, k, v, Tensor(np.array([scale], np.float32)))
         return backend.NATIVE_ATTENTION(q, k, v, Tensor(np.array([scale], np.float32)))
     return _attention_composed(q, k, v, mask, scale)
 
@@ -46,6 +48,8 @@ def attention_rows(q, k, v, scale):
     are transposed after the attention."""
     b, hq, s, d = q.shape
     if not backend.FUSED and backend.NATIVE_ATTENTION_ROWS is not None and _native_ok(q, k, v):
+        if _tiles_ok(q):
+            return backend.BF16_ATTENTION[1](q, k, v, Tensor(np.array([scale], np.float32)))
         return backend.NATIVE_ATTENTION_ROWS(q, k, v, Tensor(np.array([scale], np.float32)))
     return attention(q, k, v, None, scale).transpose(0, 2, 1, 3).reshape(b, s, hq * d)
 
@@ -64,6 +68,12 @@ def _kernel_takes(q, k, v):
 
 def _native_ok(q, k, v):
     return backend.NATIVE_ATTENTION is not None and _kernel_takes(q, k, v) and q.shape[1] == k.shape[1]
+
+
+def _tiles_ok(q):
+    """--dtype bf16 with AMX on (backend.BF16_ATTENTION): the attention in bf16 on the tiles, head dims up to 96
+    (q and k rounded to bf16, the probabilities rounded to bf16 before they weight the values)."""
+    return backend.BF16_ATTENTION is not None and q.shape[-1] <= backend.AMX_ATTENTION_MAX_DIM
 
 
 def native_causal_ok(q, k, v):

@@ -45,6 +45,11 @@ BF16_PRODUCTS_ENV = "MS_OCR_BF16_PRODUCTS"  # "0": --dtype bf16 keeps the exact 
 # weights on the tiles, activations rounded to bf16 — (MatMulTBf16, (DecodeLayerBf16 without, with q/k norms)), the
 # native MatMulT / DecodeLayer's stand-ins where those are routed (ops/linear.py matmul_t, ops/decode_layer.py).
 BF16_DECODE = None
+# With BF16_DECODE (the tiles on): the vision encoders' unmasked attention in bf16 on the tiles —
+# (VisionAttentionBf16, VisionAttentionBf16Rows), NATIVE_ATTENTION / NATIVE_ATTENTION_ROWS' stand-ins for head dims
+# up to AMX_ATTENTION_MAX_DIM (ops/attention.py).
+BF16_ATTENTION = None
+AMX_ATTENTION_MAX_DIM = 96
 AMX_ENV = "MS_OCR_AMX"  # "0": no AMX tiles (a decode step's products stay fp32 with --dtype bf16)
 # (MatMulTQ8, DequantQ8): --quantize int8's products (ops/linear.py matmul_t_q8, dequant_q8); set wherever the
 # library is loaded on the CPU, like the bf16 ops.
@@ -101,7 +106,7 @@ class portable:
 
 
 # what enable_bf16_products sets (once per process)
-BF16_NAMES = ("BF16_PRODUCTS", "BF16_EPILOGUES", "BF16_DECODE")
+BF16_NAMES = ("BF16_PRODUCTS", "BF16_EPILOGUES", "BF16_DECODE", "BF16_ATTENTION")
 # every native op above: what `without_native` clears
 _NATIVE_NAMES = ("NATIVE_MATMUL_T", "NATIVE_DECODE_LAYER", "NATIVE_ATTENTION", "NATIVE_CAUSAL_ATTENTION", "NATIVE_GELU",
                  "NATIVE_MOE_EXPERTS", "NATIVE_VIT_HEADS", "NATIVE_LAYER_NORM", "NATIVE_ATTENTION_ROWS",
@@ -165,20 +170,21 @@ def configure(device_target=None):
 
 
 def routed():
-    """The native kernels the configured ops use (names from KERNELS, and "bf16_products" / "amx_decode" when
-    enabled), for reports and the compile cache's key."""
+    """The native kernels the configured ops use (names from KERNELS, and "bf16_products" / "amx_decode" /
+    "amx_attention" when enabled), for reports and the compile cache's key."""
     ops_ = (NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_CAUSAL_ATTENTION,
             NATIVE_MOE_EXPERTS, NATIVE_VIT_HEADS, NATIVE_LAYER_NORM)
     names = tuple(name for name, op in zip(KERNELS, ops_) if op is not None)
     return names + (("bf16_products",) if BF16_PRODUCTS is not None else ()) + \
-        (("amx_decode",) if BF16_DECODE is not None else ())
+        (("amx_decode",) if BF16_DECODE is not None else ()) + \
+        (("amx_attention",) if BF16_ATTENTION is not None else ())
 
 
 def enable_bf16_products():
     """Turn on products in bf16 for this process (--dtype bf16 on the CPU): returns None when on, else the reason
     they stay fp32 (no bf16 dot products on this CPU, no native kernel library, no oneDNN in MindSpore's wheel).
     Decided before any graph is built; every bf16-resident weight of the process is then read this way."""
-    global BF16_PRODUCTS, BF16_EPILOGUES, BF16_DECODE
+    global BF16_PRODUCTS, BF16_EPILOGUES, BF16_DECODE, BF16_ATTENTION
     if BF16_PRODUCTS is not None:
         return None
     if _configured != "CPU":
@@ -196,7 +202,20 @@ def enable_bf16_products():
     BF16_EPILOGUES = bf16_epilogue_ops(kernels)
     if kernels.amx_init(os.environ.get(AMX_ENV) != "0"):
         BF16_DECODE = bf16_decode_ops(kernels)
+        BF16_ATTENTION = bf16_attention_ops(kernels)
     return None
+
+
+def bf16_attention_ops(kernels):
+    """(VisionAttentionBf16, VisionAttentionBf16Rows) of a kernel library, made once: VisionAttention's and
+    VisionAttentionRows' signatures (q [B, H, S, D], k, v, scale [1] -> [B, H, S, D] / [B, S, H * D])."""
+    key = (kernels.path, "bf16_attention")
+    if key not in _native_ops:
+        _native_ops[key] = (
+            ops.Custom(kernels.func("VisionAttentionBf16"), out_shape=_first, out_dtype=_first, func_type="aot"),
+            ops.Custom(kernels.func("VisionAttentionBf16Rows"), out_shape=lambda q, k, v, s: [q[0], q[2], q[1] * q[3]],
+                       out_dtype=_first, func_type="aot"))
+    return _native_ops[key]
 
 
 def bf16_decode_ops(kernels):

@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from ms_ocr.ops import native
+from ms_ocr.ops import backend, native
 
 CXX = os.environ.get("CXX", "g++")
 AARCH64_CXX = "aarch64-linux-gnu-g++"
@@ -113,3 +113,15 @@ def op_cell(op):
             return self.op(*args)
 
     return OpCell()
+
+
+def enable_bf16_afresh(monkeypatch, amx):
+    """backend.enable_bf16_products run afresh (it sets its state once per process; monkeypatch restores it), with
+    the AMX tiles allowed or turned off (MS_OCR_AMX=0)."""
+    for name in backend.BF16_NAMES:
+        monkeypatch.setattr(backend, name, None)
+    if amx:
+        monkeypatch.delenv(backend.AMX_ENV, raising=False)
+    else:
+        monkeypatch.setenv(backend.AMX_ENV, "0")
+    assert backend.enable_bf16_products() is None

@@ -11,7 +11,7 @@ from mindspore import Tensor
 
 from ms_ocr.convert.loader import round_to_bf16
 from ms_ocr.ops import backend
-from tests.helpers.native import build_kernels, needs_compiler
+from tests.helpers.native import build_kernels, enable_bf16_afresh, needs_compiler
 from tests.ops.test_decode_layer import CASES, _Layer, make_case, reference
 from tests.ops.test_gemm_bf16 import rne_bf16
 
@@ -128,14 +128,8 @@ def test_bf16_products_route_the_decode_step_to_the_tiles(pynative_cpu, monkeypa
     w = round_to_bf16(rng.standard_normal((1024, 1024)) * 0.1)  # past NATIVE_MIN_WEIGHT_BF16: the native kernel
     x = rng.standard_normal((4, 1024)).astype(np.float32)  # a batched step's rows
     want = rne_bf16(x).astype(np.float64) @ w.astype(np.float64).T
-    for env, on in ((None, True), ("0", False)):
-        for name in backend.BF16_NAMES:  # enable_bf16_products afresh (it sets them once per process)
-            monkeypatch.setattr(backend, name, None)
-        if env is None:
-            monkeypatch.delenv(backend.AMX_ENV, raising=False)
-        else:
-            monkeypatch.setenv(backend.AMX_ENV, env)
-        assert backend.enable_bf16_products() is None
+    for on in (True, False):
+        enable_bf16_afresh(monkeypatch, amx=on)
         assert (backend.BF16_DECODE is not None) is on and ("amx_decode" in backend.routed()) is on
         got = K.matmul_t(Tensor(x), Tensor(w).astype(ms.bfloat16)).asnumpy()
         err = np.abs(got - want).max()

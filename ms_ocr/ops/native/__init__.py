@@ -113,7 +113,7 @@ class NativeKernels:
 
     def amx_init(self, on=True):
         """Turn the AMX tiles on (when the CPU has AMX-BF16 and Linux grants the tile state) or off for
-        DecodeLayerBf16 / MatMulTBf16: whether they are on."""
+        DecodeLayerBf16, MatMulTBf16 and VisionAttentionBf16(Rows): whether they are on."""
         return bool(self.lib.ms_ocr_amx_init(1 if on else 0))
 
     @property

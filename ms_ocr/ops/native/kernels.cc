@@ -1182,7 +1182,7 @@ int MatMulTBf16(int nparam, void** params, int* ndims, int64_t** shapes, const c
 }
 
 // Turns the tiles on (on != 0: the CPU has AMX-TILE and AMX-BF16 and Linux grants this process the tile state)
-// or off for DecodeLayerBf16 / MatMulTBf16: 1 when on.
+// or off for DecodeLayerBf16, MatMulTBf16 and VisionAttentionBf16(Rows): 1 when on.
 int ms_ocr_amx_init(int on) {
   g_amx = false;
 #if defined(MS_OCR_AMX)
@@ -1690,6 +1690,234 @@ int CausalAttention(int nparam, void** params, int* ndims, int64_t** shapes, con
   return attention_entry(nparam, params, ndims, shapes, true);
 }
 int64_t ms_ocr_vision_attention_calls() { return g_vision_attention_calls.load(); }
+
+}  // extern "C"
+
+namespace {
+
+// ---- AMX: the vision encoders' attention in bf16 on the tiles (VisionAttentionBf16, ...Rows) -------------------
+// --dtype bf16 with the tiles on: q and k rounded to bf16, their dot products summed in fp32 on the tiles, times
+// `scale` in fp32; the softmax in fp32 over each row (its max taken out, vexp), each probability rounded to bf16
+// before it weights the values (rounded to bf16) on the tiles, and the sums divided by the total of the rounded
+// probabilities. A thread takes one (batch, head) at a time: it packs that head's q, k and v (tiles read 64-byte
+// rows: q as rows of head_dim padded to 32, k as the B operand of q k^T, v as the B operand of p v; zeros past the
+// real keys and dims) into buffers it keeps between calls, then runs its blocks of 16 query rows: their scores
+// against every key [16, T] (in L2), then the values. head_dim up to 96: 3 q tiles, two k tiles and two score
+// tiles; then a p tile, a v tile and up to 6 output tiles of 16 dims. Figures: docs/native-kernels.md.
+constexpr int64_t kAmxMaxDim = 96;
+
+// x [n] rounded to bf16 (to nearest, ties to even; finite values) into out [n_pad], zeros past n; returns the sum
+// of the rounded values.
+inline float round_row(const float* x, int64_t n, uint16_t* out, int64_t n_pad) {
+  vf total = {};
+  int64_t j = 0;
+  for (; j + kVL <= n; j += kVL) {
+    vu u;
+    const vf xv = vload(x + j);
+    std::memcpy(&u, &xv, sizeof u);
+    const vu r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const vh hv = __builtin_convertvector(r, vh);
+    std::memcpy(out + j, &hv, sizeof hv);
+    const vu back = r << 16;
+    vf f;
+    std::memcpy(&f, &back, sizeof f);
+    total += f;
+  }
+  float sum = vsum(total);
+  for (; j < n; ++j) {
+    out[j] = round_bf16(x[j]);
+    sum += to_float(out[j]);
+  }
+  for (; j < n_pad; ++j) out[j] = 0;
+  return sum;
+}
+
+#if defined(MS_OCR_AMX)
+// One block of 16 query rows (qp, packed; `rows` of them real) of one head against its packed k and v: out [rows,
+// d] (row stride out_stride); st, pb, ob the thread's scratch ([16, t16] scores, [16, t32] probabilities, [16, db *
+// 16] sums). The tiles set up (amx_begin).
+__attribute__((target("amx-tile,amx-bf16"))) void amx_attn_task(
+    const uint16_t* qp, const uint16_t* kp, const uint16_t* vp, int64_t dp, int64_t t16, int64_t t32, int64_t db,
+    int64_t t, float scale, float* st, uint16_t* pb, float* ob, float* out, int64_t rows, int64_t d,
+    int64_t out_stride) {
+  const int64_t dsteps = dp / 32;
+  // scores: tiles 0..dsteps-1 hold q's 16 rows (32 dims each)
+  if (dsteps > 0) _tile_loadd(0, qp, dp * 2);
+  if (dsteps > 1) _tile_loadd(1, qp + 32, dp * 2);
+  if (dsteps > 2) _tile_loadd(2, qp + 64, dp * 2);
+  // two blocks of keys at a time (tiles 3, 4 and scores 6, 7): two independent chains of tile products
+  const int64_t kbs = t16 / 16;
+  for (int64_t kb = 0; kb < kbs; kb += 2) {
+    const bool two = kb + 1 < kbs;
+    const uint16_t* kt = kp + kb * dsteps * 512;
+    const uint16_t* kt2 = kt + dsteps * 512;
+    _tile_zero(6);
+    _tile_zero(7);
+    _tile_loadd(3, kt, 64);
+    if (two) _tile_loadd(4, kt2, 64);
+    _tile_dpbf16ps(6, 0, 3);
+    if (two) _tile_dpbf16ps(7, 0, 4);
+    if (dsteps > 1) {
+      _tile_loadd(3, kt + 512, 64);
+      if (two) _tile_loadd(4, kt2 + 512, 64);
+      _tile_dpbf16ps(6, 1, 3);
+      if (two) _tile_dpbf16ps(7, 1, 4);
+    }
+    if (dsteps > 2) {
+      _tile_loadd(3, kt + 1024, 64);
+      if (two) _tile_loadd(4, kt2 + 1024, 64);
+      _tile_dpbf16ps(6, 2, 3);
+      if (two) _tile_dpbf16ps(7, 2, 4);
+    }
+    _tile_stored(6, st + kb * 16, t16 * 4);
+    if (two) _tile_stored(7, st + kb * 16 + 16, t16 * 4);
+  }
+  // softmax rows in fp32; probabilities rounded to bf16 (zeros past the real keys)
+  float inv[16];
+  for (int64_t i = 0; i < 16; ++i) {
+    float* si = st + i * t16;
+    vf vmx = vset(-INFINITY);
+    int64_t j = 0;
+    for (; j + kVL <= t; j += kVL) vmx = vmax(vmx, vload(si + j));
+    float mx = -INFINITY;
+    for (int l = 0; l < kVL; ++l) mx = vmx[l] > mx ? vmx[l] : mx;
+    for (; j < t; ++j) mx = si[j] > mx ? si[j] : mx;
+    mx *= scale;  // scale > 0
+    const vf vs = vset(scale), vm = vset(mx);
+    for (j = 0; j + kVL <= t; j += kVL) vstore(si + j, vexp(vload(si + j) * vs - vm));
+    for (; j < t; ++j) si[j] = std::exp(si[j] * scale - mx);
+    inv[i] = 1.f / round_row(si, t, pb + i * t32, t32);
+  }
+  // values: tile 0 a block of p (16 rows x 32 keys), 1 a block of v, 2.. the db output tiles of 16 dims
+  // tile numbers are part of the instruction: constants only
+  _tile_zero(2);
+  if (db > 1) _tile_zero(3);
+  if (db > 2) _tile_zero(4);
+  if (db > 3) _tile_zero(5);
+  if (db > 4) _tile_zero(6);
+  if (db > 5) _tile_zero(7);  // else tile 7 holds blocks of v
+  for (int64_t ks = 0; ks < t32 / 32; ++ks) {
+    _tile_loadd(0, pb + ks * 32, t32 * 2);
+    const uint16_t* vt = vp + ks * db * 512;
+    if (db <= 5) {  // v blocks alternate between tiles 1 and 7: a load need not wait for the product before
+      _tile_loadd(1, vt, 64);
+      _tile_dpbf16ps(2, 0, 1);
+      if (db > 1) { _tile_loadd(7, vt + 512, 64); _tile_dpbf16ps(3, 0, 7); }
+      if (db > 2) { _tile_loadd(1, vt + 1024, 64); _tile_dpbf16ps(4, 0, 1); }
+      if (db > 3) { _tile_loadd(7, vt + 1536, 64); _tile_dpbf16ps(5, 0, 7); }
+      if (db > 4) { _tile_loadd(1, vt + 2048, 64); _tile_dpbf16ps(6, 0, 1); }
+    } else {
+      _tile_loadd(1, vt, 64); _tile_dpbf16ps(2, 0, 1);
+      _tile_loadd(1, vt + 512, 64); _tile_dpbf16ps(3, 0, 1);
+      _tile_loadd(1, vt + 1024, 64); _tile_dpbf16ps(4, 0, 1);
+      _tile_loadd(1, vt + 1536, 64); _tile_dpbf16ps(5, 0, 1);
+      _tile_loadd(1, vt + 2048, 64); _tile_dpbf16ps(6, 0, 1);
+      _tile_loadd(1, vt + 2560, 64); _tile_dpbf16ps(7, 0, 1);
+    }
+  }
+  const int64_t ld = db * 16;
+  _tile_stored(2, ob, ld * 4);
+  if (db > 1) _tile_stored(3, ob + 16, ld * 4);
+  if (db > 2) _tile_stored(4, ob + 32, ld * 4);
+  if (db > 3) _tile_stored(5, ob + 48, ld * 4);
+  if (db > 4) _tile_stored(6, ob + 64, ld * 4);
+  if (db > 5) _tile_stored(7, ob + 80, ld * 4);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t e2 = 0; e2 < d; ++e2) out[i * out_stride + e2] = ob[i * ld + e2] * inv[i];
+}
+#endif
+
+// q [B, H, S, D], k, v [B, H, T, D] fp32 (as many kv heads as query heads, D <= kAmxMaxDim), scale [1] -> out
+// [B, H, S, D] or, rows_out, [B, S, H * D]. 1 when the tiles are off or the shapes are not the kernel's.
+int attention_bf16_entry(int nparam, void** params, int* ndims, int64_t** shapes, bool rows_out) {
+#if defined(MS_OCR_AMX)
+  if (!g_amx || nparam != 5 || ndims[0] != 4 || ndims[1] != 4 || ndims[2] != 4) return 1;
+  const int64_t b = shapes[0][0], h = shapes[0][1], s = shapes[0][2], d = shapes[0][3], t = shapes[1][2];
+  if (d < 1 || d > kAmxMaxDim || t < 1 || s < 1 || shapes[1][0] != b || shapes[1][1] != h || shapes[1][3] != d)
+    return 1;
+  const float *q = static_cast<const float*>(params[0]), *k = static_cast<const float*>(params[1]),
+              *v = static_cast<const float*>(params[2]);
+  const float scale = static_cast<const float*>(params[3])[0];
+  float* out = static_cast<float*>(params[4]);
+  const int64_t dp = (d + 31) / 32 * 32, db = (d + 15) / 16, s16 = (s + 15) / 16 * 16;
+  const int64_t t16 = (t + 15) / 16 * 16, t32 = (t + 31) / 32 * 32, heads = b * h;
+  const int64_t qsz = s16 * dp, ksz = t16 / 16 * (dp / 32) * 512, vsz = t32 / 32 * db * 512;
+  g_vision_attention_calls.fetch_add(1);
+  const int threads = static_cast<int>(heads < g_threads ? heads : g_threads);
+  // a head per task: its q, k and v packed by the thread that then runs its row blocks (in that core's cache);
+  // buffers kept per thread between calls (fresh pages for each call cost ~15 % in page faults)
+#pragma omp parallel num_threads(threads)
+  {
+    thread_local std::vector<uint16_t> qp, kp, vp, pb, row, pair;
+    thread_local std::vector<float> st, ob;
+    qp.resize(qsz); kp.resize(ksz); vp.resize(vsz); pb.resize(16 * t32); row.resize(dp); pair.resize(2 * db * 16);
+    st.resize(16 * t16); ob.resize(16 * db * 16);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < heads; ++bh) {
+      const float *qh = q + bh * s * d, *kh = k + bh * t * d, *vh = v + bh * t * d;
+      uint16_t *qo = qp.data(), *ko = kp.data(), *vo = vp.data();
+      for (int64_t i = 0; i < s16; ++i) {
+        if (i < s) round_row(qh + i * d, d, qo + i * dp, dp);
+        else std::memset(qo + i * dp, 0, dp * 2);
+      }
+      // k: block (key block kb, dims step ds) = [16 dim pairs][16 keys][2], a key's dims pairs 64 bytes apart
+      std::memset(ko, 0, ksz * 2);
+      for (int64_t key = 0; key < t; ++key) {
+        round_row(kh + key * d, d, row.data(), dp);
+        const int64_t kb = key / 16, j = key % 16;
+        for (int64_t ds = 0; ds < dp / 32; ++ds) {
+          uint32_t* blk = reinterpret_cast<uint32_t*>(ko + (kb * (dp / 32) + ds) * 512);
+          const uint32_t* src = reinterpret_cast<const uint32_t*>(row.data() + ds * 32);
+          for (int64_t i = 0; i < 16; ++i) blk[i * 16 + j] = src[i];
+        }
+      }
+      // v: block (key step ks, dims block c) = [16 key pairs][16 dims][2]: two keys' dims interleaved
+      std::memset(vo, 0, vsz * 2);
+      for (int64_t key = 0; key < t; key += 2) {
+        round_row(vh + key * d, d, pair.data(), db * 16);
+        if (key + 1 < t) round_row(vh + (key + 1) * d, d, pair.data() + db * 16, db * 16);
+        else std::memset(pair.data() + db * 16, 0, db * 16 * 2);
+        const int64_t ks = key / 32, i = key % 32 / 2;
+        for (int64_t c = 0; c < db; ++c) {
+          uint16_t* blk = vo + (ks * db + c) * 512 + i * 32;
+          for (int64_t j = 0; j < 16; ++j) {
+            blk[j * 2] = pair[c * 16 + j];
+            blk[j * 2 + 1] = pair[db * 16 + c * 16 + j];
+          }
+        }
+      }
+      amx_begin();
+      for (int64_t r0 = 0; r0 < s; r0 += 16) {
+        const int64_t rows = s - r0 < 16 ? s - r0 : 16;
+        float* o = rows_out ? out + ((bh / h * s + r0) * h + bh % h) * d : out + (bh * s + r0) * d;
+        amx_attn_task(qo + r0 * dp, ko, vo, dp, t16, t32, db, t, scale, st.data(), pb.data(), ob.data(), o, rows,
+                      d, rows_out ? h * d : d);
+      }
+      amx_end();
+    }
+  }
+  return 0;
+#else
+  (void)nparam; (void)params; (void)ndims; (void)shapes; (void)rows_out;
+  return 1;
+#endif
+}
+
+}  // namespace
+
+extern "C" {
+
+// VisionAttention / VisionAttentionRows in bf16 on the tiles (--dtype bf16 where AMX is on; ops/attention.py)
+int VisionAttentionBf16(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+                        void* extra) {
+  (void)stream; (void)extra; (void)dtypes;
+  return attention_bf16_entry(nparam, params, ndims, shapes, false);
+}
+int VisionAttentionBf16Rows(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
+                            void* stream, void* extra) {
+  (void)stream; (void)extra; (void)dtypes;
+  return attention_bf16_entry(nparam, params, ndims, shapes, true);
+}
 
 // ViTHeads: a ViT layer's q, k, v projections (without their biases) -> the biased, heads-first q, k, v of the
 // attention, q and k rotated: yq, yk, yv [N, H * D] fp32, their biases qb, kb, vb [H * D], the rope tables cos,

@@ -1,0 +1,113 @@
+"""VisionAttentionBf16 / VisionAttentionBf16Rows (ms_ocr/ops/native/kernels.cc): --dtype bf16's vision attention on
+Intel's AMX tiles. What they are documented to compute: q and k rounded to bf16, their dot products summed in fp32,
+times the scale; a softmax in fp32 whose probabilities are rounded to bf16 before they weight the values (rounded
+to bf16), the sums divided by the total of the rounded probabilities — checked against float64 NumPy over the same
+roundings, on head dims off the tiles' grids and row / key counts off the blocks. Then the routing (ops/attention.py)
+with products in bf16 on. On a CPU without AMX-BF16 the checks skip."""
+
+import numpy as np
+import pytest
+from mindspore import Tensor
+
+from ms_ocr.ops import backend
+from tests.helpers.native import build_kernels, enable_bf16_afresh, needs_compiler
+from tests.ops.test_gemm_bf16 import rne_bf16
+
+
+@pytest.fixture(scope="module", params=["native", "x86-64-v3"])
+def kernels(request):
+    k = build_kernels(request.param)
+    k.set_threads(2)
+    if not k.amx_init(True):
+        pytest.skip("this CPU (or kernel) gives no AMX-BF16 tiles")
+    yield k
+    k.amx_init(False)
+
+
+def reference(q, k, v, scale):
+    """float64 over the kernel's roundings: [B, H, S, D]."""
+    qr, kr, vr = (rne_bf16(a).astype(np.float64) for a in (q, k, v))
+    s = np.einsum("bhsd,bhtd->bhst", qr, kr) * np.float64(np.float32(scale))
+    p = np.exp(s - s.max(-1, keepdims=True))
+    pr = rne_bf16(p.astype(np.float32)).astype(np.float64)
+    return np.einsum("bhst,bhtd->bhsd", pr, vr) / pr.sum(-1, keepdims=True)
+
+
+def exact(q, k, v, scale):
+    s = np.einsum("bhsd,bhtd->bhst", q.astype(np.float64), k.astype(np.float64)) * scale
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return np.einsum("bhst,bhtd->bhsd", p / p.sum(-1, keepdims=True), v.astype(np.float64))
+
+
+@needs_compiler
+@pytest.mark.parametrize("b,h,s,t,d", [(1, 4, 37, 53, 72), (2, 3, 16, 32, 64), (1, 2, 50, 1, 96), (1, 2, 20, 70, 40)])
+def test_attention_bf16_matches_the_rounded_reference(kernels, pynative_cpu, b, h, s, t, d):
+    rng = np.random.default_rng(s + t + d)
+    q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in ((b, h, s, d), (b, h, t, d), (b, h, t, d)))
+    scale = d ** -0.5
+    heads_op, rows_op = backend.bf16_attention_ops(kernels)
+    before = kernels.attention_calls
+    got = heads_op(Tensor(q), Tensor(k), Tensor(v), Tensor(np.array([scale], np.float32))).asnumpy()
+    rows = rows_op(Tensor(q), Tensor(k), Tensor(v), Tensor(np.array([scale], np.float32))).asnumpy()
+    assert kernels.attention_calls == before + 2
+    want = reference(q, k, v, scale)
+    assert got.shape == want.shape and rows.shape == (b, s, h * d)
+    err = np.abs(got - want).max()
+    assert err <= 2e-3 * np.abs(want).max()
+    # the roundings are what it computes: the unrounded attention is further off (but within bf16's resolution)
+    off = np.abs(got - exact(q, k, v, scale)).max()
+    assert off <= 3e-2 * np.abs(want).max() and (t == 1 or off > 2 * err)
+    assert np.array_equal(rows, got.transpose(0, 2, 1, 3).reshape(b, s, h * d))
+
+
+@needs_compiler
+def test_attention_bf16_on_two_threads_and_after_a_larger_call(kernels, pynative_cpu):
+    """Each thread packs one head at a time into buffers it keeps between calls: two threads give the bits one
+    thread gives, and a small call after a large one (buffers larger than it needs, holding the large call's data)
+    the bits it gives in a fresh library."""
+    rng = np.random.default_rng(7)
+    scale = Tensor(np.array([72 ** -0.5], np.float32))
+    big = [Tensor(rng.standard_normal((2, 5, n, 72)).astype(np.float32)) for n in (70, 300, 300)]
+    small = [Tensor(rng.standard_normal((1, 3, n, 72)).astype(np.float32)) for n in (21, 45, 45)]
+    _, rows_op = backend.bf16_attention_ops(kernels)
+    try:
+        kernels.set_threads(1)
+        one = rows_op(*small, scale).asnumpy()
+        kernels.set_threads(2)
+        rows_op(*big, scale).asnumpy()
+        two = rows_op(*small, scale).asnumpy()
+    finally:
+        kernels.set_threads(2)
+    assert np.array_equal(one, two)
+    q, k, v = (t.asnumpy() for t in small)
+    want = reference(q, k, v, 72 ** -0.5).transpose(0, 2, 1, 3).reshape(1, 21, 3 * 72)
+    assert np.abs(two - want).max() <= 2e-3 * np.abs(want).max()
+
+
+@needs_compiler
+def test_bf16_products_route_vision_attention_to_the_tiles(pynative_cpu, monkeypatch):
+    """--dtype bf16 on a CPU with AMX: the vision attention (ops/attention.py attention / attention_rows, no mask)
+    takes VisionAttentionBf16(Rows) for head dims up to 96, and "amx_attention" is in the routes (the compile
+    cache's key); a head dim of 128 and MS_OCR_AMX=0 keep the fp32 kernel (exact to fp32 sums)."""
+    from ms_ocr import ops as K
+    from ms_ocr.ops import native
+    kernels = native.load()
+    if kernels is None or not native.cpu_bf16_dot() or not kernels.load_dnnl() or not kernels.amx_init(True):
+        pytest.skip("no AMX-BF16 tiles (or no bf16 products) here")
+    rng = np.random.default_rng(5)
+    for on in (True, False):
+        enable_bf16_afresh(monkeypatch, amx=on)
+        assert (backend.BF16_ATTENTION is not None) is on and ("amx_attention" in backend.routed()) is on
+        for d, tiles in ((72, on), (128, False)):
+            q, k, v = (rng.standard_normal((1, 4, n, d)).astype(np.float32) for n in (40, 90, 90))
+            scale = d ** -0.5
+            want_tiles, want_exact = reference(q, k, v, scale), exact(q, k, v, scale)
+            top = np.abs(want_exact).max()
+            for got in (K.attention(Tensor(q), Tensor(k), Tensor(v), None, scale).asnumpy(),
+                        K.attention_rows(Tensor(q), Tensor(k), Tensor(v), scale).asnumpy()
+                        .reshape(1, 40, 4, d).transpose(0, 2, 1, 3)):
+                if tiles:
+                    assert np.abs(got - want_tiles).max() <= 2e-3 * top
+                    assert np.abs(got - want_exact).max() > 1e-4 * top  # rounded, not the fp32 kernel
+                else:
+                    assert np.abs(got - want_exact).max() <= 1e-5 * top
