@@ -68,7 +68,7 @@ class ViTBlockStep(nn.Cell):
         self.act_role = K.epilogue_role(act)
 
     def construct(self, q, k, v, x, ow, ob, ln2w, ln2b, f1w, f1b, f2w, f2b):
-        attn = K.attention_rows(q, k, v, self.scale)
+        attn = K.attention_rows(q, k, v, self.scale, bf16_ok=True)
         return F.vit_out_mlp(x, attn, (ow, ob, ln2w, ln2b, f1w, f1b, f2w, f2b), self.eps, self.act, self.act_role)
 
 

@@ -26,32 +26,33 @@ def attention_mask(visible):
                       ops.full_like(visible.astype(ms.float32), NEG_BIAS))
 
 
-def attention(q, k, v, mask, scale):
+def attention(q, k, v, mask, scale, bf16_ok=False):
     """softmax(q k^T * scale + mask) v with grouped-query heads.
 
     q [B, Hq, S, D]; k, v [B, Hkv, T, D] with Hq a multiple of Hkv (head h reads kv head h // (Hq/Hkv));
     mask from `attention_mask`, broadcastable to [B, 1, S, T], or None when every key is visible.
-    Returns [B, Hq, S, D].
+    Returns [B, Hq, S, D]. `bf16_ok`: a VLM's vision encoder, which `--dtype bf16` may run in bf16 on the CPU's
+    AMX tiles (_tiles_ok); other callers (the layout model) stay fp32 in every mode.
     """
     if backend.FUSED:
         return _attention_fused(q, k, v, mask, scale)
     if mask is None and _native_ok(q, k, v):
-        if _tiles_ok(q):
+        if bf16_ok and _tiles_ok(q):
             return backend.BF16_ATTENTION[0](q, k, v, Tensor(np.array([scale], np.float32)))
         return backend.NATIVE_ATTENTION(q, k, v, Tensor(np.array([scale], np.float32)))
     return _attention_composed(q, k, v, mask, scale)
 
 
-def attention_rows(q, k, v, scale):
+def attention_rows(q, k, v, scale, bf16_ok=False):
     """Unmasked `attention` as rows: [B, S, Hq * D], head h's values of row i at [b, i, h * D:(h + 1) * D] (what an
     out projection reads). The native kernel writes that layout itself (VisionAttentionRows); elsewhere the heads
-    are transposed after the attention."""
+    are transposed after the attention. `bf16_ok`: as in `attention`."""
     b, hq, s, d = q.shape
     if not backend.FUSED and backend.NATIVE_ATTENTION_ROWS is not None and _native_ok(q, k, v):
-        if _tiles_ok(q):
+        if bf16_ok and _tiles_ok(q):
             return backend.BF16_ATTENTION[1](q, k, v, Tensor(np.array([scale], np.float32)))
         return backend.NATIVE_ATTENTION_ROWS(q, k, v, Tensor(np.array([scale], np.float32)))
-    return attention(q, k, v, None, scale).transpose(0, 2, 1, 3).reshape(b, s, hq * d)
+    return attention(q, k, v, None, scale, bf16_ok).transpose(0, 2, 1, 3).reshape(b, s, hq * d)
 
 
 # The native kernel (VisionAttention in ms_ocr/ops/native/kernels.cc) serves unmasked fp32 attention with as many

@@ -45,12 +45,12 @@ BF16_PRODUCTS_ENV = "MS_OCR_BF16_PRODUCTS"  # "0": --dtype bf16 keeps the exact 
 # weights on the tiles, activations rounded to bf16 — (MatMulTBf16, (DecodeLayerBf16 without, with q/k norms)), the
 # native MatMulT / DecodeLayer's stand-ins where those are routed (ops/linear.py matmul_t, ops/decode_layer.py).
 BF16_DECODE = None
-# With BF16_DECODE (the tiles on): the vision encoders' unmasked attention in bf16 on the tiles —
+# With BF16_DECODE (the tiles on): the VLM vision encoders' unmasked attention in bf16 on the tiles —
 # (VisionAttentionBf16, VisionAttentionBf16Rows), NATIVE_ATTENTION / NATIVE_ATTENTION_ROWS' stand-ins for head dims
-# up to AMX_ATTENTION_MAX_DIM (ops/attention.py).
+# up to AMX_ATTENTION_MAX_DIM where the caller passes bf16_ok (ops/attention.py; the layout model does not).
 BF16_ATTENTION = None
 AMX_ATTENTION_MAX_DIM = 96
-AMX_ENV = "MS_OCR_AMX"  # "0": no AMX tiles (a decode step's products stay fp32 with --dtype bf16)
+AMX_ENV = "MS_OCR_AMX"  # "0": no AMX tiles (--dtype bf16's decode step and vision attention stay fp32)
 # (MatMulTQ8, DequantQ8): --quantize int8's products (ops/linear.py matmul_t_q8, dequant_q8); set wherever the
 # library is loaded on the CPU, like the bf16 ops.
 NATIVE_Q8 = None

@@ -86,9 +86,10 @@ def test_attention_bf16_on_two_threads_and_after_a_larger_call(kernels, pynative
 
 @needs_compiler
 def test_bf16_products_route_vision_attention_to_the_tiles(pynative_cpu, monkeypatch):
-    """--dtype bf16 on a CPU with AMX: the vision attention (ops/attention.py attention / attention_rows, no mask)
-    takes VisionAttentionBf16(Rows) for head dims up to 96, and "amx_attention" is in the routes (the compile
-    cache's key); a head dim of 128 and MS_OCR_AMX=0 keep the fp32 kernel (exact to fp32 sums)."""
+    """--dtype bf16 on a CPU with AMX: a VLM vision encoder's attention (ops/attention.py attention / attention_rows
+    with bf16_ok, no mask) takes VisionAttentionBf16(Rows) for head dims up to 96, and "amx_attention" is in the
+    routes (the compile cache's key). Callers that do not opt in (the layout model), a head dim of 128 and
+    MS_OCR_AMX=0 keep the fp32 kernel (exact to fp32 sums)."""
     from ms_ocr import ops as K
     from ms_ocr.ops import native
     kernels = native.load()
@@ -98,13 +99,13 @@ def test_bf16_products_route_vision_attention_to_the_tiles(pynative_cpu, monkeyp
     for on in (True, False):
         enable_bf16_afresh(monkeypatch, amx=on)
         assert (backend.BF16_ATTENTION is not None) is on and ("amx_attention" in backend.routed()) is on
-        for d, tiles in ((72, on), (128, False)):
+        for d, bf16_ok, tiles in ((72, True, on), (72, False, False), (128, True, False)):
             q, k, v = (rng.standard_normal((1, 4, n, d)).astype(np.float32) for n in (40, 90, 90))
             scale = d ** -0.5
             want_tiles, want_exact = reference(q, k, v, scale), exact(q, k, v, scale)
             top = np.abs(want_exact).max()
-            for got in (K.attention(Tensor(q), Tensor(k), Tensor(v), None, scale).asnumpy(),
-                        K.attention_rows(Tensor(q), Tensor(k), Tensor(v), scale).asnumpy()
+            for got in (K.attention(Tensor(q), Tensor(k), Tensor(v), None, scale, bf16_ok=bf16_ok).asnumpy(),
+                        K.attention_rows(Tensor(q), Tensor(k), Tensor(v), scale, bf16_ok=bf16_ok).asnumpy()
                         .reshape(1, 40, 4, d).transpose(0, 2, 1, 3)):
                 if tiles:
                     assert np.abs(got - want_tiles).max() <= 2e-3 * top

@@ -31,7 +31,7 @@ class ClipAttention(nn.Cell):
         q = q.reshape(b, s, self.heads, d).transpose(0, 2, 1, 3)
         k = k.reshape(b, s, self.heads, d).transpose(0, 2, 1, 3)
         v = v.reshape(b, s, self.heads, d).transpose(0, 2, 1, 3)
-        return self.out_proj(F.merge_heads(K.attention(q, k, v, None, d ** -0.5)))
+        return self.out_proj(F.merge_heads(K.attention(q, k, v, None, d ** -0.5, bf16_ok=True)))
 
 
 class ClipMLP(nn.Cell):
