@@ -1,5 +1,5 @@
 """Held-out images read through the CLI's demo fallback (no --model, an empty weights cache): the accuracy gates'
-one `infer` run per mode."""
+one `infer` run per mode; or through the batch runner on the demo checkpoint."""
 
 import json
 import os
@@ -8,14 +8,19 @@ from ms_ocr.ops import native
 from tests.cli_util import run_module
 
 
+def _save(folder, sets):
+    """{name: [image, ...]} saved as folder/<name>_<i>.png: {name: [path, ...]}."""
+    paths = {name: [str(folder / f"{name}_{i:03d}.png") for i in range(len(images))] for name, images in sets.items()}
+    for name, images in sets.items():
+        for path, img in zip(paths[name], images):
+            img.save(path)
+    return paths
+
+
 def read_sets(tmp, sets, max_new_tokens, *options):
     """{name: [image, ...]} -> {name: [CLI record, ...]} from one `infer --json` run with `options`, images saved in
     folder `tmp`."""
-    paths = {name: [] for name in sets}
-    for name, images in sets.items():
-        for i, img in enumerate(images):
-            paths[name].append(str(tmp / f"{name}_{i:03d}.png"))
-            img.save(paths[name][-1])
+    paths = _save(tmp, sets)
     every = [p for name in sets for p in paths[name]]
     home = tmp / "empty_cache"  # no weights; the native kernels this machine has built already (a build is ~8 s)
     home.mkdir()
@@ -39,11 +44,7 @@ def read_sets_batched(tmp, sets, max_new_tokens, batch_size, *options):
 
     folder = tmp / "images"
     folder.mkdir()
-    names = {}
-    for name, images in sets.items():
-        names[name] = [f"{name}_{i:03d}.png" for i in range(len(images))]
-        for file, img in zip(names[name], images):
-            img.save(folder / file)
+    names = {name: [os.path.basename(p) for p in paths] for name, paths in _save(folder, sets).items()}
     out = tmp / "out"
     proc = run_module("ms_ocr.batch", "--model", "paddleocr-vl", "--model-path", demo_checkpoint(), "--input",
                       str(folder), "--out", str(out), "--task", "ocr", "--max-batch-size", str(batch_size),

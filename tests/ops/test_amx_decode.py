@@ -2,7 +2,8 @@
 AMX tiles. What they are documented to compute, with the tiles on and two or more rows: a bf16 weight's product of
 the step's activation rows rounded to bf16 (to nearest, ties to even), each dot product summed in fp32 — checked
 against float64 NumPy over the rounded operands — a row's result the same bits whatever the other rows. One row,
-and with the tiles off (MS_OCR_AMX=0, a CPU without AMX): MatMulT and DecodeLayer, bit for bit. On a CPU without AMX-BF16 the tile checks skip (their fallback is still checked)."""
+and with the tiles off (MS_OCR_AMX=0, a CPU without AMX): MatMulT and DecodeLayer, bit for bit. On a CPU without
+AMX-BF16 the tile checks skip (their fallback is still checked)."""
 
 import numpy as np
 import pytest

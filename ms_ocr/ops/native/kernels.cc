@@ -825,6 +825,8 @@ inline bool is_int8(const char* dtype) { return dtype != nullptr && std::strcmp(
 #endif
 
 bool g_amx = false;  // ms_ocr_amx_init: the tiles are usable and turned on
+// Decode steps of fewer rows stay on the fp32 kernels (see above): MatMulTBf16 and DecodeLayerBf16
+constexpr int64_t kTileMinRows = 2;
 
 // A product's activation rows x [m, k] (m <= 16) rounded to bf16: widened back to fp32 (rows, for the matrix-vector
 // kernel where the tiles do not serve: outputs past whole blocks of 32, k not a multiple of 32) and, k a multiple
@@ -1146,7 +1148,8 @@ int MatMulT(int nparam, void** params, int* ndims, int64_t** shapes, const char*
 // MatMulT's
 int MatMulTBf16(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
                 void* extra) {
-  if (nparam != 3 || ndims[0] != 2 || ndims[1] != 2 || !g_amx || !is_bf16(dtypes[1]) || shapes[0][0] < 2)
+  if (nparam != 3 || ndims[0] != 2 || ndims[1] != 2 || !g_amx || !is_bf16(dtypes[1]) ||
+      shapes[0][0] < kTileMinRows)
     return MatMulT(nparam, params, ndims, shapes, dtypes, stream, extra);
   const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[1][0];
   if (m < 1 || m > 8 || shapes[1][1] != k) return 1;
@@ -1327,7 +1330,7 @@ int decode_layer_entry(int nparam, void** params, int* ndims, int64_t** shapes, 
   const Weight qw = wt(7), kw = wt(8), vw = wt(9);
   const int w = qk_norm ? 12 : 10;
   const Weight ow = wt(w), gw = wt(w + 2), uw = wt(w + 3), dw = wt(w + 4);
-  tiles = tiles && shapes[0][0] >= 2 && qw.bf16 && ow.bf16 && gw.bf16 && uw.bf16 && dw.bf16;  // one row: fp32 kernels
+  tiles = tiles && shapes[0][0] >= kTileMinRows && qw.bf16 && ow.bf16 && gw.bf16 && uw.bf16 && dw.bf16;
   // every scale of the 7 matrices, and whole groups
   if (quant && (!groups_fit || scales != in(n_in - 2) + shapes[n_in - 2][0])) return 1;
   const float *inw = vec(6, norm_bufs[0]), *postw = vec(w + 1, norm_bufs[1]);
@@ -1634,6 +1637,17 @@ int WidenBf16(int nparam, void** params, int* ndims, int64_t** shapes, const cha
   return 0;
 }
 
+// Where an attention writes head bh's query rows from r0 on, and the stride between them: out [B, H, S, D], or
+// rows_out [B, S, H * D] (head h's D values of row i at i * H * D + h * D).
+struct HeadRows {
+  float* at;
+  int64_t stride;
+};
+inline HeadRows head_rows(float* out, int64_t bh, int64_t r0, int64_t h, int64_t s, int64_t d, bool rows_out) {
+  if (rows_out) return {out + ((bh / h * s + r0) * h + bh % h) * d, h * d};
+  return {out + (bh * s + r0) * d, d};
+}
+
 // VisionAttention / CausalAttention: softmax(q k^T * scale [+ causal mask]) v. Inputs: q [B, H, S, D], k, v
 // [B, Hkv, T, D] (H a multiple of Hkv: head h reads kv head h / (H / Hkv); D a multiple of 8, at most 256), scale
 // [1]. Output [B, H, S, D]. VisionAttention: every key visible. CausalAttention (T >= S, the queries are the last S
@@ -1666,9 +1680,9 @@ int attention_entry(int nparam, void** params, int* ndims, int64_t** shapes, boo
       for (int64_t e = 0; e < d; ++e)
         for (int64_t i = 0; i < kAttnRows; ++i) qt[e * kAttnRows + i] = i < rows ? qb[i * d + e] * scale : 0.f;
       const int64_t diag = causal ? offset + r0 : -1;
-      float* o = rows_out ? out + ((bh / h * s + r0) * h + bh % h) * d : out + (bh * s + r0) * d;
-      attn_task(qt.data(), k + kvh * t * d, v + kvh * t * d, o, rows, causal ? diag + rows : t, d, st.data(),
-                acc.data(), diag, rows_out ? h * d : d);
+      const HeadRows o = head_rows(out, bh, r0, h, s, d, rows_out);
+      attn_task(qt.data(), k + kvh * t * d, v + kvh * t * d, o.at, rows, causal ? diag + rows : t, d, st.data(),
+                acc.data(), diag, o.stride);
     }
   }
   return 0;
@@ -1889,9 +1903,9 @@ int attention_bf16_entry(int nparam, void** params, int* ndims, int64_t** shapes
       amx_begin();
       for (int64_t r0 = 0; r0 < s; r0 += 16) {
         const int64_t rows = s - r0 < 16 ? s - r0 : 16;
-        float* o = rows_out ? out + ((bh / h * s + r0) * h + bh % h) * d : out + (bh * s + r0) * d;
-        amx_attn_task(qo + r0 * dp, ko, vo, dp, t16, t32, db, t, scale, st.data(), pb.data(), ob.data(), o, rows,
-                      d, rows_out ? h * d : d);
+        const HeadRows o = head_rows(out, bh, r0, h, s, d, rows_out);
+        amx_attn_task(qo + r0 * dp, ko, vo, dp, t16, t32, db, t, scale, st.data(), pb.data(), ob.data(), o.at,
+                      rows, d, o.stride);
       }
       amx_end();
     }
