@@ -32,7 +32,7 @@ def attention(q, k, v, mask, scale, bf16_ok=False):
     q [B, Hq, S, D]; k, v [B, Hkv, T, D] with Hq a multiple of Hkv (head h reads kv head h // (Hq/Hkv));
     mask from `attention_mask`, broadcastable to [B, 1, S, T], or None when every key is visible.
     Returns [B, Hq, S, D]. `bf16_ok`: a VLM's vision encoder, which `--dtype bf16` may run in bf16 on the CPU's
-    AMX tiles (_tiles_ok); other callers (the layout model) stay fp32 in every mode.
+    AMX tiles or AVX512_BF16 (_tiles_ok); other callers (the layout model) stay fp32 in every mode.
     """
     if backend.FUSED:
         return _attention_fused(q, k, v, mask, scale)
@@ -72,9 +72,10 @@ def _native_ok(q, k, v):
 
 
 def _tiles_ok(q):
-    """--dtype bf16 with AMX on (backend.BF16_ATTENTION): the attention in bf16 on the tiles, head dims up to 96
-    (q and k rounded to bf16, the probabilities rounded to bf16 before they weight the values)."""
-    return backend.BF16_ATTENTION is not None and q.shape[-1] <= backend.AMX_ATTENTION_MAX_DIM
+    """--dtype bf16 on a CPU with AMX or AVX512_BF16 (backend.BF16_ATTENTION): the attention in bf16 (q and k
+    rounded to bf16, the probabilities rounded to bf16 before they weight the values), head dims up to
+    backend.BF16_ATTENTION_MAX_DIM (96 on the tiles alone)."""
+    return backend.BF16_ATTENTION is not None and q.shape[-1] <= backend.BF16_ATTENTION_MAX_DIM
 
 
 def native_causal_ok(q, k, v):

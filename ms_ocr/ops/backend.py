@@ -45,12 +45,14 @@ BF16_PRODUCTS_ENV = "MS_OCR_BF16_PRODUCTS"  # "0": --dtype bf16 keeps the exact 
 # weights on the tiles, activations rounded to bf16 — (MatMulTBf16, (DecodeLayerBf16 without, with q/k norms)), the
 # native MatMulT / DecodeLayer's stand-ins where those are routed (ops/linear.py matmul_t, ops/decode_layer.py).
 BF16_DECODE = None
-# With BF16_DECODE (the tiles on): the VLM vision encoders' unmasked attention in bf16 on the tiles —
-# (VisionAttentionBf16, VisionAttentionBf16Rows), NATIVE_ATTENTION / NATIVE_ATTENTION_ROWS' stand-ins for head dims
-# up to AMX_ATTENTION_MAX_DIM where the caller passes bf16_ok (ops/attention.py; the layout model does not).
+# With BF16_PRODUCTS on a CPU with AMX-BF16 or AVX512_BF16: the VLM vision encoders' unmasked attention in bf16 —
+# (VisionAttentionBf16, VisionAttentionBf16Rows), NATIVE_ATTENTION / NATIVE_ATTENTION_ROWS' stand-ins where the
+# caller passes bf16_ok (ops/attention.py; the layout model does not), for head dims up to BF16_ATTENTION_MAX_DIM:
+# on the tiles up to AMX_ATTENTION_MAX_DIM, with VDPBF16PS (AVX512_BF16: AMD Zen 4 on) up to the native kernel's 256.
 BF16_ATTENTION = None
+BF16_ATTENTION_MAX_DIM = None
 AMX_ATTENTION_MAX_DIM = 96
-AMX_ENV = "MS_OCR_AMX"  # "0": no AMX tiles (--dtype bf16's decode step and vision attention stay fp32)
+AMX_ENV = "MS_OCR_AMX"  # "0": no AMX tiles (the decode step stays fp32; the vision attention takes AVX512_BF16)
 # (MatMulTQ8, DequantQ8): --quantize int8's products (ops/linear.py matmul_t_q8, dequant_q8); set wherever the
 # library is loaded on the CPU, like the bf16 ops.
 NATIVE_Q8 = None
@@ -106,7 +108,7 @@ class portable:
 
 
 # what enable_bf16_products sets (once per process)
-BF16_NAMES = ("BF16_PRODUCTS", "BF16_EPILOGUES", "BF16_DECODE", "BF16_ATTENTION")
+BF16_NAMES = ("BF16_PRODUCTS", "BF16_EPILOGUES", "BF16_DECODE", "BF16_ATTENTION", "BF16_ATTENTION_MAX_DIM")
 # every native op above: what `without_native` clears
 _NATIVE_NAMES = ("NATIVE_MATMUL_T", "NATIVE_DECODE_LAYER", "NATIVE_ATTENTION", "NATIVE_CAUSAL_ATTENTION", "NATIVE_GELU",
                  "NATIVE_MOE_EXPERTS", "NATIVE_VIT_HEADS", "NATIVE_LAYER_NORM", "NATIVE_ATTENTION_ROWS",
@@ -171,20 +173,22 @@ def configure(device_target=None):
 
 def routed():
     """The native kernels the configured ops use (names from KERNELS, and "bf16_products" / "amx_decode" /
-    "amx_attention" when enabled), for reports and the compile cache's key."""
+    "amx_attention" / "dpbf16_attention" when enabled), for reports and the compile cache's key."""
     ops_ = (NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_CAUSAL_ATTENTION,
             NATIVE_MOE_EXPERTS, NATIVE_VIT_HEADS, NATIVE_LAYER_NORM)
     names = tuple(name for name, op in zip(KERNELS, ops_) if op is not None)
     return names + (("bf16_products",) if BF16_PRODUCTS is not None else ()) + \
         (("amx_decode",) if BF16_DECODE is not None else ()) + \
-        (("amx_attention",) if BF16_ATTENTION is not None else ())
+        (("amx_attention",) if BF16_ATTENTION is not None and BF16_DECODE is not None else ()) + \
+        (("dpbf16_attention",) if BF16_ATTENTION is not None and BF16_ATTENTION_MAX_DIM > AMX_ATTENTION_MAX_DIM
+         else ())
 
 
 def enable_bf16_products():
     """Turn on products in bf16 for this process (--dtype bf16 on the CPU): returns None when on, else the reason
     they stay fp32 (no bf16 dot products on this CPU, no native kernel library, no oneDNN in MindSpore's wheel).
     Decided before any graph is built; every bf16-resident weight of the process is then read this way."""
-    global BF16_PRODUCTS, BF16_EPILOGUES, BF16_DECODE, BF16_ATTENTION
+    global BF16_PRODUCTS, BF16_EPILOGUES, BF16_DECODE, BF16_ATTENTION, BF16_ATTENTION_MAX_DIM
     if BF16_PRODUCTS is not None:
         return None
     if _configured != "CPU":
@@ -200,9 +204,12 @@ def enable_bf16_products():
         return "MindSpore's oneDNN (mindspore/lib/libdnnl.so) was not found"
     BF16_PRODUCTS = bf16_gemm_op(kernels)
     BF16_EPILOGUES = bf16_epilogue_ops(kernels)
-    if kernels.amx_init(os.environ.get(AMX_ENV) != "0"):
+    amx, dpbf16 = kernels.amx_init(os.environ.get(AMX_ENV) != "0"), kernels.dpbf16_init(True)
+    if amx:
         BF16_DECODE = bf16_decode_ops(kernels)
+    if amx or dpbf16:
         BF16_ATTENTION = bf16_attention_ops(kernels)
+        BF16_ATTENTION_MAX_DIM = 256 if dpbf16 else AMX_ATTENTION_MAX_DIM
     return None
 
 

@@ -48,6 +48,7 @@ class NativeKernels:
         self.lib.ms_ocr_gemm_bf16_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_load_dnnl.argtypes = [ctypes.c_char_p]
         self.lib.ms_ocr_amx_init.argtypes = [ctypes.c_int]
+        self.lib.ms_ocr_dpbf16_init.argtypes = [ctypes.c_int]
         self.lib.ms_ocr_quantize_rows.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
                                                   ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
         self._dnnl = None
@@ -115,6 +116,11 @@ class NativeKernels:
         """Turn the AMX tiles on (when the CPU has AMX-BF16 and Linux grants the tile state) or off for
         DecodeLayerBf16, MatMulTBf16 and VisionAttentionBf16(Rows): whether they are on."""
         return bool(self.lib.ms_ocr_amx_init(1 if on else 0))
+
+    def dpbf16_init(self, on=True):
+        """Turn VisionAttentionBf16(Rows)'s AVX512_BF16 kernel on (when the CPU has AVX512_BF16) or off: whether it is
+        on. It serves where the tiles are off or the head dim is past theirs."""
+        return bool(self.lib.ms_ocr_dpbf16_init(1 if on else 0))
 
     @property
     def isa_level(self):

@@ -825,6 +825,7 @@ inline bool is_int8(const char* dtype) { return dtype != nullptr && std::strcmp(
 #endif
 
 bool g_amx = false;  // ms_ocr_amx_init: the tiles are usable and turned on
+bool g_dpbf16 = false;  // ms_ocr_dpbf16_init: the vision attention's AVX512_BF16 kernel is on
 // Decode steps of fewer rows stay on the fp32 kernels (see above): MatMulTBf16 and DecodeLayerBf16
 constexpr int64_t kTileMinRows = 2;
 
@@ -1198,6 +1199,18 @@ int ms_ocr_amx_init(int on) {
   (void)on;
 #endif
   return g_amx ? 1 : 0;
+}
+
+// Turns the vision attention's AVX512_BF16 kernel (VisionAttentionBf16(Rows) where the tiles are off or the head
+// dim is past theirs) on (on != 0 and the CPU has AVX512_BF16) or off: 1 when on.
+int ms_ocr_dpbf16_init(int on) {
+  g_dpbf16 = false;
+#if defined(MS_OCR_AMX)
+  g_dpbf16 = on && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
+#else
+  (void)on;
+#endif
+  return g_dpbf16 ? 1 : 0;
 }
 
 // The columns per scale of an int8 matrix [n, k] with scales of shape `sshape` (`sdims` dimensions): [n] one per
@@ -1841,18 +1854,198 @@ __attribute__((target("amx-tile,amx-bf16"))) void amx_attn_task(
 }
 #endif
 
-// q [B, H, S, D], k, v [B, H, T, D] fp32 (as many kv heads as query heads, D <= kAmxMaxDim), scale [1] -> out
-// [B, H, S, D] or, rows_out, [B, S, H * D]. 1 when the tiles are off or the shapes are not the kernel's.
+// ---- AVX512_BF16: the same attention with vdpbf16ps (VisionAttentionBf16 where the tiles are off) ---------------
+// What it computes is what the tiles compute (above): q, k, v and the probabilities rounded to bf16, sums in fp32,
+// the softmax in fp32 (each sum's order differs). A CPU with AVX512_BF16 and no AMX (AMD Zen 4 and later; Intel
+// Cooper Lake) multiplies pairs of bf16 with VDPBF16PS: each instruction 16 lanes x 2 products into 16 fp32
+// sums, half the instructions of the fp32 kernel's FMAs per product. Lanes are query rows (blocks of 32 rows,
+// two vectors): the scores of 8 keys at a time take a key's pair of dims as a broadcast against q packed as
+// [D / 2][32 rows][2]; the values take a pair of keys' values of one dim as a broadcast against the
+// probabilities packed as [T / 2][32 rows][2] (two keys' probabilities of a row side by side), 8 dims at a time.
+// A thread takes one head at a time and keeps its buffers between calls, as the tiles' kernel does. D a multiple
+// of 8 up to 256.
+constexpr int64_t kDpRows = 32;       // query rows per block (two vectors of 16 lanes)
+constexpr int64_t kDpMaxDim = 256;
+constexpr int64_t kDpKeyPairs = 64;   // key pairs per chunk of the values (the chunk's probabilities stay in L1)
+
+#if defined(MS_OCR_AMX)
+#define MS_OCR_DPBF16_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+// st[j][32] for the JR keys k[j * d ..] = the rows' dot products with them; qp [d / 2][32][2]
+template <int JR>
+MS_OCR_DPBF16_FN inline void dp_scores_tile(const uint16_t* qp, const uint16_t* k, int64_t d, float* st) {
+  __m512 a[JR][2];
+  for (int j = 0; j < JR; ++j) a[j][0] = a[j][1] = _mm512_setzero_ps();
+  for (int64_t e = 0; e < d / 2; ++e) {
+    const __m512bh q0 = (__m512bh)_mm512_loadu_si512(qp + e * 64);
+    const __m512bh q1 = (__m512bh)_mm512_loadu_si512(qp + e * 64 + 32);
+    for (int j = 0; j < JR; ++j) {
+      uint32_t pair;
+      std::memcpy(&pair, k + j * d + 2 * e, 4);
+      const __m512bh kb = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+      a[j][0] = _mm512_dpbf16_ps(a[j][0], q0, kb);
+      a[j][1] = _mm512_dpbf16_ps(a[j][1], q1, kb);
+    }
+  }
+  for (int j = 0; j < JR; ++j) {
+    _mm512_storeu_ps(st + j * kDpRows, a[j][0]);
+    _mm512_storeu_ps(st + j * kDpRows + 16, a[j][1]);
+  }
+}
+
+// acc[e][32] += sum over key pairs [p0, p1) of pp[pair][32][2] . vp[pair][e][2] for the 8 dims e0.. (vp: a pair of
+// keys' values of each dim side by side, [T / 2][d][2])
+MS_OCR_DPBF16_FN inline void dp_values_tile(const uint16_t* pp, const uint16_t* vp, int64_t d, int64_t e0,
+                                            int64_t p0, int64_t p1, float* acc) {
+  __m512 a[8][2];
+  for (int e = 0; e < 8; ++e) {
+    a[e][0] = _mm512_loadu_ps(acc + (e0 + e) * kDpRows);
+    a[e][1] = _mm512_loadu_ps(acc + (e0 + e) * kDpRows + 16);
+  }
+  for (int64_t jp = p0; jp < p1; ++jp) {
+    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(pp + jp * 64);
+    const __m512bh w1 = (__m512bh)_mm512_loadu_si512(pp + jp * 64 + 32);
+    const uint16_t* vj = vp + (jp * d + e0) * 2;
+    for (int e = 0; e < 8; ++e) {
+      uint32_t pair;
+      std::memcpy(&pair, vj + 2 * e, 4);
+      const __m512bh vb = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+      a[e][0] = _mm512_dpbf16_ps(a[e][0], w0, vb);
+      a[e][1] = _mm512_dpbf16_ps(a[e][1], w1, vb);
+    }
+  }
+  for (int e = 0; e < 8; ++e) {
+    _mm512_storeu_ps(acc + (e0 + e) * kDpRows, a[e][0]);
+    _mm512_storeu_ps(acc + (e0 + e) * kDpRows + 16, a[e][1]);
+  }
+}
+
+MS_OCR_DPBF16_FN void dp_scores(const uint16_t* qp, const uint16_t* kr, int64_t t, int64_t d, float* st) {
+  int64_t j = 0;
+  for (; j + 8 <= t; j += 8) dp_scores_tile<8>(qp, kr + j * d, d, st + j * kDpRows);
+  for (; j < t; ++j) dp_scores_tile<1>(qp, kr + j * d, d, st + j * kDpRows);
+}
+
+MS_OCR_DPBF16_FN void dp_values(const uint16_t* pp, const uint16_t* vp, int64_t pairs, int64_t d, float* acc) {
+  for (int64_t p0 = 0; p0 < pairs; p0 += kDpKeyPairs) {
+    const int64_t p1 = p0 + kDpKeyPairs < pairs ? p0 + kDpKeyPairs : pairs;
+    for (int64_t e0 = 0; e0 < d; e0 += 8) dp_values_tile(pp, vp, d, e0, p0, p1, acc);
+  }
+}
+#endif
+
+// bits of x rounded to bf16 (to nearest, ties to even; finite values), in the low half of each lane
+inline vu round_bits(vf x) {
+  vu u;
+  std::memcpy(&u, &x, sizeof u);
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+// One block of `rows` (<= 32) query rows of one head: out [rows, d] (row stride out_stride). qp [d / 2][32][2]
+// (the rows' q, rounded, zeros past `rows`), kr [t][d] (k rounded), vp [t / 2 rounded up][d][2] (v rounded, key
+// pairs interleaved, zeros past t); st [t][32], pp [pairs][32][2] and acc [d][32] the thread's scratch.
+void dp_attn_task(const uint16_t* qp, const uint16_t* kr, const uint16_t* vp, int64_t t, int64_t d, float scale,
+                  float* st, uint16_t* pp, float* acc, float* out, int64_t rows, int64_t out_stride) {
+#if defined(MS_OCR_AMX)
+  constexpr int kV = static_cast<int>(kDpRows / kVL);  // vectors of rows
+  dp_scores(qp, kr, t, d, st);
+  // softmax down the columns (each lane a row) in fp32: exp(s * scale - max * scale)
+  vf mx[kV], sum[kV];
+  for (int r = 0; r < kV; ++r) {
+    mx[r] = vset(-INFINITY);
+    sum[r] = vf{};
+  }
+  for (int64_t j = 0; j < t; ++j)
+    for (int r = 0; r < kV; ++r) mx[r] = vmax(mx[r], vload(st + j * kDpRows + r * kVL));
+  const vf vs = vset(scale);
+  for (int r = 0; r < kV; ++r) mx[r] = mx[r] * vs;  // scale > 0
+  // probabilities rounded to bf16, two keys' side by side in each 32-bit lane; their sum in fp32
+  const int64_t pairs = (t + 1) / 2;
+  for (int64_t jp = 0; jp < pairs; ++jp) {
+    const int64_t j = 2 * jp;
+    for (int r = 0; r < kV; ++r) {
+      const vu lo = round_bits(vexp(vload(st + j * kDpRows + r * kVL) * vs - mx[r]));
+      const vu hi = j + 1 < t ? round_bits(vexp(vload(st + (j + 1) * kDpRows + r * kVL) * vs - mx[r])) : vu{};
+      vf flo, fhi;
+      const vu blo = lo << 16, bhi = hi << 16;
+      std::memcpy(&flo, &blo, sizeof flo);
+      std::memcpy(&fhi, &bhi, sizeof fhi);
+      sum[r] += flo + fhi;
+      const vu packed = lo | (hi << 16);
+      std::memcpy(pp + jp * 64 + r * kVL * 2, &packed, sizeof packed);
+    }
+  }
+  float inv[kDpRows];
+  for (int r = 0; r < kV; ++r) vstore(inv + r * kVL, vset(1.f) / sum[r]);
+  std::memset(acc, 0, sizeof(float) * d * kDpRows);
+  dp_values(pp, vp, pairs, d, acc);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t e = 0; e < d; ++e) out[i * out_stride + e] = acc[e * kDpRows + i] * inv[i];
+#else
+  (void)qp; (void)kr; (void)vp; (void)t; (void)d; (void)scale; (void)st; (void)pp; (void)acc; (void)out;
+  (void)rows; (void)out_stride;
+#endif
+}
+
+// q [B, H, S, D], k, v [B, H, T, D] fp32 (D a multiple of 8, at most kDpMaxDim), scale [1] -> out as
+// attention_bf16_entry writes it.
+int attention_dpbf16(const float* q, const float* k, const float* v, float scale, float* out, int64_t b,
+                     int64_t h, int64_t s, int64_t t, int64_t d, bool rows_out) {
+  const int64_t heads = b * h, pairs = (t + 1) / 2;
+  g_vision_attention_calls.fetch_add(1);
+  const int threads = static_cast<int>(heads < g_threads ? heads : g_threads);
+#pragma omp parallel num_threads(threads)
+  {
+    thread_local std::vector<uint16_t> kr, vp, qp, pp, row;
+    thread_local std::vector<float> st, acc;
+    kr.resize(t * d); vp.resize(pairs * d * 2); qp.resize(d / 2 * kDpRows * 2); pp.resize(pairs * kDpRows * 2);
+    row.resize(2 * d); st.resize(t * kDpRows); acc.resize(d * kDpRows);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < heads; ++bh) {
+      const float *qh = q + bh * s * d, *kh = k + bh * t * d, *vh = v + bh * t * d;
+      for (int64_t key = 0; key < t; ++key) round_row(kh + key * d, d, kr.data() + key * d, d);
+      uint32_t* v32 = reinterpret_cast<uint32_t*>(vp.data());
+      for (int64_t jp = 0; jp < pairs; ++jp) {
+        round_row(vh + 2 * jp * d, d, row.data(), d);
+        if (2 * jp + 1 < t) round_row(vh + (2 * jp + 1) * d, d, row.data() + d, d);
+        else std::memset(row.data() + d, 0, d * 2);
+        for (int64_t e = 0; e < d; ++e)
+          v32[jp * d + e] = static_cast<uint32_t>(row[e]) | static_cast<uint32_t>(row[d + e]) << 16;
+      }
+      uint32_t* q32 = reinterpret_cast<uint32_t*>(qp.data());
+      for (int64_t r0 = 0; r0 < s; r0 += kDpRows) {
+        const int64_t rows = s - r0 < kDpRows ? s - r0 : kDpRows;
+        std::memset(qp.data(), 0, qp.size() * 2);
+        for (int64_t i = 0; i < rows; ++i) {
+          round_row(qh + (r0 + i) * d, d, row.data(), d);
+          const uint32_t* src = reinterpret_cast<const uint32_t*>(row.data());
+          for (int64_t e = 0; e < d / 2; ++e) q32[e * kDpRows + i] = src[e];
+        }
+        const HeadRows o = head_rows(out, bh, r0, h, s, d, rows_out);
+        dp_attn_task(qp.data(), kr.data(), vp.data(), t, d, scale, st.data(), pp.data(), acc.data(), o.at, rows,
+                     o.stride);
+      }
+    }
+  }
+  return 0;
+}
+
+// q [B, H, S, D], k, v [B, H, T, D] fp32 (as many kv heads as query heads), scale [1] -> out [B, H, S, D] or,
+// rows_out, [B, S, H * D]: on the tiles (D <= kAmxMaxDim), else with VDPBF16PS (attention_dpbf16: D a multiple of
+// 8 up to kDpMaxDim). 1 when neither is on for these shapes.
 int attention_bf16_entry(int nparam, void** params, int* ndims, int64_t** shapes, bool rows_out) {
 #if defined(MS_OCR_AMX)
-  if (!g_amx || nparam != 5 || ndims[0] != 4 || ndims[1] != 4 || ndims[2] != 4) return 1;
+  if (nparam != 5 || ndims[0] != 4 || ndims[1] != 4 || ndims[2] != 4) return 1;
   const int64_t b = shapes[0][0], h = shapes[0][1], s = shapes[0][2], d = shapes[0][3], t = shapes[1][2];
-  if (d < 1 || d > kAmxMaxDim || t < 1 || s < 1 || shapes[1][0] != b || shapes[1][1] != h || shapes[1][3] != d)
-    return 1;
+  if (d < 1 || t < 1 || s < 1 || shapes[1][0] != b || shapes[1][1] != h || shapes[1][3] != d) return 1;
   const float *q = static_cast<const float*>(params[0]), *k = static_cast<const float*>(params[1]),
               *v = static_cast<const float*>(params[2]);
   const float scale = static_cast<const float*>(params[3])[0];
   float* out = static_cast<float*>(params[4]);
+  if (!g_amx || d > kAmxMaxDim) {
+    if (!g_dpbf16 || d % 8 != 0 || d > kDpMaxDim) return 1;
+    return attention_dpbf16(q, k, v, scale, out, b, h, s, t, d, rows_out);
+  }
   const int64_t dp = (d + 31) / 32 * 32, db = (d + 15) / 16, s16 = (s + 15) / 16 * 16;
   const int64_t t16 = (t + 15) / 16 * 16, t32 = (t + 31) / 32 * 32, heads = b * h;
   const int64_t qsz = s16 * dp, ksz = t16 / 16 * (dp / 32) * 512, vsz = t32 / 32 * db * 512;

@@ -1,9 +1,10 @@
-"""VisionAttentionBf16 / VisionAttentionBf16Rows (ms_ocr/ops/native/kernels.cc): --dtype bf16's vision attention on
-Intel's AMX tiles. What they are documented to compute: q and k rounded to bf16, their dot products summed in fp32,
-times the scale; a softmax in fp32 whose probabilities are rounded to bf16 before they weight the values (rounded
-to bf16), the sums divided by the total of the rounded probabilities — checked against float64 NumPy over the same
-roundings, on head dims off the tiles' grids and row / key counts off the blocks. Then the routing (ops/attention.py)
-with products in bf16 on. On a CPU without AMX-BF16 the checks skip."""
+"""VisionAttentionBf16 / VisionAttentionBf16Rows (ms_ocr/ops/native/kernels.cc): --dtype bf16's vision attention,
+on Intel's AMX tiles or, where the tiles are off (AMD Zen 4; MS_OCR_AMX=0) or the head dim is past theirs, with
+AVX512_BF16's VDPBF16PS. What both are documented to compute: q and k rounded to bf16, their dot products summed in
+fp32, times the scale; a softmax in fp32 whose probabilities are rounded to bf16 before they weight the values
+(rounded to bf16), the sums divided by the total of the rounded probabilities — checked against float64 NumPy over
+the same roundings, on head dims off the kernels' grids and row / key counts off the blocks. Then the routing
+(ops/attention.py) with products in bf16 on. A path the CPU lacks skips."""
 
 import numpy as np
 import pytest
@@ -14,14 +15,22 @@ from tests.helpers.native import build_kernels, enable_bf16_afresh, needs_compil
 from tests.ops.test_gemm_bf16 import rne_bf16
 
 
-@pytest.fixture(scope="module", params=["native", "x86-64-v3"])
+@pytest.fixture(scope="module", params=[("native", "amx"), ("x86-64-v3", "amx"), ("native", "dpbf16"),
+                                        ("x86-64-v3", "dpbf16")], ids=lambda p: "-".join(p))
 def kernels(request):
-    k = build_kernels(request.param)
+    arch, path = request.param
+    k = build_kernels(arch)
     k.set_threads(2)
-    if not k.amx_init(True):
+    amx = k.amx_init(path == "amx")
+    dp = k.dpbf16_init(path == "dpbf16")
+    if path == "amx" and not amx:
         pytest.skip("this CPU (or kernel) gives no AMX-BF16 tiles")
+    if path == "dpbf16" and not dp:
+        pytest.skip("this CPU (or kernel) has no AVX512_BF16")
+    k.attention_path = path
     yield k
     k.amx_init(False)
+    k.dpbf16_init(False)
 
 
 def reference(q, k, v, scale):
@@ -40,8 +49,11 @@ def exact(q, k, v, scale):
 
 
 @needs_compiler
-@pytest.mark.parametrize("b,h,s,t,d", [(1, 4, 37, 53, 72), (2, 3, 16, 32, 64), (1, 2, 50, 1, 96), (1, 2, 20, 70, 40)])
+@pytest.mark.parametrize("b,h,s,t,d", [(1, 4, 37, 53, 72), (2, 3, 16, 32, 64), (1, 2, 50, 1, 96), (1, 2, 20, 70, 40),
+                                       (1, 2, 33, 65, 128), (1, 3, 70, 31, 8)])
 def test_attention_bf16_matches_the_rounded_reference(kernels, pynative_cpu, b, h, s, t, d):
+    if kernels.attention_path == "amx" and d > backend.AMX_ATTENTION_MAX_DIM:
+        pytest.skip("past the tiles' head dims (the AVX512_BF16 kernel's, which is off here)")
     rng = np.random.default_rng(s + t + d)
     q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in ((b, h, s, d), (b, h, t, d), (b, h, t, d)))
     scale = d ** -0.5
@@ -85,30 +97,36 @@ def test_attention_bf16_on_two_threads_and_after_a_larger_call(kernels, pynative
 
 
 @needs_compiler
-def test_bf16_products_route_vision_attention_to_the_tiles(pynative_cpu, monkeypatch):
-    """--dtype bf16 on a CPU with AMX: a VLM vision encoder's attention (ops/attention.py attention / attention_rows
-    with bf16_ok, no mask) takes VisionAttentionBf16(Rows) for head dims up to 96, and "amx_attention" is in the
-    routes (the compile cache's key). Callers that do not opt in (the layout model), a head dim of 128 and
-    MS_OCR_AMX=0 keep the fp32 kernel (exact to fp32 sums)."""
+def test_bf16_products_route_vision_attention_to_the_bf16_kernels(pynative_cpu, monkeypatch):
+    """--dtype bf16 on a CPU with AMX or AVX512_BF16: a VLM vision encoder's attention (ops/attention.py attention /
+    attention_rows with bf16_ok, no mask) takes VisionAttentionBf16(Rows): on the tiles for head dims up to 96
+    ("amx_attention" in the routes, the compile cache's key), with VDPBF16PS where the tiles are off (MS_OCR_AMX=0,
+    or a CPU without them) or the head dim is past theirs ("dpbf16_attention"). Callers that do not opt in (the
+    layout model) keep the fp32 kernel (exact to fp32 sums), and so does a head dim of 128 with the tiles alone."""
     from ms_ocr import ops as K
     from ms_ocr.ops import native
     kernels = native.load()
-    if kernels is None or not native.cpu_bf16_dot() or not kernels.load_dnnl() or not kernels.amx_init(True):
-        pytest.skip("no AMX-BF16 tiles (or no bf16 products) here")
+    if kernels is None or not native.cpu_bf16_dot() or not kernels.load_dnnl():
+        pytest.skip("no bf16 products here")
+    amx_cpu, dp_cpu = kernels.amx_init(True), kernels.dpbf16_init(True)
+    if not (amx_cpu or dp_cpu):
+        pytest.skip("neither AMX-BF16 tiles nor AVX512_BF16 here")
     rng = np.random.default_rng(5)
-    for on in (True, False):
-        enable_bf16_afresh(monkeypatch, amx=on)
-        assert (backend.BF16_ATTENTION is not None) is on and ("amx_attention" in backend.routed()) is on
-        for d, bf16_ok, tiles in ((72, True, on), (72, False, False), (128, True, False)):
+    for amx in (True, False):
+        enable_bf16_afresh(monkeypatch, amx=amx)
+        tiles = amx and amx_cpu
+        assert (backend.BF16_ATTENTION is not None) is (tiles or dp_cpu)
+        assert ("amx_attention" in backend.routed()) is tiles and ("dpbf16_attention" in backend.routed()) is dp_cpu
+        for d, bf16_ok, rounded in ((72, True, tiles or dp_cpu), (72, False, False), (128, True, dp_cpu)):
             q, k, v = (rng.standard_normal((1, 4, n, d)).astype(np.float32) for n in (40, 90, 90))
             scale = d ** -0.5
-            want_tiles, want_exact = reference(q, k, v, scale), exact(q, k, v, scale)
+            want_rounded, want_exact = reference(q, k, v, scale), exact(q, k, v, scale)
             top = np.abs(want_exact).max()
             for got in (K.attention(Tensor(q), Tensor(k), Tensor(v), None, scale, bf16_ok=bf16_ok).asnumpy(),
                         K.attention_rows(Tensor(q), Tensor(k), Tensor(v), scale, bf16_ok=bf16_ok).asnumpy()
                         .reshape(1, 40, 4, d).transpose(0, 2, 1, 3)):
-                if tiles:
-                    assert np.abs(got - want_tiles).max() <= 2e-3 * top
+                if rounded:
+                    assert np.abs(got - want_rounded).max() <= 2e-3 * top
                     assert np.abs(got - want_exact).max() > 1e-4 * top  # rounded, not the fp32 kernel
                 else:
                     assert np.abs(got - want_exact).max() <= 1e-5 * top
