@@ -48,10 +48,12 @@ BF16_DECODE = None
 # With BF16_PRODUCTS on a CPU with AMX-BF16 or AVX512_BF16: the VLM vision encoders' unmasked attention in bf16 —
 # (VisionAttentionBf16, VisionAttentionBf16Rows), NATIVE_ATTENTION / NATIVE_ATTENTION_ROWS' stand-ins where the
 # caller passes bf16_ok (ops/attention.py; the layout model does not), for head dims up to BF16_ATTENTION_MAX_DIM:
-# on the tiles up to AMX_ATTENTION_MAX_DIM, with VDPBF16PS (AVX512_BF16: AMD Zen 4 on) up to the native kernel's 256.
+# on the tiles up to AMX_ATTENTION_MAX_DIM, with VDPBF16PS (AVX512_BF16: AMD Zen 4 on) up to DPBF16_ATTENTION_MAX_DIM
+# (kernels.cc kAmxMaxDim, kDpMaxDim).
 BF16_ATTENTION = None
 BF16_ATTENTION_MAX_DIM = None
 AMX_ATTENTION_MAX_DIM = 96
+DPBF16_ATTENTION_MAX_DIM = 256
 AMX_ENV = "MS_OCR_AMX"  # "0": no AMX tiles (the decode step stays fp32; the vision attention takes AVX512_BF16)
 # (MatMulTQ8, DequantQ8): --quantize int8's products (ops/linear.py matmul_t_q8, dequant_q8); set wherever the
 # library is loaded on the CPU, like the bf16 ops.
@@ -180,8 +182,7 @@ def routed():
     return names + (("bf16_products",) if BF16_PRODUCTS is not None else ()) + \
         (("amx_decode",) if BF16_DECODE is not None else ()) + \
         (("amx_attention",) if BF16_ATTENTION is not None and BF16_DECODE is not None else ()) + \
-        (("dpbf16_attention",) if BF16_ATTENTION is not None and BF16_ATTENTION_MAX_DIM > AMX_ATTENTION_MAX_DIM
-         else ())
+        (("dpbf16_attention",) if BF16_ATTENTION_MAX_DIM == DPBF16_ATTENTION_MAX_DIM else ())
 
 
 def enable_bf16_products():
@@ -209,7 +210,7 @@ def enable_bf16_products():
         BF16_DECODE = bf16_decode_ops(kernels)
     if amx or dpbf16:
         BF16_ATTENTION = bf16_attention_ops(kernels)
-        BF16_ATTENTION_MAX_DIM = 256 if dpbf16 else AMX_ATTENTION_MAX_DIM
+        BF16_ATTENTION_MAX_DIM = DPBF16_ATTENTION_MAX_DIM if dpbf16 else AMX_ATTENTION_MAX_DIM
     return None
 
 
