@@ -1733,22 +1733,25 @@ namespace {
 // tiles; then a p tile, a v tile and up to 6 output tiles of 16 dims. Figures: docs/native-kernels.md.
 constexpr int64_t kAmxMaxDim = 96;
 
+// bits of x rounded to bf16 (to nearest, ties to even; finite values), in the low half of each lane
+inline vu round_bits(vf x) {
+  vu u;
+  std::memcpy(&u, &x, sizeof u);
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+// bf16 bits in the low half of each lane (round_bits) as the floats they stand for; exact
+inline vf bits_float(vu r) { return (vf)(r << 16); }
+
 // x [n] rounded to bf16 (to nearest, ties to even; finite values) into out [n_pad], zeros past n; returns the sum
 // of the rounded values.
 inline float round_row(const float* x, int64_t n, uint16_t* out, int64_t n_pad) {
   vf total = {};
   int64_t j = 0;
   for (; j + kVL <= n; j += kVL) {
-    vu u;
-    const vf xv = vload(x + j);
-    std::memcpy(&u, &xv, sizeof u);
-    const vu r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const vu r = round_bits(vload(x + j));
     const vh hv = __builtin_convertvector(r, vh);
     std::memcpy(out + j, &hv, sizeof hv);
-    const vu back = r << 16;
-    vf f;
-    std::memcpy(&f, &back, sizeof f);
-    total += f;
+    total += bits_float(r);
   }
   float sum = vsum(total);
   for (; j < n; ++j) {
@@ -1932,21 +1935,12 @@ MS_OCR_DPBF16_FN void dp_values(const uint16_t* pp, const uint16_t* vp, int64_t 
     for (int64_t e0 = 0; e0 < d; e0 += 8) dp_values_tile(pp, vp, d, e0, p0, p1, acc);
   }
 }
-#endif
-
-// bits of x rounded to bf16 (to nearest, ties to even; finite values), in the low half of each lane
-inline vu round_bits(vf x) {
-  vu u;
-  std::memcpy(&u, &x, sizeof u);
-  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-}
 
 // One block of `rows` (<= 32) query rows of one head: out [rows, d] (row stride out_stride). qp [d / 2][32][2]
 // (the rows' q, rounded, zeros past `rows`), kr [t][d] (k rounded), vp [t / 2 rounded up][d][2] (v rounded, key
 // pairs interleaved, zeros past t); st [t][32], pp [pairs][32][2] and acc [d][32] the thread's scratch.
 void dp_attn_task(const uint16_t* qp, const uint16_t* kr, const uint16_t* vp, int64_t t, int64_t d, float scale,
                   float* st, uint16_t* pp, float* acc, float* out, int64_t rows, int64_t out_stride) {
-#if defined(MS_OCR_AMX)
   constexpr int kV = static_cast<int>(kDpRows / kVL);  // vectors of rows
   dp_scores(qp, kr, t, d, st);
   // softmax down the columns (each lane a row) in fp32: exp(s * scale - max * scale)
@@ -1966,11 +1960,7 @@ void dp_attn_task(const uint16_t* qp, const uint16_t* kr, const uint16_t* vp, in
     for (int r = 0; r < kV; ++r) {
       const vu lo = round_bits(vexp(vload(st + j * kDpRows + r * kVL) * vs - mx[r]));
       const vu hi = j + 1 < t ? round_bits(vexp(vload(st + (j + 1) * kDpRows + r * kVL) * vs - mx[r])) : vu{};
-      vf flo, fhi;
-      const vu blo = lo << 16, bhi = hi << 16;
-      std::memcpy(&flo, &blo, sizeof flo);
-      std::memcpy(&fhi, &bhi, sizeof fhi);
-      sum[r] += flo + fhi;
+      sum[r] += bits_float(lo) + bits_float(hi);
       const vu packed = lo | (hi << 16);
       std::memcpy(pp + jp * 64 + r * kVL * 2, &packed, sizeof packed);
     }
@@ -1981,10 +1971,6 @@ void dp_attn_task(const uint16_t* qp, const uint16_t* kr, const uint16_t* vp, in
   dp_values(pp, vp, pairs, d, acc);
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t e = 0; e < d; ++e) out[i * out_stride + e] = acc[e * kDpRows + i] * inv[i];
-#else
-  (void)qp; (void)kr; (void)vp; (void)t; (void)d; (void)scale; (void)st; (void)pp; (void)acc; (void)out;
-  (void)rows; (void)out_stride;
-#endif
 }
 
 // q [B, H, S, D], k, v [B, H, T, D] fp32 (D a multiple of 8, at most kDpMaxDim), scale [1] -> out as
@@ -2029,6 +2015,7 @@ int attention_dpbf16(const float* q, const float* k, const float* v, float scale
   }
   return 0;
 }
+#endif  // MS_OCR_AMX (x86-64, GCC >= 11)
 
 // q [B, H, S, D], k, v [B, H, T, D] fp32 (as many kv heads as query heads), scale [1] -> out [B, H, S, D] or,
 // rows_out, [B, S, H * D]: on the tiles (D <= kAmxMaxDim), else with VDPBF16PS (attention_dpbf16: D a multiple of
