@@ -42,4 +42,12 @@ if [ "$kind" = test ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; th
     fi
   done
 fi
+# The aarch64 (NEON) build of the native kernels is checked under qemu-user (tests/ops/test_native_isa.py): install
+# the cross compiler and qemu where this runs as root with apt-get, otherwise that test skips and names them.
+if [ "$kind" = test ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+    && ! { command -v aarch64-linux-gnu-g++ && command -v qemu-aarch64; } >/dev/null; then
+  echo "[ms_ocr] installing g++-aarch64-linux-gnu and qemu-user for the aarch64 kernel test (apt-get)" >&2
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++-aarch64-linux-gnu qemu-user; } >&2 \
+    || echo "[ms_ocr] aarch64 tools install failed; the aarch64 kernel test will skip" >&2
+fi
 echo "$venv"
