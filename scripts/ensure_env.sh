@@ -29,25 +29,28 @@ if [ ! -f "$stamp" ]; then
   "$venv/bin/pip" install -q $compile $args >&2
   touch "$stamp"
 fi
-# The demo model's tests render text in Debian's DejaVu and Liberation fonts (training/demo/data.py); install them
-# where this runs as root with apt-get, otherwise those tests skip and name the packages.
-fonts="/usr/share/fonts/truetype/dejavu/DejaVuSerifCondensed.ttf /usr/share/fonts/truetype/liberation2/LiberationSans-Regular.ttf"
+# System packages some tests need, installed where this runs as root with apt-get (otherwise those tests skip and
+# name the packages): the demo model's tests render text in Debian's DejaVu and Liberation fonts
+# (training/demo/data.py); the aarch64 (NEON) build of the native kernels is checked under qemu-user with the cross
+# compiler (tests/ops/test_native_isa.py). One package index update for both; each set installs (or fails) alone.
 if [ "$kind" = test ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  for f in $fonts; do
-    if [ ! -f "$f" ]; then
-      echo "[ms_ocr] installing fonts for the demo-model tests (apt-get)" >&2
-      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-dejavu-core \
-          fonts-dejavu-extra fonts-liberation2; } >&2 || echo "[ms_ocr] font install failed; demo tests will skip" >&2
-      break
-    fi
+  fonts=""
+  for f in /usr/share/fonts/truetype/dejavu/DejaVuSerifCondensed.ttf \
+           /usr/share/fonts/truetype/liberation2/LiberationSans-Regular.ttf; do
+    [ -f "$f" ] || fonts="fonts-dejavu-core fonts-dejavu-extra fonts-liberation2"
   done
-fi
-# The aarch64 (NEON) build of the native kernels is checked under qemu-user (tests/ops/test_native_isa.py): install
-# the cross compiler and qemu where this runs as root with apt-get, otherwise that test skips and names them.
-if [ "$kind" = test ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null \
-    && ! { command -v aarch64-linux-gnu-g++ && command -v qemu-aarch64; } >/dev/null; then
-  echo "[ms_ocr] installing g++-aarch64-linux-gnu and qemu-user for the aarch64 kernel test (apt-get)" >&2
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++-aarch64-linux-gnu qemu-user; } >&2 \
-    || echo "[ms_ocr] aarch64 tools install failed; the aarch64 kernel test will skip" >&2
+  cross=""
+  { command -v aarch64-linux-gnu-g++ && command -v qemu-aarch64; } >/dev/null || cross="g++-aarch64-linux-gnu qemu-user"
+  if [ -n "$fonts$cross" ]; then
+    echo "[ms_ocr] installing for the demo-model and aarch64 kernel tests (apt-get):" $fonts $cross >&2
+    if apt-get update -qq >&2; then
+      [ -z "$fonts" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $fonts >&2 \
+        || echo "[ms_ocr] font install failed; demo tests will skip" >&2
+      [ -z "$cross" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $cross >&2 \
+        || echo "[ms_ocr] aarch64 tools install failed; the aarch64 kernel test will skip" >&2
+    else
+      echo "[ms_ocr] apt-get update failed; the demo and aarch64 kernel tests will skip" >&2
+    fi
+  fi
 fi
 echo "$venv"
