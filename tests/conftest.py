@@ -113,7 +113,7 @@ class _YoungCollections:
     In a user's run every compile goes through CompileTimer, which keeps the older objects out of that walk
     (ms_ocr/compiler.py, collector_skips_older_objects); the tests that call Cells directly, and every compile in a
     worker whose objects were frozen above, walked all the objects made since: 132 full collections, 40.6 of the
-    177 s of tests/models/test_bf16_resident.py alone (gc.callbacks, 2026-11-28, AMD Zen 3), ~15 % of a worker's
+    177 s of tests/models/test_bf16_resident.py alone (gc.callbacks, 2026-11-28, AMD Zen 3), ~20 % of a worker's
     CPU over the suite (perf). The older objects are still collected by the interpreter's own full collections
     and once per test file (below). tests/test_runtime.py patches this module again to see MindSpore's calls."""
 
