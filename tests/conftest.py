@@ -100,10 +100,11 @@ def pytest_collection_modifyitems(session, config, items):
 def pytest_collection_finish(session):
     # MindSpore's graph compile starts with a full gc.collect() (ms_ocr/compiler.py, collector_skips_older_objects).
     # Beside torch, transformers and the collected test modules that walk took ~0.4 s a graph, 195 s of the suite's
-    # test time in the tests that call Cells directly (2026-11-28, Intel Xeon model 207). What exists once the
-    # tests are collected lives as long as the session: it is kept out of the collector's walks.
-    gc.collect()
-    gc.freeze()
+    # test time in the tests that call Cells directly (2026-11-28, Intel Xeon model 207). In this session it
+    # collects the young generations only (_YoungCollections), and what exists before each test file is frozen
+    # (collector_walks_this_file_only).
+    from mindspore.graph import api
+    api.gc = _YoungCollections()
 
 
 class _YoungCollections:
@@ -111,11 +112,13 @@ class _YoungCollections:
     full gc.collect() that begins each graph compile collects the two young generations only.
 
     In a user's run every compile goes through CompileTimer, which keeps the older objects out of that walk
-    (ms_ocr/compiler.py, collector_skips_older_objects); the tests that call Cells directly, and every compile in a
-    worker whose objects were frozen above, walked all the objects made since: 132 full collections, 40.6 of the
-    177 s of tests/models/test_bf16_resident.py alone (gc.callbacks, 2026-11-28, AMD Zen 3), ~20 % of a worker's
-    CPU over the suite (perf). The older objects are still collected by the interpreter's own full collections
-    and once per test file (below). tests/test_runtime.py patches this module again to see MindSpore's calls."""
+    (ms_ocr/compiler.py, collector_skips_older_objects; a process with frozen objects of its own, as a worker here,
+    it leaves alone). The tests that call Cells directly, and every compile in a worker, walked all the objects
+    made since the last freeze: 132 full collections, 40.6 of the 177 s of tests/models/test_bf16_resident.py alone
+    (gc.callbacks, 2026-11-28, AMD Zen 3), ~20 % of a worker's CPU over the suite (perf). The older objects are
+    still collected by the interpreter's own full collections and once per test file
+    (collector_walks_this_file_only). Installed once per worker by pytest_collection_finish; tests/test_runtime.py
+    patches this module again to see MindSpore's calls."""
 
     def __getattr__(self, name):
         return getattr(gc, name)
@@ -129,10 +132,8 @@ class _YoungCollections:
 def collector_walks_this_file_only():
     """Before each test file: one full collection (what the earlier files left as garbage: their module fixtures
     are torn down by now), then what is left (modules imported lazily inside tests - transformers' model code -,
-    session fixtures, caches) is frozen too, out of the interpreter's own full collections during this file."""
-    from mindspore.graph import api
-    if not isinstance(api.gc, _YoungCollections):
-        api.gc = _YoungCollections()
+    session fixtures, caches) is frozen, out of the interpreter's own full collections during this file. Before
+    the first file this freezes what collection made."""
     gc.collect()
     gc.freeze()
     yield
