@@ -32,7 +32,9 @@ fi
 # System packages some tests need, installed where this runs as root with apt-get (otherwise those tests skip and
 # name the packages): the demo model's tests render text in Debian's DejaVu and Liberation fonts
 # (training/demo/data.py); the aarch64 (NEON) build of the native kernels is checked under qemu-user with the cross
-# compiler (tests/ops/test_native_isa.py). One package index update for both; each set installs (or fails) alone.
+# compiler (tests/ops/test_native_isa.py); jemalloc, which run_tests.sh puts under the test processes (MindSpore's
+# graph compiler allocates a lot: 5-27 % less time on the files measured, docs/benchmarks.md "Test suite"; without
+# it the tests run on glibc's malloc, slower). One package index update; each set installs (or fails) alone.
 if [ "$kind" = test ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   fonts=""
   for f in /usr/share/fonts/truetype/dejavu/DejaVuSerifCondensed.ttf \
@@ -41,15 +43,21 @@ if [ "$kind" = test ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; th
   done
   cross=""
   { command -v aarch64-linux-gnu-g++ && command -v qemu-aarch64; } >/dev/null || cross="g++-aarch64-linux-gnu qemu-user"
-  if [ -n "$fonts$cross" ]; then
-    echo "[ms_ocr] installing for the demo-model and aarch64 kernel tests (apt-get):" $fonts $cross >&2
+  alloc=""
+  case "$(ldconfig -p 2>/dev/null || true)" in *"libjemalloc.so.2 "*) ;; *) alloc="libjemalloc2" ;; esac
+  if [ -n "$fonts$cross$alloc" ]; then
+    echo "[ms_ocr] installing for the demo-model and aarch64 kernel tests and the tests' allocator (apt-get):" \
+      $fonts $cross $alloc >&2
     if apt-get update -qq >&2; then
       [ -z "$fonts" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $fonts >&2 \
         || echo "[ms_ocr] font install failed; demo tests will skip" >&2
       [ -z "$cross" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $cross >&2 \
         || echo "[ms_ocr] aarch64 tools install failed; the aarch64 kernel test will skip" >&2
+      [ -z "$alloc" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $alloc >&2 \
+        || echo "[ms_ocr] jemalloc install failed; the tests run on glibc's malloc (slower)" >&2
     else
       echo "[ms_ocr] apt-get update failed; the demo and aarch64 kernel tests will skip" >&2
+      [ -z "$alloc" ] || echo "[ms_ocr] (and the tests run on glibc's malloc, slower)" >&2
     fi
   fi
 fi
