@@ -57,11 +57,16 @@ def build_kernels(arch):
     return kernels
 
 
-def build_harness(out_dir, cxx, arch_flags=()):
-    """kernels.cc linked with tests/ops/kernel_harness.cc into a standalone executable."""
+def build_harness(out_dir, cxx, arch_flags=(), library=None):
+    """tests/ops/kernel_harness.cc into a standalone executable: compiled with kernels.cc, or linked against
+    `library`, a build of it (native.build: the very library the runtime loads, and no second compile of the
+    kernels, ~15 s)."""
     exe = os.path.join(out_dir, "kernel_harness")
-    subprocess.run([cxx, *arch_flags, *native.FLAGS[:3], "-std=c++17", native.SOURCE, HARNESS, "-o", exe,
-                    *native.LIBS], check=True, capture_output=True, text=True, timeout=300)
+    if library is None:
+        cmd = [cxx, *arch_flags, *native.FLAGS[:3], "-std=c++17", native.SOURCE, HARNESS, "-o", exe, *native.LIBS]
+    else:
+        cmd = [cxx, "-O1", "-std=c++17", HARNESS, library, f"-Wl,-rpath,{os.path.dirname(library)}", "-o", exe]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
     return exe
 
 
