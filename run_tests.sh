@@ -15,11 +15,6 @@ par=()
 # compiles once, not in every test process.
 unset PYTHONDONTWRITEBYTECODE
 # jemalloc under the test processes and the command-line children they start, where it is installed (the test
-# set-up installs Debian's libjemalloc2 as root): MindSpore's graph compiler spends a quarter of a test worker's
-# time in glibc's malloc (docs/benchmarks.md "Test suite"). MS_OCR_TEST_JEMALLOC=0 runs them on glibc's malloc.
-if [ "${MS_OCR_TEST_JEMALLOC:-1}" != 0 ]; then
-  libs=$(ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null || true)
-  jemalloc=$(sed -n 's/^[[:space:]]*libjemalloc\.so\.2 .*=> //p' <<<"$libs" | head -n 1)
-  [ -n "$jemalloc" ] && [ -f "$jemalloc" ] && export LD_PRELOAD="$jemalloc${LD_PRELOAD:+:$LD_PRELOAD}"
-fi
+# set-up installs Debian's libjemalloc2 as root); MS_OCR_JEMALLOC=0 runs them on glibc's malloc.
+source "$repo/scripts/jemalloc.sh"
 MS_OCR_OFFLINE=1 GLOG_v=3 exec "$venv/bin/python" -m pytest -q "${par[@]}" "$@"

@@ -1,0 +1,64 @@
+"""The shell launchers' allocator choice (scripts/jemalloc.sh, sourced by ocr.sh and run_tests.sh): jemalloc goes
+under the process where ldconfig lists it, once, ahead of what LD_PRELOAD held; MS_OCR_JEMALLOC=0 or a system
+without it leaves LD_PRELOAD as it was."""
+
+import os
+import subprocess
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO, "scripts", "jemalloc.sh")
+
+
+@pytest.fixture
+def fake_system(tmp_path):
+    """A PATH whose ldconfig lists (or not) a libjemalloc.so.2 that exists."""
+    lib = tmp_path / "lib" / "libjemalloc.so.2"
+    lib.parent.mkdir()
+    lib.write_bytes(b"")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+
+    def make(listed):
+        listing = "\tlibc.so.6 (libc6,x86-64) => /lib/libc.so.6\n"
+        if listed:
+            listing += f"\tlibjemalloc.so.2 (libc6,x86-64) => {lib}\n"
+        (bin_dir / "ldconfig").write_text("#!/bin/sh\ncat <<'EOF'\n" + listing + "EOF\n")
+        (bin_dir / "ldconfig").chmod(0o755)
+        return str(lib)
+    return make, str(bin_dir)
+
+
+def _preload(bin_dir, before=None, times=1, **env):
+    e = {"PATH": bin_dir + os.pathsep + os.environ["PATH"], **env}
+    if before is not None:
+        e["LD_PRELOAD"] = before
+    script = "set -euo pipefail\n" + f'source "{SCRIPT}"\n' * times + 'printf "%s" "${LD_PRELOAD-<unset>}"\n'
+    proc = subprocess.run(["bash", "-c", script], env=e, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_listed_jemalloc_goes_first_and_once(fake_system):
+    make, bin_dir = fake_system
+    lib = make(listed=True)
+    assert _preload(bin_dir) == lib
+    assert _preload(bin_dir, before="/opt/other.so", times=2) == f"{lib}:/opt/other.so"
+
+
+def test_switched_off_or_absent_leaves_ld_preload_alone(fake_system):
+    make, bin_dir = fake_system
+    make(listed=True)
+    assert _preload(bin_dir, MS_OCR_JEMALLOC="0") == "<unset>"
+    make(listed=False)
+    assert _preload(bin_dir) == "<unset>"
+    assert _preload(bin_dir, before="/opt/other.so") == "/opt/other.so"
+
+
+@pytest.mark.parametrize("launcher", ["ocr.sh", "run_tests.sh"])
+def test_launchers_source_it_before_starting_python(launcher):
+    lines = open(os.path.join(REPO, launcher)).read().splitlines()
+    src = [i for i, line in enumerate(lines) if line.startswith('source "$repo/scripts/jemalloc.sh"')]
+    start = [i for i, line in enumerate(lines) if "exec " in line and "python" in line]
+    assert len(src) == 1 and start and src[0] < start[-1]
