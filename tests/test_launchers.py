@@ -1,8 +1,9 @@
 """The shell launchers' allocator choice (scripts/jemalloc.sh, sourced by ocr.sh and run_tests.sh): jemalloc goes
-under the process where ldconfig lists it, once, ahead of what LD_PRELOAD held; MS_OCR_JEMALLOC=0 or a system
-without it leaves LD_PRELOAD as it was."""
+under the process where ldconfig lists a copy the loader takes, once, ahead of what LD_PRELOAD held;
+MS_OCR_JEMALLOC=0 or a system without it leaves LD_PRELOAD as it was."""
 
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -11,22 +12,34 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "scripts", "jemalloc.sh")
 
 
+def _loaded_libm():
+    """The path of the libm this Python runs with: a real shared library the loader can preload."""
+    with open("/proc/self/maps") as f:
+        paths = {line.split()[-1] for line in f if "/libm.so" in line or "/libm-" in line}
+    assert paths, "no libm mapped"
+    return sorted(paths)[0]
+
+
 @pytest.fixture
 def fake_system(tmp_path):
-    """A PATH whose ldconfig lists (or not) a libjemalloc.so.2 that exists."""
-    lib = tmp_path / "lib" / "libjemalloc.so.2"
-    lib.parent.mkdir()
-    lib.write_bytes(b"")
+    """A PATH whose ldconfig lists (or not) a libjemalloc.so.2 the loader takes (a copy of libm under that name),
+    after one it refuses (an empty file, as another architecture's copy would be)."""
+    good = tmp_path / "good" / "libjemalloc.so.2"
+    bad = tmp_path / "bad" / "libjemalloc.so.2"
+    good.parent.mkdir()
+    bad.parent.mkdir()
+    shutil.copy(_loaded_libm(), good)
+    bad.write_bytes(b"")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
 
     def make(listed):
         listing = "\tlibc.so.6 (libc6,x86-64) => /lib/libc.so.6\n"
         if listed:
-            listing += f"\tlibjemalloc.so.2 (libc6,x86-64) => {lib}\n"
+            listing += f"\tlibjemalloc.so.2 (libc6) => {bad}\n\tlibjemalloc.so.2 (libc6,x86-64) => {good}\n"
         (bin_dir / "ldconfig").write_text("#!/bin/sh\ncat <<'EOF'\n" + listing + "EOF\n")
         (bin_dir / "ldconfig").chmod(0o755)
-        return str(lib)
+        return str(good)
     return make, str(bin_dir)
 
 
@@ -40,7 +53,7 @@ def _preload(bin_dir, before=None, times=1, **env):
     return proc.stdout
 
 
-def test_listed_jemalloc_goes_first_and_once(fake_system):
+def test_listed_jemalloc_the_loader_takes_goes_first_and_once(fake_system):
     make, bin_dir = fake_system
     lib = make(listed=True)
     assert _preload(bin_dir) == lib
