@@ -13,5 +13,6 @@ case "${1:-}" in
   batch) module=ms_ocr.batch; shift ;;
   serve) module=ms_ocr.serve; shift ;;
 esac
-source "$repo/scripts/jemalloc.sh"  # where installed: shorter decode steps (MS_OCR_JEMALLOC=0: glibc's malloc)
+source "$repo/scripts/jemalloc.sh"
+ms_ocr_preload_jemalloc  # where installed: shorter decode steps (MS_OCR_JEMALLOC=0: glibc's malloc)
 PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" exec "$venv/bin/python" -m "$module" "$@"

@@ -17,4 +17,5 @@ unset PYTHONDONTWRITEBYTECODE
 # jemalloc under the test processes and the command-line children they start, where it is installed (the test
 # set-up installs Debian's libjemalloc2 as root); MS_OCR_JEMALLOC=0 runs them on glibc's malloc.
 source "$repo/scripts/jemalloc.sh"
+ms_ocr_preload_jemalloc
 MS_OCR_OFFLINE=1 GLOG_v=3 exec "$venv/bin/python" -m pytest -q "${par[@]}" "$@"

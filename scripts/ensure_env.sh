@@ -34,7 +34,8 @@ fi
 # (training/demo/data.py); the aarch64 (NEON) build of the native kernels is checked under qemu-user with the cross
 # compiler (tests/ops/test_native_isa.py); jemalloc, which run_tests.sh puts under the test processes (MindSpore's
 # graph compiler allocates a lot: 5-27 % less time on the files measured, docs/benchmarks.md "Test suite"; without
-# it the tests run on glibc's malloc, slower). One package index update; each set installs (or fails) alone.
+# it the tests run on glibc's malloc, slower; "installed" as the launchers see it, scripts/jemalloc.sh). One
+# package index update; each set installs (or fails) alone.
 if [ "$kind" = test ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   fonts=""
   for f in /usr/share/fonts/truetype/dejavu/DejaVuSerifCondensed.ttf \
@@ -44,7 +45,8 @@ if [ "$kind" = test ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; th
   cross=""
   { command -v aarch64-linux-gnu-g++ && command -v qemu-aarch64; } >/dev/null || cross="g++-aarch64-linux-gnu qemu-user"
   alloc=""
-  case "$(ldconfig -p 2>/dev/null || true)" in *"libjemalloc.so.2 "*) ;; *) alloc="libjemalloc2" ;; esac
+  source "$repo/scripts/jemalloc.sh"
+  [ -n "$(ms_ocr_jemalloc)" ] || alloc="libjemalloc2"
   if [ -n "$fonts$cross$alloc" ]; then
     echo "[ms_ocr] installing for the demo-model and aarch64 kernel tests and the tests' allocator (apt-get):" \
       $fonts $cross $alloc >&2

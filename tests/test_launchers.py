@@ -47,7 +47,8 @@ def _preload(bin_dir, before=None, times=1, **env):
     e = {"PATH": bin_dir + os.pathsep + os.environ["PATH"], **env}
     if before is not None:
         e["LD_PRELOAD"] = before
-    script = "set -euo pipefail\n" + f'source "{SCRIPT}"\n' * times + 'printf "%s" "${LD_PRELOAD-<unset>}"\n'
+    script = (f'set -euo pipefail\nsource "{SCRIPT}"\n' + "ms_ocr_preload_jemalloc\n" * times
+              + 'printf "%s" "${LD_PRELOAD-<unset>}"\n')
     proc = subprocess.run(["bash", "-c", script], env=e, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
@@ -70,8 +71,21 @@ def test_switched_off_or_absent_leaves_ld_preload_alone(fake_system):
 
 
 @pytest.mark.parametrize("launcher", ["ocr.sh", "run_tests.sh"])
-def test_launchers_source_it_before_starting_python(launcher):
+def test_launchers_preload_it_before_starting_python(launcher):
     lines = open(os.path.join(REPO, launcher)).read().splitlines()
     src = [i for i, line in enumerate(lines) if line.startswith('source "$repo/scripts/jemalloc.sh"')]
+    call = [i for i, line in enumerate(lines) if line.startswith("ms_ocr_preload_jemalloc")]
     start = [i for i, line in enumerate(lines) if "exec " in line and "python" in line]
-    assert len(src) == 1 and start and src[0] < start[-1]
+    assert len(src) == 1 and len(call) == 1 and start and src[0] < call[0] < start[-1]
+
+
+def test_set_up_installs_it_where_the_loader_finds_none(fake_system):
+    """scripts/ensure_env.sh asks the same question as the launchers: a refused copy alone is no jemalloc."""
+    make, bin_dir = fake_system
+    good = make(listed=True)
+    script = f'set -euo pipefail\nsource "{SCRIPT}"\nprintf "[%s]" "$(ms_ocr_jemalloc)"\n'
+    env = {"PATH": bin_dir + os.pathsep + os.environ["PATH"]}
+    run = lambda: subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)  # noqa: E731
+    assert run().stdout == f"[{good}]"
+    make(listed=False)
+    assert run().stdout == "[]"
