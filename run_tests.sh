@@ -2,7 +2,8 @@
 # Run the test suite, installing the test requirements on first use. Extra arguments go to pytest
 # (e.g. ./run_tests.sh -m slow for the full-size tests). Test files run in MS_OCR_TEST_WORKERS processes
 # (default: one per core, at most 2; 1 runs them in this process; the full-size tests, which take most of the
-# memory each, always run one at a time).
+# memory each, always run one at a time). Each worker keeps its own share of the cores, with the command lines it
+# starts, until its siblings finish (tests/conftest.py; MS_OCR_TEST_PIN=0 leaves them unpinned).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")" && pwd)
 venv=$("$repo/scripts/ensure_env.sh" test)

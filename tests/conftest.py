@@ -1,5 +1,6 @@
 import gc
 import os
+import shutil
 import sys
 
 import pytest
@@ -79,6 +80,101 @@ SLOW_VARIANTS = (
     # 9 rows (more than the native kernels take) on HunyuanOCR's dense decoder, as PaddleOCR-VL's 9 rows
     "tests/models/test_bf16_resident.py::test_batch_decode_bit_identical_to_fp32[hunyuan-ocr-9]",  # 27 s (b)
 )
+
+
+# Each test worker on its own share of the cores (run_tests.sh: one worker per core, at most 2). Unpinned, every
+# worker and the command lines it starts ran as many threads as the machine has cores, twice as many threads as
+# cores in all, and the kernels' thread teams waited on threads the other worker had descheduled. The whole
+# suite, 2026-11-29 on a 2-core AMD Zen 3: 21.1 min unpinned, 18.4 pinned (user time 38.0 -> 34.1 min, system
+# 3.3 -> 1.9; docs/benchmarks.md, "Test suite"). A worker whose siblings have
+# finished takes their cores back (_take_back_freed_cores). MS_OCR_TEST_PIN=0 leaves the workers unpinned.
+PIN_ENV = "MS_OCR_TEST_PIN"
+
+
+def _core_shares():
+    """(this worker's index, every worker's cores) when the workers pin, else None."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ... in an xdist worker
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    cpus = sorted(os.sched_getaffinity(0))
+    if not worker.startswith("gw") or os.environ.get(PIN_ENV, "1") == "0" or not 2 <= count <= len(cpus):
+        return None
+    return int(worker[2:]), [set(cpus[i::count]) for i in range(count)]
+
+
+def _cores_folder(controller_pid):
+    import tempfile
+    return os.path.join(tempfile.gettempdir(), f"ms_ocr_test_cores_{controller_pid}")
+
+
+def _set_cores(cores, pids):
+    """Every thread of the processes `pids` on `cores` (threads made later inherit it; so do child processes)."""
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                os.sched_setaffinity(int(tid), cores)
+            except OSError:  # a thread that has just ended
+                pass
+
+
+def _descendants(pid):
+    """pid and its living descendant processes (a test's fork server, servers the test started)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+            except (OSError, IndexError, ValueError):
+                pass
+    out, todo = [], [pid]
+    while todo:
+        out.append(todo.pop())
+        todo += parents.get(out[-1], [])
+    return out
+
+
+class _Cores:
+    """This worker's pinning: its own share of the cores, and its siblings' once they have finished."""
+    index, shares, taken = None, None, set()
+
+
+def pytest_configure(config):
+    shares = _core_shares()
+    if shares is None:
+        if not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller, or a run without workers
+            config.add_cleanup(lambda: shutil.rmtree(_cores_folder(os.getpid()), ignore_errors=True))
+        return
+    _Cores.index, _Cores.shares = shares
+    _Cores.taken = {_Cores.index}
+    os.makedirs(_cores_folder(os.getppid()), exist_ok=True)
+    _set_cores(_Cores.shares[_Cores.index], [os.getpid()])
+
+
+def pytest_unconfigure(config):
+    if _Cores.shares is not None:  # this worker is done: its siblings may take its cores
+        with open(os.path.join(_cores_folder(os.getppid()), f"{_Cores.index}.done"), "w"):
+            pass
+
+
+def pytest_runtest_setup(item):
+    _take_back_freed_cores()
+
+
+def _take_back_freed_cores():
+    """Add the cores of sibling workers that have finished to this worker's (with the processes it started)."""
+    if _Cores.shares is None or len(_Cores.taken) == len(_Cores.shares):
+        return
+    try:
+        done = {int(name.split(".")[0]) for name in os.listdir(_cores_folder(os.getppid())) if name.endswith(".done")}
+    except OSError:
+        return
+    if done - _Cores.taken:
+        _Cores.taken |= done
+        _set_cores(set().union(*(_Cores.shares[i] for i in _Cores.taken)), _descendants(os.getpid()))
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection
