@@ -37,11 +37,9 @@ fi
 # it the tests run on glibc's malloc, slower; "installed" as the launchers see it, scripts/jemalloc.sh). One
 # package index update; each set installs (or fails) alone.
 if [ "$kind" = test ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  fonts=""
-  for f in /usr/share/fonts/truetype/dejavu/DejaVuSerifCondensed.ttf \
-           /usr/share/fonts/truetype/liberation2/LiberationSans-Regular.ttf; do
-    [ -f "$f" ] || fonts="fonts-dejavu-core fonts-dejavu-extra fonts-liberation2"
-  done
+  # the fonts the demo data draws with, and their packages, are training/demo/data.py's
+  fonts=$(cd "$repo" && "$venv/bin/python" -m training.demo.data --missing-font-packages) \
+    || { echo "[ms_ocr] could not check the demo fonts; demo tests may skip" >&2; fonts=""; }
   cross=""
   { command -v aarch64-linux-gnu-g++ && command -v qemu-aarch64; } >/dev/null || cross="g++-aarch64-linux-gnu qemu-user"
   alloc=""

@@ -63,6 +63,12 @@ def missing_fonts():
             if not any(os.path.isfile(os.path.join(folder, name)) for folder in FONT_DIRS)]
 
 
+def missing_font_packages():
+    """FONT_PACKAGES where a font of TRAIN_FONTS or UNSEEN_FONTS is not installed, else "" (what the test set-up,
+    scripts/ensure_env.sh, installs)."""
+    return FONT_PACKAGES if missing_fonts() else ""
+
+
 def _pseudo_word(rng):
     """Letters without meaning, so the model has to read characters rather than recall words."""
     return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 9)))
@@ -398,6 +404,13 @@ def make_examples(out_dir):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--examples", metavar="DIR", required=True, help="write the example images here")
-    for p in make_examples(parser.parse_args().examples):
-        print(p)
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--examples", metavar="DIR", help="write the example images here")
+    group.add_argument("--missing-font-packages", action="store_true",
+                       help="print the Debian packages that hold the fonts not installed (nothing when all are)")
+    args = parser.parse_args()
+    if args.missing_font_packages:
+        print(missing_font_packages())
+    else:
+        for p in make_examples(args.examples):
+            print(p)
