@@ -86,8 +86,8 @@ SLOW_VARIANTS = (
 # worker and the command lines it starts ran as many threads as the machine has cores, twice as many threads as
 # cores in all, and the kernels' thread teams waited on threads the other worker had descheduled. The whole
 # suite, 2026-11-29 on a 2-core AMD Zen 3: 21.1 min unpinned, 18.4 pinned (user time 38.0 -> 34.1 min, system
-# 3.3 -> 1.9; docs/benchmarks.md, "Test suite"). A worker whose siblings have
-# finished takes their cores back (_take_back_freed_cores). MS_OCR_TEST_PIN=0 leaves the workers unpinned.
+# 3.3 -> 1.9; docs/benchmarks.md, "Test suite"). A worker whose siblings have finished takes their cores back
+# (_take_back_freed_cores). MS_OCR_TEST_PIN=0 leaves the workers unpinned.
 PIN_ENV = "MS_OCR_TEST_PIN"
 
 
@@ -98,7 +98,8 @@ def _core_shares():
     cpus = sorted(os.sched_getaffinity(0))
     if not worker.startswith("gw") or os.environ.get(PIN_ENV, "1") == "0" or not 2 <= count <= len(cpus):
         return None
-    return int(worker[2:]), [set(cpus[i::count]) for i in range(count)]
+    # a worker xdist starts in place of a crashed one has the next number (gw2 for two workers)
+    return int(worker[2:]) % count, [set(cpus[i::count]) for i in range(count)]
 
 
 def _cores_folder(controller_pid):

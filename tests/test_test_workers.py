@@ -13,6 +13,7 @@ from tests import conftest
     ("gw0", "2", {0, 1}, (0, [{0}, {1}])),
     ("gw1", "2", {0, 1, 2, 3}, (1, [{0, 2}, {1, 3}])),
     ("gw1", "2", {4, 6, 7}, (1, [{4, 7}, {6}])),
+    ("gw2", "2", {0, 1}, (0, [{0}, {1}])),  # started in place of a crashed worker
     ("gw2", "3", {0, 1}, None),  # more workers than cores: left to the scheduler
     ("", "0", {0, 1}, None),  # not a worker
 ])
