@@ -37,8 +37,8 @@ fi
 # it the tests run on glibc's malloc, slower; "installed" as the launchers see it, scripts/jemalloc.sh). One
 # package index update; each set installs (or fails) alone.
 if [ "$kind" = test ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  # the fonts the demo data draws with, and their packages, are training/demo/data.py's
-  fonts=$(cd "$repo" && "$venv/bin/python" -m training.demo.data --missing-font-packages) \
+  # the fonts the demo data draws with, and their packages, are training/demo/fonts.py's
+  fonts=$(cd "$repo" && "$venv/bin/python" -m training.demo.fonts) \
     || { echo "[ms_ocr] could not check the demo fonts; demo tests may skip" >&2; fonts=""; }
   cross=""
   { command -v aarch64-linux-gnu-g++ && command -v qemu-aarch64; } >/dev/null || cross="g++-aarch64-linux-gnu qemu-user"

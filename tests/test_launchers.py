@@ -92,20 +92,20 @@ def test_set_up_installs_it_where_the_loader_finds_none(fake_system):
 
 
 def test_set_up_asks_the_demo_data_which_font_packages_are_missing(monkeypatch, tmp_path):
-    """scripts/ensure_env.sh installs the packages training/demo/data.py names for the fonts it lacks (one list of
-    fonts and packages, the one the demo tests skip by), not a list of its own."""
+    """scripts/ensure_env.sh installs the packages training/demo/fonts.py names for the fonts the demo data lacks
+    (one list of fonts and packages, the one the demo tests skip by), not a list of its own."""
     import sys
 
-    from training.demo import data
+    from training.demo import fonts as data
     monkeypatch.setattr(data, "FONT_DIRS", (str(tmp_path),))
     assert data.missing_font_packages() == data.FONT_PACKAGES and data.FONT_PACKAGES
     for name in data.TRAIN_FONTS + data.UNSEEN_FONTS:
         (tmp_path / name).write_bytes(b"")
     assert data.missing_font_packages() == ""
     monkeypatch.undo()
-    proc = subprocess.run([sys.executable, "-m", "training.demo.data", "--missing-font-packages"], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "training.demo.fonts"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == data.missing_font_packages()
     setup = open(os.path.join(REPO, "scripts", "ensure_env.sh")).read()
-    assert "-m training.demo.data --missing-font-packages" in setup
+    assert "-m training.demo.fonts)" in setup
     assert not any(package in setup for package in data.FONT_PACKAGES.split())

@@ -1,8 +1,8 @@
 """Synthetic printed-text lines for the demo model (scripts/train_demo.py): text generator, fonts, renderer with
 scan augmentations, and the example images. Pillow and NumPy only; everything is a pure function of its seed.
 
-Fonts come from Debian's packages: fonts-dejavu-core + fonts-dejavu-extra (training) and fonts-liberation2
-(the unseen font the accuracy gate reports). `python -m training.demo.data --examples examples/` writes the
+Fonts come from Debian's packages (training/demo/fonts.py): fonts-dejavu-core + fonts-dejavu-extra (training) and
+fonts-liberation2 (the unseen font the accuracy gate reports). `python -m training.demo.data --examples examples/` writes the
 example images.
 """
 
@@ -16,14 +16,8 @@ import string
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
-FONT_DIRS = ("/usr/share/fonts/truetype/dejavu", "/usr/share/fonts/truetype/liberation2")
-# Regular, bold, condensed, mono, oblique: the shapes a printed page mixes.
-TRAIN_FONTS = ("DejaVuSans.ttf", "DejaVuSans-Bold.ttf", "DejaVuSerif.ttf", "DejaVuSerif-Bold.ttf",
-               "DejaVuSansMono.ttf", "DejaVuSansMono-Bold.ttf", "DejaVuSansCondensed.ttf",
-               "DejaVuSerifCondensed.ttf", "DejaVuSans-Oblique.ttf")
-UNSEEN_FONT = "LiberationSans-Regular.ttf"  # an Arial-metric design the training never renders
-UNSEEN_FONTS = (UNSEEN_FONT, "LiberationSerif-Regular.ttf")  # and a Times-metric one
-FONT_PACKAGES = "fonts-dejavu-core fonts-dejavu-extra fonts-liberation2"
+from training.demo.fonts import FONT_PACKAGES, TRAIN_FONTS, UNSEEN_FONT, UNSEEN_FONTS, font_path, \
+    missing_fonts  # noqa: F401 (the demo data's fonts, read through this module by its users)
 
 LINE_HEIGHT = (28, 40)  # rendered line heights: smart_resize maps all of them to one 28-px row of patches
 MAX_CHARS = 40
@@ -45,28 +39,6 @@ _WORDS = ("the of and to in is was for on that with as by at from it an are were
 _MONTHS = ("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec").split()
 _CURRENCIES = ("$", "EUR ", "USD ", "GBP ", "")
 _PUNCT = ".,:;!?"
-
-
-def font_path(name):
-    """Absolute path of a font file, or FileNotFoundError naming the Debian packages to install."""
-    for folder in FONT_DIRS:
-        path = os.path.join(folder, name)
-        if os.path.isfile(path):
-            return path
-    raise FileNotFoundError(f"font {name} not found in {', '.join(FONT_DIRS)}; install: apt-get install "
-                            f"{FONT_PACKAGES}")
-
-
-def missing_fonts():
-    """The font files of TRAIN_FONTS and UNSEEN_FONTS that are not installed."""
-    return [name for name in TRAIN_FONTS + UNSEEN_FONTS
-            if not any(os.path.isfile(os.path.join(folder, name)) for folder in FONT_DIRS)]
-
-
-def missing_font_packages():
-    """FONT_PACKAGES where a font of TRAIN_FONTS or UNSEEN_FONTS is not installed, else "" (what the test set-up,
-    scripts/ensure_env.sh, installs)."""
-    return FONT_PACKAGES if missing_fonts() else ""
 
 
 def _pseudo_word(rng):
@@ -404,13 +376,6 @@ def make_examples(out_dir):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--examples", metavar="DIR", help="write the example images here")
-    group.add_argument("--missing-font-packages", action="store_true",
-                       help="print the Debian packages that hold the fonts not installed (nothing when all are)")
-    args = parser.parse_args()
-    if args.missing_font_packages:
-        print(missing_font_packages())
-    else:
-        for p in make_examples(args.examples):
-            print(p)
+    parser.add_argument("--examples", metavar="DIR", required=True, help="write the example images here")
+    for p in make_examples(parser.parse_args().examples):
+        print(p)

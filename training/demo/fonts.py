@@ -1,0 +1,40 @@
+"""The fonts the demo data draws with (training/demo/data.py) and the Debian packages that hold them. The standard
+library only: the test set-up (scripts/ensure_env.sh) asks `python -m training.demo.fonts` which packages to install
+before every test run, without NumPy's and Pillow's imports (~0.3 s)."""
+
+import os
+
+FONT_DIRS = ("/usr/share/fonts/truetype/dejavu", "/usr/share/fonts/truetype/liberation2")
+# Regular, bold, condensed, mono, oblique: the shapes a printed page mixes.
+TRAIN_FONTS = ("DejaVuSans.ttf", "DejaVuSans-Bold.ttf", "DejaVuSerif.ttf", "DejaVuSerif-Bold.ttf",
+               "DejaVuSansMono.ttf", "DejaVuSansMono-Bold.ttf", "DejaVuSansCondensed.ttf",
+               "DejaVuSerifCondensed.ttf", "DejaVuSans-Oblique.ttf")
+UNSEEN_FONT = "LiberationSans-Regular.ttf"  # an Arial-metric design the training never renders
+UNSEEN_FONTS = (UNSEEN_FONT, "LiberationSerif-Regular.ttf")  # and a Times-metric one
+FONT_PACKAGES = "fonts-dejavu-core fonts-dejavu-extra fonts-liberation2"
+
+
+def font_path(name):
+    """Absolute path of a font file, or FileNotFoundError naming the Debian packages to install."""
+    for folder in FONT_DIRS:
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            return path
+    raise FileNotFoundError(f"font {name} not found in {', '.join(FONT_DIRS)}; install: apt-get install "
+                            f"{FONT_PACKAGES}")
+
+
+def missing_fonts():
+    """The font files of TRAIN_FONTS and UNSEEN_FONTS that are not installed."""
+    return [name for name in TRAIN_FONTS + UNSEEN_FONTS
+            if not any(os.path.isfile(os.path.join(folder, name)) for folder in FONT_DIRS)]
+
+
+def missing_font_packages():
+    """FONT_PACKAGES where a font of TRAIN_FONTS or UNSEEN_FONTS is not installed, else "" (what the test set-up,
+    scripts/ensure_env.sh, installs: `python -m training.demo.fonts`)."""
+    return FONT_PACKAGES if missing_fonts() else ""
+
+
+if __name__ == "__main__":  # the packages to install, nothing when every font is there
+    print(missing_font_packages())
