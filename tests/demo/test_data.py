@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from training.demo import data as demo_data
+from tests.helpers.fonts import needs_fonts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-pytestmark = pytest.mark.skipif(bool(demo_data.missing_fonts()), reason=f"fonts missing: {demo_data.missing_fonts()}; "
-                                f"apt-get install {demo_data.FONT_PACKAGES}")
+pytestmark = needs_fonts
 
 
 def _pixels(items):

@@ -9,6 +9,7 @@ import pytest
 
 from ms_ocr.models import demo_checkpoint
 from training.demo import data as demo_data
+from tests.helpers.fonts import needs_fonts
 from tests.demo.cli_reads import read_sets
 
 GATE_SEED = 9100  # the training draws seeds 0 (lines) and 1000 (tokenizer corpus); its own eval uses 7000/7001
@@ -27,8 +28,7 @@ PAD_TO = 224  # right margins to a multiple of 224 px: a handful of image shapes
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(demo_checkpoint() is None, reason="ms_ocr/demo/paddleocr_vl holds no checkpoint yet "
                                  "(train one with scripts/train_demo.py; this gate then runs)"),
-              pytest.mark.skipif(bool(demo_data.missing_fonts()), reason=f"fonts missing: {demo_data.missing_fonts()}; "
-                                 f"apt-get install {demo_data.FONT_PACKAGES}")]
+              needs_fonts]
 
 
 def _cer(pred, ref):

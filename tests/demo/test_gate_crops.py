@@ -19,6 +19,7 @@ import pytest
 from ms_ocr.models import demo_checkpoint
 from ms_ocr.ops import native
 from training.demo import data as demo_data
+from tests.helpers.fonts import needs_fonts
 from tests.demo.cli_reads import read_sets, read_sets_batched
 
 SEED = 9500  # the training draws 0 (lines), 1000 (tokenizer), 7000-7003 (its evaluation); test_gate.py 9100-9101
@@ -27,8 +28,7 @@ MAX_NEW_TOKENS = 64  # per line
 BANDS = ((0, 40), (41, 100), (101, 10_000))  # crop heights in px
 
 pytestmark = [pytest.mark.skipif(demo_checkpoint() is None, reason="ms_ocr/demo/paddleocr_vl holds no checkpoint"),
-              pytest.mark.skipif(bool(demo_data.missing_fonts()), reason=f"fonts missing: {demo_data.missing_fonts()}; "
-                                 f"apt-get install {demo_data.FONT_PACKAGES}")]
+              needs_fonts]
 
 
 def _cer(preds, refs):

@@ -9,9 +9,9 @@ import os
 import pytest
 
 from training.demo import data as demo_data
+from tests.helpers.fonts import needs_fonts
 
-pytestmark = pytest.mark.skipif(bool(demo_data.missing_fonts()), reason=f"fonts missing: {demo_data.missing_fonts()}; "
-                                f"apt-get install {demo_data.FONT_PACKAGES}")
+pytestmark = needs_fonts
 
 
 def _weights(folder):

@@ -9,8 +9,8 @@ from PIL import Image
 
 from ms_ocr.processing.text_lines import BASELINE_BELOW_MIDDLE, SIZE_SHARE, ink_mask, line_boxes, line_crops, line_images
 from training.demo import data as demo_data
+from tests.helpers.fonts import needs_fonts
 
-needs_fonts = pytest.mark.skipif(bool(demo_data.missing_fonts()), reason=f"fonts missing: {demo_data.missing_fonts()}")
 
 
 @needs_fonts
