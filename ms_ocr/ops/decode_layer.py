@@ -23,12 +23,12 @@ MAX_HEAD_DIM = 512
 
 def available(x, k_cache, weights, silu_mlp):
     """Whether `decoder_layer_decode` serves this layer (decided at graph-compile time): the native library is
-    in use, the MLP is SiLU-gated (silu_mlp), activations and caches are fp32, weights fp32 or bf16 (read as
-    bf16 and widened in registers: bit-identical to their fp32 copies), and the shapes are within the kernel's
-    limits."""
+    in use, the MLP is SiLU-gated (silu_mlp), activations are fp32, caches fp32 or bf16 (--kv-cache-dtype bf16:
+    widened as read), weights fp32 or bf16 (read as bf16 and widened in registers: bit-identical to their fp32
+    copies) or int8, and the shapes are within the kernel's limits."""
     ok = backend.NATIVE_DECODE_LAYER is not None and silu_mlp
     ok = ok and x.shape[0] <= MAX_ROWS and k_cache.shape[-1] <= MAX_HEAD_DIM
-    ok = ok and x.dtype == ms.float32 and k_cache.dtype == ms.float32
+    ok = ok and x.dtype == ms.float32 and k_cache.dtype in (ms.float32, ms.bfloat16)
     for w in weights:
         ok = ok and w.dtype in (ms.float32, ms.bfloat16, ms.int8)
     return ok
@@ -38,7 +38,8 @@ def decoder_layer_decode(x, cos, sin, mask, k_cache, v_cache, weights, eps, q8_s
     """x [B, 1, H]; cos, sin [B|1, 1, 1, D]; mask [B|1, 1, 1, T] (fp32 additive, ops.attention_mask);
     k_cache, v_cache [B, Hkv, T, D]; weights = (input_layernorm, q_proj, k_proj, v_proj[, query_layernorm,
     key_layernorm], o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj). Returns x after the
-    layer and this token's k, v [B, Hkv, 1, D] (after the rope and q/k norm) for the host to store. With int8
+    layer and this token's k, v [B, Hkv, 1, D] (after the rope and q/k norm; with bf16 caches rounded to bf16,
+    as the cache holds them, before the attention uses them) for the host to store. With int8
     matrices (--quantize int8), q8_scales holds their scales packed in the order q, k, v, o, gate, up, down, each
     matrix's [N] (one per row) or, with q8_group G, [N, K / G] (one per group of G columns) flattened."""
     # --dtype bf16 on a CPU with AMX: DecodeLayerBf16 (its bf16 weights' products on the tiles, rows rounded to bf16)

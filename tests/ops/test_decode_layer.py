@@ -23,9 +23,10 @@ def _rope(x, cos, sin):
     return x * cos + np.concatenate((-x[..., half:], x[..., :half]), -1) * sin
 
 
-def reference(x, cos, sin, mask, k_cache, v_cache, weights, eps):
+def reference(x, cos, sin, mask, k_cache, v_cache, weights, eps, own=None):
     """float64: input RMSNorm -> q/k/v -> rope (-> q/k RMSNorm) -> softmax over [cache slots + mask, own key] ->
-    o_proj + residual -> post RMSNorm -> down(silu(gate) * up) + residual. Returns x, k, v."""
+    o_proj + residual -> post RMSNorm -> down(silu(gate) * up) + residual. Returns x, k, v. `own`: the (k, v) the
+    attention uses for the token itself instead of its own (bf16 caches: the kernel's rounded ones)."""
     x, cos, sin, mask, k_cache, v_cache = (np.asarray(a, np.float64) for a in (x, cos, sin, mask, k_cache, v_cache))
     weights = [np.asarray(w, np.float64) for w in weights]
     qk_norm = len(weights) == 11
@@ -42,14 +43,15 @@ def reference(x, cos, sin, mask, k_cache, v_cache, weights, eps):
     if qk_norm:
         q, k = _rms(q, weights[4], eps), _rms(k, weights[5], eps)
     m = np.broadcast_to(mask[:, 0, 0], (b, t))
+    ka, va = (k, v) if own is None else (np.asarray(o, np.float64)[:, :, 0] for o in own)
     out = np.zeros((b, hq, d))
     for r in range(b):
         for i in range(hq):
             g = i // (hq // hkv)
-            scores = np.concatenate((k_cache[r, g] @ q[r, i] / np.sqrt(d) + m[r], [k[r, g] @ q[r, i] / np.sqrt(d)]))
+            scores = np.concatenate((k_cache[r, g] @ q[r, i] / np.sqrt(d) + m[r], [ka[r, g] @ q[r, i] / np.sqrt(d)]))
             p = np.exp(scores - scores.max())
             p /= p.sum()
-            out[r, i] = p[:t] @ v_cache[r, g] + p[t] * v[r, g]
+            out[r, i] = p[:t] @ v_cache[r, g] + p[t] * va[r, g]
     x1 = x[:, 0] + out.reshape(b, hq * d) @ ow.T
     h2 = _rms(x1, postw, eps)
     gate, up = h2 @ gw.T, h2 @ uw.T
@@ -124,9 +126,44 @@ def test_decode_layer_kernel_matches_numpy(graph_cpu, all_routes, threads, case)
 
 
 @needs_compiler
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", CASES)
+def test_decode_layer_bf16_caches(graph_cpu, all_routes, threads, case):
+    """--kv-cache-dtype bf16: the kernel reads bf16 caches (widened, exact) and rounds this token's k and v to bf16
+    (nearest, ties to even) before its attention uses them, as the cache will hold them: its k, v outputs are the
+    reference's rounded (within one bf16 step where fp32 and float64 fall either side of a tie), and its x the
+    reference's over the widened caches with those k, v as the token's own."""
+    from ms_ocr.convert.loader import round_to_bf16
+    kernels = native.load()
+    kernels.set_threads(threads)
+    try:
+        *tensors, weights = make_case(np.random.default_rng(sum(case[:7]) + 1), *case)
+        k16, v16 = (round_to_bf16(c) for c in tensors[4:6])
+        args = [Tensor(a) for a in tensors[:4]] + [Tensor(k16).astype(ms.bfloat16), Tensor(v16).astype(ms.bfloat16)]
+        assert decode_layer.available(args[0], args[4], [Tensor(w) for w in weights], True)
+        before = kernels.decode_layer_calls
+        x, k, v = (o.asnumpy() for o in _Layer(len(weights), 1e-5)(*args, *(Tensor(w) for w in weights)))
+        assert kernels.decode_layer_calls == before + 1
+        assert np.array_equal(round_to_bf16(k), k) and np.array_equal(round_to_bf16(v), v)  # bf16 values
+        _, k_ref, v_ref = reference(*tensors[:4], k16, v16, weights, 1e-5)
+        for got, want in ((k, k_ref), (v, v_ref)):
+            assert np.abs(got - want).max() <= 2 ** -8 * np.abs(want).max()
+            assert np.mean(got == round_to_bf16(want.astype(np.float32))) >= 0.98
+        x_ref, _, _ = reference(*tensors[:4], k16, v16, weights, 1e-5, own=(k, v))
+        _check([Tensor(x)], [x_ref])
+        # the same layer over fp32 caches holding the same values differs: the token's own k, v were rounded
+        x32 = _Layer(len(weights), 1e-5)(*(Tensor(a) for a in tensors[:4]), Tensor(k16), Tensor(v16),
+                                          *(Tensor(w) for w in weights))[0].asnumpy()
+        assert not np.array_equal(x32, x)
+    finally:
+        kernels.set_threads(len(os.sched_getaffinity(0)))
+
+
+@needs_compiler
 def test_decode_layer_at_every_isa_level(graph_cpu, isa_kernels):
     """The library built for each SIMD level this machine runs (x86-64-v2 SSE2, v3 AVX2/FMA, v4 AVX-512, native)
-    computes the same layer in every case."""
+    computes the same layer in every case, over fp32 caches and over bf16 ones (--kv-cache-dtype bf16)."""
+    from ms_ocr.convert.loader import round_to_bf16
     kernels = isa_kernels
     before = kernels.decode_layer_calls
     ops_by_qk_norm = backend.native_ops(kernels)[1]
@@ -135,7 +172,12 @@ def test_decode_layer_at_every_isa_level(graph_cpu, isa_kernels):
         op = ops_by_qk_norm[1 if len(weights) == 11 else 0]
         outs = _Layer(len(weights), 1e-6, op)(*(Tensor(a) for a in tensors), *(Tensor(w) for w in weights))
         _check(outs, reference(*tensors, weights, 1e-6))
-    assert kernels.decode_layer_calls == before + len(CASES)
+        k16, v16 = (round_to_bf16(c) for c in tensors[4:6])
+        caches = [Tensor(k16).astype(ms.bfloat16), Tensor(v16).astype(ms.bfloat16)]
+        x, k, v = _Layer(len(weights), 1e-6, op)(*(Tensor(a) for a in tensors[:4]), *caches,
+                                                 *(Tensor(w) for w in weights))
+        _check([x], [reference(*tensors[:4], k16, v16, weights, 1e-6, own=(k.asnumpy(), v.asnumpy()))[0]])
+    assert kernels.decode_layer_calls == before + 2 * len(CASES)
 
 
 @needs_compiler
@@ -153,6 +195,7 @@ def test_decode_layer_routing(graph_cpu, all_routes, monkeypatch):
     assert not decode_layer.available(x, k_cache, ws[:-1] + [ws[-1].astype(ms.float16)], True)
     assert not decode_layer.available(x.astype(ms.bfloat16), k_cache, ws, True)
     assert not decode_layer.available(x, k_cache.astype(ms.float16), ws, True)
+    assert decode_layer.available(x, k_cache.astype(ms.bfloat16), ws, True)  # --kv-cache-dtype bf16
     with backend.without_native():
         assert backend.NATIVE_DECODE_LAYER is None and not decode_layer.available(x, k_cache, ws, True)
     assert backend.NATIVE_DECODE_LAYER is not None

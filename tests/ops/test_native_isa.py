@@ -26,6 +26,15 @@ def _cases():
         ref = test_decode_layer.reference(*tensors, weights, 1e-5)
         cases.append((f"decode_layer_{i}", "DecodeLayer", [*tensors, *weights, np.array([1e-5], np.float32)],
                       [r.shape for r in ref], list(ref), 2e-5))
+    for i, case in enumerate(test_decode_layer.CASES[:5]):  # bf16 caches (--kv-cache-dtype bf16)
+        *tensors, weights = test_decode_layer.make_case(np.random.default_rng(i), *case)
+        k16, v16 = (round_to_bf16(c) for c in tensors[4:6])
+        _, k, v = test_decode_layer.reference(*tensors[:4], k16, v16, weights, 1e-5)
+        own = [round_to_bf16(a.astype(np.float32)) for a in (k, v)]  # the token's k, v as the cache will hold them
+        ref = test_decode_layer.reference(*tensors[:4], k16, v16, weights, 1e-5, own=own)
+        cases.append((f"decode_layer_kv16_{i}", "DecodeLayer",
+                      [*tensors[:4], bf16_bits(k16), bf16_bits(v16), *weights, np.array([1e-5], np.float32)],
+                      [r.shape for r in ref], [ref[0], *own], "kv16"))
     for case in test_vision_attention.CASES:
         q, k, v = test_vision_attention._case(np.random.default_rng(sum(case)), *case)
         scale = case[3] ** -0.5
@@ -148,6 +157,10 @@ def _check(outs, refs, tol):
         assert got.shape == want.shape
         if tol == "gelu":  # |x| up to 100: a few fp32 ulps, absolute (as test_native_gelu)
             assert np.abs(got - want).max() <= 5e-5
+        elif tol == "kv16":  # bf16 caches: x, then k and v rounded to bf16 (one bf16 step apart where fp32 and
+            # float64 fall either side of a tie; then x moves by a little of that key's or value's share)
+            limit = 1e-4 if got is outs[0] else 2 ** -8
+            assert np.abs(got - want).max() <= limit * max(1.0, np.abs(want).max())
         else:
             assert np.abs(got - want).max() <= tol * max(1.0, np.abs(want).max())
 

@@ -221,7 +221,8 @@ std::atomic<int64_t> g_decode_layer_calls{0};
 std::atomic<int64_t> g_vision_attention_calls{0};
 std::atomic<int64_t> g_gelu_calls{0};
 
-float dot(const float* a, const float* b, int64_t n) {
+template <typename B>
+float dot(const float* a, const B* b, int64_t n) {
   vf acc = {};
   int64_t i = 0;
   for (; i + kVL <= n; i += kVL) acc = vfma(vload(a + i), vload(b + i), acc);
@@ -236,8 +237,8 @@ float dot(const float* a, const float* b, int64_t n) {
 // in the same order (bit-identical).
 constexpr int64_t kAhead = 8;  // key/value rows prefetched ahead of the attention loops
 
-template <int J>
-inline void dots_pair(const float* q, const float* k0, const float* k1, int64_t d, float* out0, float* out1,
+template <int J, typename KT>
+inline void dots_pair(const float* q, const KT* k0, const KT* k1, int64_t d, float* out0, float* out1,
                       int64_t stride) {
   vf a0[J] = {}, a1[J] = {};
   int64_t i = 0;
@@ -263,7 +264,8 @@ inline void dots_pair(const float* q, const float* k0, const float* k1, int64_t 
   }
 }
 
-inline void attention_scores(const float* q, int64_t count, const float* keys, const float* mask,
+template <typename KT>
+inline void attention_scores(const float* q, int64_t count, const KT* keys, const float* mask,
                              const int64_t* rows, int64_t n, int64_t d, float* out, int64_t stride) {
   for (int64_t j = 0; j < count; j += 4) {
     const int64_t jn = count - j < 4 ? count - j : 4;
@@ -271,11 +273,11 @@ inline void attention_scores(const float* q, int64_t count, const float* keys, c
     float* oj = out + j * stride;
     int64_t i = 0;
     for (; i + 2 <= n; i += 2) {
-      const float *k0 = keys + rows[i] * d, *k1 = keys + rows[i + 1] * d;
+      const KT *k0 = keys + rows[i] * d, *k1 = keys + rows[i + 1] * d;
       if (i + kAhead + 1 < n) {
         const char *f0 = reinterpret_cast<const char*>(keys + rows[i + kAhead] * d),
                    *f1 = reinterpret_cast<const char*>(keys + rows[i + kAhead + 1] * d);
-        for (int64_t l = 0; l < d * 4; l += 64) {
+        for (int64_t l = 0; l < d * static_cast<int64_t>(sizeof(KT)); l += 64) {
           __builtin_prefetch(f0 + l, 0, 3);
           __builtin_prefetch(f1 + l, 0, 3);
         }
@@ -301,28 +303,31 @@ inline void attention_scores(const float* q, int64_t count, const float* keys, c
 // The sums stay in registers, J rows x C vectors of columns at a time (one pass over the value rows per column
 // block, each value row read once overall); the same FMAs in the same order as accumulating each row's sum in
 // memory one value row at a time (bit-identical), without that loop's store per FMA.
-template <int J, int C>
-inline void weighted_block(const float* p, int64_t stride, const float* inv, const float* values,
+template <int J, int C, typename KT>
+inline void weighted_block(const float* p, int64_t stride, const float* inv, const KT* values,
                            const int64_t* rows, int64_t n, const float* v_new, int64_t d, int64_t e, float* out) {
   vf acc[J][C] = {};
-  for (int64_t i = 0; i <= n; ++i) {
-    const float* row = (i < n ? values + rows[i] * d : v_new) + e;
-    if (i + kAhead < n)
-      for (int64_t l = 0; l < C * kVL * 4; l += 64)
-        __builtin_prefetch(reinterpret_cast<const char*>(values + rows[i + kAhead] * d + e) + l, 0, 3);
+  auto add = [&](const auto* row, int64_t i) {
     vf v[C];
     for (int c = 0; c < C; ++c) v[c] = vload(row + c * kVL);
     for (int j = 0; j < J; ++j) {
       const vf a = vset(p[j * stride + i] * inv[j]);
       for (int c = 0; c < C; ++c) acc[j][c] = vfma(a, v[c], acc[j][c]);
     }
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n)
+      for (int64_t l = 0; l < C * kVL * static_cast<int64_t>(sizeof(KT)); l += 64)
+        __builtin_prefetch(reinterpret_cast<const char*>(values + rows[i + kAhead] * d + e) + l, 0, 3);
+    add(values + rows[i] * d + e, i);
   }
+  add(v_new + e, n);  // the token's own value row, last
   for (int j = 0; j < J; ++j)
     for (int c = 0; c < C; ++c) vstore(out + j * d + e + c * kVL, acc[j][c]);
 }
 
-template <int J>
-inline void weighted_rows(const float* p, int64_t stride, const float* inv, const float* values,
+template <int J, typename KT>
+inline void weighted_rows(const float* p, int64_t stride, const float* inv, const KT* values,
                           const int64_t* rows, int64_t n, const float* v_new, int64_t d, float* out) {
   constexpr int C = kVRegs >= 32 ? 4 : 2;
   int64_t e = 0;
@@ -332,12 +337,13 @@ inline void weighted_rows(const float* p, int64_t stride, const float* inv, cons
     for (int j = 0; j < J; ++j) {
       float acc = 0.f;
       for (int64_t i = 0; i <= n; ++i)
-        acc = std::fma(p[j * stride + i] * inv[j], (i < n ? values + rows[i] * d : v_new)[e], acc);
+        acc = std::fma(p[j * stride + i] * inv[j], i < n ? to_float(values[rows[i] * d + e]) : v_new[e], acc);
       out[j * d + e] = acc;
     }
 }
 
-inline void attention_values(const float* p, int64_t count, int64_t stride, const float* inv, const float* values,
+template <typename KT>
+inline void attention_values(const float* p, int64_t count, int64_t stride, const float* inv, const KT* values,
                              const int64_t* rows, int64_t n, const float* v_new, int64_t d, float* out) {
   for (int64_t j = 0; j < count; j += 4) {
     const float *pj = p + j * stride, *ij = inv + j;
@@ -1339,7 +1345,12 @@ int decode_layer_entry(int nparam, void** params, int* ndims, int64_t** shapes, 
     for (int64_t j = 0; j < shapes[i][0]; ++j) buf[j] = to_float(static_cast<const bf16*>(params[i])[j]);
     return static_cast<const float*>(buf.data());
   };
-  const float *x = in(0), *cos = in(1), *sin = in(2), *mask = in(3), *kc = in(4), *vc = in(5);
+  const float *x = in(0), *cos = in(1), *sin = in(2), *mask = in(3);
+  // the caches: fp32, or bf16 (--kv-cache-dtype bf16: read widened, exact; this token's k and v are rounded to
+  // bf16 before they are used, as the cache will hold them)
+  const bool kv16 = is_bf16(dtypes[4]);
+  if (kv16 != is_bf16(dtypes[5])) return 1;
+  const void *kc = params[4], *vc = params[5];
   const Weight qw = wt(7), kw = wt(8), vw = wt(9);
   const int w = qk_norm ? 12 : 10;
   const Weight ow = wt(w), gw = wt(w + 2), uw = wt(w + 3), dw = wt(w + 4);
@@ -1404,6 +1415,13 @@ int decode_layer_entry(int nparam, void** params, int* ndims, int64_t** shapes, 
           float* ki = k + (r * hkv + i) * d;
           rope(ki, c, s, d);
           if (qk_norm) rms_norm(ki, knw, ki, d, eps);
+          if (kv16) {
+            float* vi = v + (r * hkv + i) * d;
+            for (int64_t j = 0; j < d; ++j) {
+              ki[j] = to_float(round_bf16(ki[j]));
+              vi[j] = to_float(round_bf16(vi[j]));
+            }
+          }
         }
       }
     }
@@ -1420,12 +1438,19 @@ int decode_layer_entry(int nparam, void** params, int* ndims, int64_t** shapes, 
       for (int64_t task = next[1].fetch_add(1); task < tasks; task = next[1].fetch_add(1)) {
         const int64_t r = task / (hkv * splits), gi = task / splits % hkv, h0 = gi * rep + task % splits * per;
         const int64_t g_kv = r * hkv + gi;
-        const float *qs = q.data() + (r * hq + h0) * d, *kcache = kc + g_kv * t * d, *vcache = vc + g_kv * t * d;
+        const float* qs = q.data() + (r * hq + h0) * d;
+        const int64_t at = g_kv * t * d;  // the group's first cache row
         const float* mrow = mask + r * mask_stride;
         int64_t n = 0;
         for (int64_t s = 0; s < t; ++s)
           if (mrow[s] > -1e38f) seen[n++] = s;
-        attention_scores(qs, per, kcache, mrow, seen.data(), n, d, scores.data(), stride);
+        auto group_scores = [&](const auto* keys) {
+          attention_scores(qs, per, keys + at, mrow, seen.data(), n, d, scores.data(), stride);
+        };
+        if (kv16)
+          group_scores(static_cast<const bf16*>(kc));
+        else
+          group_scores(static_cast<const float*>(kc));
         for (int64_t j = 0; j < per; ++j) {
           float* sj = scores.data() + j * stride;
           sj[n] = dot(qs + j * d, k + g_kv * d, d);
@@ -1433,8 +1458,14 @@ int decode_layer_entry(int nparam, void** params, int* ndims, int64_t** shapes, 
           for (int64_t i = 0; i < n; ++i) mx = sj[i] > mx ? sj[i] : mx;
           inv[j] = 1.f / exp_sum(sj, n + 1, mx);
         }
-        attention_values(scores.data(), per, stride, inv.data(), vcache, seen.data(), n, v + g_kv * d, d,
-                         attn.data() + (r * hq + h0) * d);
+        auto group_values = [&](const auto* values) {
+          attention_values(scores.data(), per, stride, inv.data(), values + at, seen.data(), n, v + g_kv * d, d,
+                           attn.data() + (r * hq + h0) * d);
+        };
+        if (kv16)
+          group_values(static_cast<const bf16*>(vc));
+        else
+          group_values(static_cast<const float*>(vc));
       }
       team.sync();
     }
