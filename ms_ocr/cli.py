@@ -59,17 +59,22 @@ def model_spec(args):
 
 
 def add_device_args(p):
-    """--dtype, --quantize, --device, --threads: where and in which precision the model runs."""
-    from ms_ocr.models.quantize import MODES
+    """--dtype, --quantize, --kv-cache-dtype, --device, --threads: where and in which precision the model runs."""
+    from ms_ocr.models.quantize import KV_CACHE_DTYPES, MODES
     p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
                    help="auto follows the checkpoint, exactly: on the CPU a bf16 checkpoint's weights stay bf16 in "
                         "memory with fp32 compute; fp32 widens them at load; bf16 on a CPU with bf16 dot products "
-                        "(AVX512_BF16, AMX, Arm BF16) computes the products of vision and prompt in bf16")
+                        "(AVX512_BF16, AMX, Arm BF16) computes the products of vision and prompt in bf16, with a "
+                        "bf16 KV cache")
     p.add_argument("--quantize", default="none", choices=MODES,
                    help="int8: the decoder's dense layers, a MoE decoder's routed experts and the head (a tied "
                         "one: the embedding table) in weight-only int8 with a scale per row, made at load (decode "
                         "reads half the bytes of bf16; CPU only); int8-g64 / int8-g32: a scale per 64 / 32 columns "
                         "of a row")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
+                   help="the decoder's KV cache: auto is bf16 where --dtype bf16 computes in bf16 and fp32 (exact) "
+                        "otherwise; bf16 halves the bytes decode reads per cached position and the cache's memory "
+                        "(keys and values rounded to bf16 as they are stored)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "ascend"])
     p.add_argument("--threads", type=int, default=None, help="CPU runtime threads")
 

@@ -474,7 +474,8 @@ def _warn(message):
     print(f"warning: {message}", file=sys.stderr)
 
 
-def runtime_key(name, model_dir, target, compute_dtype, round_to, net, buckets, quantize="none", bf16_names=()):
+def runtime_key(name, model_dir, target, compute_dtype, round_to, net, buckets, quantize="none", bf16_names=(),
+                kv_dtype=None):
     """The CompileCache key of a loaded VLM: everything that shapes its graphs besides each graph's inputs.
     `bf16_names`: the weights kept in bf16 (device.bf16_resident), named here because a staged load has not read
     all of them when the key is made (their Parameters' dtypes do not say it yet)."""
@@ -491,4 +492,5 @@ def runtime_key(name, model_dir, target, compute_dtype, round_to, net, buckets, 
             "tied": bool(getattr(net, "tied", False)), "fused": backend.FUSED, "routes": sorted(backend.routed()),
             "bf16_natives": [backend.NATIVE_GATHER_ROWS is not None, backend.NATIVE_WIDEN is not None],
             "native": kernels.isa_level if kernels else None, "buckets": repr(buckets), "quantize": quantize,
-            "bf16_resident": hashlib.sha256("\0".join(sorted(bf16_names)).encode()).hexdigest()}
+            "bf16_resident": hashlib.sha256("\0".join(sorted(bf16_names)).encode()).hexdigest(),
+            "kv_dtype": str(kv_dtype or compute_dtype)}

@@ -149,7 +149,8 @@ def run(argv):
         # one request: the vision weights are released before the text weights load (lower peak memory)
         with staged_weights() if one_request and os.environ.get("MS_OCR_STAGED", "1") != "0" else \
                 contextlib.nullcontext():
-            pipe = spec.load(model_dir, target, args.dtype, quantize=args.quantize)
+            pipe = spec.load(model_dir, target, args.dtype, quantize=args.quantize,
+                             kv_cache_dtype=args.kv_cache_dtype)
     if args.mode:
         pipe.processor.set_mode(args.mode)
     sampling = sampling_config(args, spec, pipe)

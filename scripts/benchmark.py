@@ -28,7 +28,7 @@ sys.path.insert(0, REPO)
 
 os.environ.setdefault("GLOG_v", "3")
 
-from ms_ocr.models.quantize import MODES as QUANT_MODES  # noqa: E402 - a tuple, no framework
+from ms_ocr.models.quantize import KV_CACHE_DTYPES, MODES as QUANT_MODES  # noqa: E402 - tuples, no framework
 from ms_ocr.proc import peak_rss_gb  # noqa: E402 - plain /proc reads, no framework
 from tests.helpers.bench_report import (median_result, process_report, round_ratios,  # noqa: E402
                                         tokens_agreement, write_json)
@@ -65,6 +65,7 @@ def add_run_args(p, region=None):
                         "run it (docs/native-kernels.md); fp32 widens every weight at load (transformers always runs "
                         "fp32)")
     p.add_argument("--quantize", choices=QUANT_MODES, default="none", help="ms_ocr's --quantize")
+    p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto", help="ms_ocr's --kv-cache-dtype")
     p.add_argument("--out", default=os.path.join(REPO, "bench_out"))
 
 
@@ -127,7 +128,8 @@ def worker_ms_ocr(args):
     simd = {"isa_level": kernels.isa_level if kernels else None,
             "march": native.build_arch() if kernels else None, "routed": list(backend.routed())}
     t0 = time.perf_counter()
-    pipe = model_spec(args.model).load(args.ckpt, "CPU", args.dtype, Buckets(), quantize=args.quantize)
+    pipe = model_spec(args.model).load(args.ckpt, "CPU", args.dtype, Buckets(), quantize=args.quantize,
+                                       kv_cache_dtype=args.kv_cache_dtype)
     load_s = time.perf_counter() - t0
     import mindspore as ms
     bf16_weights = any(p.dtype == ms.bfloat16 for p in pipe.runtime.model.get_parameters())
@@ -158,6 +160,7 @@ def worker_ms_ocr(args):
             "decode_ms_per_token": 1000 * decode_s / n, "decode_tokens_per_s": n / decode_s,
             "compile_s": dict(rt.compiler.seconds), "peak_rss_gb": peak_rss_gb(), "tokens": tokens,
             "simd": simd, "routes": kernel_routes(simd["routed"]), "dtype": args.dtype,
+            "kv_cache_dtype": str(rt.cache.dtype),
             "text_weights": "bf16" if bf16_weights else "fp32"}
 
 
@@ -249,7 +252,8 @@ def fp32_weight_bytes(ckpt, bytes_per_weight=4):
 def run_worker(framework, args):
     return run_json_worker(__file__, ["--worker", framework, "--model", args.model, "--ckpt", args.ckpt, "--image",
                                       args.image, "--new-tokens", args.new_tokens, "--threads", args.threads,
-                                      "--prompt", args.prompt, "--dtype", args.dtype, "--quantize", args.quantize],
+                                      "--prompt", args.prompt, "--dtype", args.dtype, "--quantize", args.quantize,
+                                      "--kv-cache-dtype", args.kv_cache_dtype],
                            args.threads, framework)
 
 
@@ -303,6 +307,7 @@ def report(results, bound_ms, rounds=(), cpu=None, bf16_bound_ms=None):
 def precision_tag(args, sep):
     """What ms_ocr runs in when it is not the default: "" or e.g. " bf16", " int8", " bf16+int8" (sep first)."""
     parts = ([args.dtype] if args.dtype != "auto" else []) + ([args.quantize] if args.quantize != "none" else [])
+    parts += [f"kv-{args.kv_cache_dtype}"] if args.kv_cache_dtype != "auto" else []
     return sep + "+".join(parts) if parts else ""
 
 
@@ -316,7 +321,8 @@ def cli_process(args, cache_dir, fresh):
         shutil.rmtree(cache_dir, ignore_errors=True)
     cmd = [sys.executable, "-m", "ms_ocr.infer", "--model", args.model, "--model-path", args.ckpt, "--image",
            args.image, "--prompt", args.prompt, "--max-new-tokens", str(args.new_tokens), "--dtype", args.dtype,
-           "--quantize", args.quantize, "--threads", str(args.threads), "--json"]
+           "--quantize", args.quantize, "--kv-cache-dtype", args.kv_cache_dtype, "--threads", str(args.threads),
+           "--json"]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=REPO, MS_OCR_COMPILE_CACHE="1",
                MS_OCR_COMPILE_CACHE_DIR=cache_dir, GLOG_v="3")
     if args.isa != "native":  # ms_ocr's native kernels built for that level (MindSpore's own kernels stay as they are)
@@ -406,7 +412,8 @@ def main():
                {"model": args.model, "threads": args.threads, "new_tokens": args.new_tokens, "cpu": cpu,
                 "simd": {fw: r.get("simd") for fw, r in results.items()},
                 "kernel_routes": results.get("ms_ocr", {}).get("routes"), "decode_bound_ms": bound_ms,
-                "decode_bound_ms_bf16": bf16_bound_ms, "dtype": args.dtype, "results": results, "rounds": rounds})
+                "decode_bound_ms_bf16": bf16_bound_ms, "dtype": args.dtype, "kv_cache_dtype": args.kv_cache_dtype,
+                "results": results, "rounds": rounds})
 
 
 def peers(args):

@@ -35,7 +35,8 @@ def worker(args):
     from benchmark import peak_rss_gb
     setup("cpu", args.threads)
     package = model_spec(args.model)
-    pipe = package.load(args.ckpt, "CPU", args.dtype, quantize=args.quantize)
+    pipe = package.load(args.ckpt, "CPU", args.dtype, quantize=args.quantize,
+                        kv_cache_dtype=args.kv_cache_dtype)
     prompt = next(iter(package.tasks.values()))
     pages = [region(args.width, args.height, i) for i in range(args.pages)]
     engine = BatchEngine(pipe, SamplingConfig(max_new_tokens=args.new_tokens), args.batch,
@@ -75,7 +76,8 @@ def main():
         rows.append(run_json_worker(__file__, ["--worker", "--batch", b, "--model", args.model, "--ckpt", args.ckpt,
                                                "--pages", args.pages, "--width", args.width, "--height", args.height,
                                                "--new-tokens", args.new_tokens, "--threads", args.threads,
-                                               "--dtype", args.dtype, "--quantize", args.quantize],
+                                               "--dtype", args.dtype, "--quantize", args.quantize,
+                                               "--kv-cache-dtype", args.kv_cache_dtype],
                                     args.threads, f"batch {b}"))
     base = rows[0]
     print_table([("batch", 5, "d"), ("pages/s", 10, ".3f"), ("tok/s", 9, ".2f"), ("decode tok/s", 14, ".2f"),
@@ -87,7 +89,7 @@ def main():
     write_json(args.out, f"benchmark_batch_{args.model}.json",
                {"model": args.model, "pages": args.pages, "size": [args.width, args.height],
                 "new_tokens": args.new_tokens, "threads": args.threads, "dtype": args.dtype, "quantize": args.quantize,
-                "rows": rows})
+                "kv_cache_dtype": args.kv_cache_dtype, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -56,7 +56,8 @@ def infer_worker(args):
     from ms_ocr.models import get as model_spec
     setup("cpu", args.threads)
     package = model_spec(args.model)
-    pipe = package.load(args.ckpt, "CPU", args.dtype, quantize=args.quantize)
+    pipe = package.load(args.ckpt, "CPU", args.dtype, quantize=args.quantize,
+                        kv_cache_dtype=args.kv_cache_dtype)
     pipe.eos_ids = []  # every request runs to its budget, as the server's requests do (ignore_eos)
     prompt = next(iter(package.tasks.values()))
     pages = crops(args.requests, args.width, args.height)
@@ -86,7 +87,8 @@ def start_server(args, port):
     env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS=str(args.threads))
     cmd = [sys.executable, "-m", "ms_ocr.serve", "--model", args.model, "--model-path", args.ckpt, "--port", str(port),
            "--max-num-seqs", str(args.max_num_seqs), "--max-model-len", str(args.max_model_len), "--device", "cpu",
-           "--dtype", args.dtype, "--quantize", args.quantize, "--threads", str(args.threads),
+           "--dtype", args.dtype, "--quantize", args.quantize, "--kv-cache-dtype", args.kv_cache_dtype,
+           "--threads", str(args.threads),
            "--max-queue", str(max(64, args.requests))]
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
     import httpx
@@ -202,7 +204,8 @@ def main():
         rows.append(run_json_worker(__file__, ["--worker", "--model", args.model, "--ckpt", args.ckpt, "--requests",
                                                args.requests, "--new-tokens", *args.new_tokens, "--width", args.width,
                                                "--height", args.height, "--threads", args.threads, "--dtype",
-                                               args.dtype, "--quantize", args.quantize],
+                                               args.dtype, "--quantize", args.quantize,
+                                               "--kv-cache-dtype", args.kv_cache_dtype],
                                     args.threads, "infer"))
     rows += run_server(args)
     base = rows[0]
@@ -226,7 +229,8 @@ def main():
               f"{sum(base['latency_s']) / sum(base['ttft_s']):.2f}x")
     write_json(args.out, f"benchmark_serve_{args.model}.json",
                {"model": args.model, "requests": args.requests, "size": [args.width, args.height],
-                "new_tokens": args.new_tokens, "dtype": args.dtype, "quantize": args.quantize, "threads": args.threads,
+                "new_tokens": args.new_tokens, "dtype": args.dtype, "quantize": args.quantize,
+                "kv_cache_dtype": args.kv_cache_dtype, "threads": args.threads,
                 "max_num_seqs": args.max_num_seqs, "max_model_len": args.max_model_len, "rows": rows})
     print("server TTFT percentiles are histogram bucket upper bounds; infer's are exact")
 

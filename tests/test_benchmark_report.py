@@ -98,8 +98,8 @@ def _batch_row(b):
 
 @pytest.mark.parametrize("name", ["benchmark_batch", "benchmark_serve"])
 def test_benchmarks_pass_the_precision_options_on(monkeypatch, tmp_path, name):
-    """--dtype and --quantize reach every ms_ocr process a benchmark starts (both were accepted, and --quantize was
-    dropped, by the batch and serve benchmarks)."""
+    """--dtype, --quantize and --kv-cache-dtype reach every ms_ocr process a benchmark starts (--dtype and
+    --quantize were accepted, and --quantize was dropped, by the batch and serve benchmarks)."""
     module = _benchmark_module(monkeypatch, name)
     calls, servers = [], []
 
@@ -117,13 +117,15 @@ def test_benchmarks_pass_the_precision_options_on(monkeypatch, tmp_path, name):
     monkeypatch.setattr(module, "run_json_worker", fake_worker)
     if name == "benchmark_serve":
         monkeypatch.setattr(module, "run_server", fake_server)
-    monkeypatch.setattr("sys.argv", [name, "--dtype", "bf16", "--quantize", "int8", "--out", str(tmp_path)])
+    monkeypatch.setattr("sys.argv", [name, "--dtype", "bf16", "--quantize", "int8", "--kv-cache-dtype", "bf16",
+                                     "--out", str(tmp_path)])
     module.main()
     assert calls
     for argv in calls:
         assert argv[argv.index("--dtype") + 1] == "bf16" and argv[argv.index("--quantize") + 1] == "int8"
+        assert argv[argv.index("--kv-cache-dtype") + 1] == "bf16"
     saved = json.loads(next(tmp_path.glob("*.json")).read_text())
-    assert saved["dtype"] == "bf16" and saved["quantize"] == "int8"
+    assert saved["dtype"] == "bf16" and saved["quantize"] == "int8" and saved["kv_cache_dtype"] == "bf16"
     if name == "benchmark_serve":
         assert servers == [("bf16", "int8")]
 
@@ -136,8 +138,9 @@ def test_benchmarks_pass_the_precision_options_on(monkeypatch, tmp_path, name):
 
         monkeypatch.setattr(module.subprocess, "Popen", fake_popen)
         args = type("Args", (), dict(model="paddleocr-vl", ckpt="ckpt-dir", max_num_seqs=8, max_model_len=512,
-                                     dtype="bf16", quantize="int8", threads=2, requests=4))
+                                     dtype="bf16", quantize="int8", kv_cache_dtype="bf16", threads=2, requests=4))
         with pytest.raises(Started):
             module.start_server(args, 8000)
         cmd = calls[-1]
         assert cmd[cmd.index("--dtype") + 1] == "bf16" and cmd[cmd.index("--quantize") + 1] == "int8"
+        assert cmd[cmd.index("--kv-cache-dtype") + 1] == "bf16"

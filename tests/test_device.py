@@ -55,3 +55,18 @@ def test_cpu_setup_lowers_only_the_launching_thread():
 def test_main_nice_zero_keeps_the_priority():
     nice, start = _thread_nice("0")
     assert nice["main"] == start
+
+
+def test_kv_cache_dtype_resolution():
+    """--kv-cache-dtype: fp32 and bf16 as asked; auto bf16 where --dtype bf16 computes in bf16, else the compute
+    dtype (fp32 on the CPU: the exact path keeps an fp32 cache); anything else a clear error."""
+    import mindspore as ms
+    from ms_ocr.device import resolve_kv_dtype
+    assert resolve_kv_dtype("auto", ms.float32, False) == ms.float32
+    assert resolve_kv_dtype("auto", ms.float32, True) == ms.bfloat16
+    assert resolve_kv_dtype("auto", ms.bfloat16, True) == ms.bfloat16  # Ascend, --dtype bf16
+    assert resolve_kv_dtype("auto", ms.float16, False) == ms.float16  # Ascend, --dtype fp16
+    assert resolve_kv_dtype("bf16", ms.float32, False) == ms.bfloat16
+    assert resolve_kv_dtype("fp32", ms.float32, True) == ms.float32
+    with pytest.raises(ValueError, match="unknown --kv-cache-dtype 'fp8'"):
+        resolve_kv_dtype("fp8", ms.float32, False)

@@ -145,3 +145,30 @@ def test_engine_reports_bad_requests_and_goes_on(paddle):
     assert got["long"][0] is None and "exceeds --max-input-length 40" in str(got["long"][1])
     with pytest.raises(ValueError, match="max_position_embeddings"):
         BatchEngine(paddle, SamplingConfig(), 2, max_input_length=10 ** 6, max_output_length=4)
+
+
+def test_bf16_kv_cache_batched_equals_single(tiny_dir, graph_mode):
+    """--kv-cache-dtype bf16 through the engine: the caches really are bf16 (a bf16 set_data into the fp32 cache
+    Parameter once left them fp32), and sequences decoded together, with finished ones' rows refilled and moved,
+    give the tokens and per-step logits of each request decoded alone over its own bf16 cache."""
+    import mindspore as ms
+    from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
+    pipe = paddleocr_vl.load(tiny_dir, "CPU", "auto", Buckets(prefill=32, slots=64), kv_cache_dtype="bf16")
+    pages = [page(w, h, 20 + i) for i, (w, h) in enumerate(PAGES[:4])]
+    alone = []
+    for p in pages:
+        steps = []
+        result = pipe.run([p], "OCR:", SamplingConfig(max_new_tokens=NEW_TOKENS), on_logits=steps.append)
+        alone.append((result["token_ids"], np.stack(steps)))
+    caches = [c for layer in pipe.runtime.model.text_layers() for c in (layer.self_attn.k_cache,
+                                                                         layer.self_attn.v_cache)]
+    assert all(c.dtype == ms.bfloat16 and c.asnumpy().dtype.itemsize == 2 for c in caches)
+    max_new = [NEW_TOKENS - 2 * (i % 3) for i in range(len(pages))]
+    engines = []
+    done, _ = _run(pipe, pages, "OCR:", 3, max_new, engine_out=engines)
+    assert min(engines[0].step_rows) < 3
+    for i in range(len(pages)):
+        got, (tokens, logits) = done[str(i)], alone[i]
+        n = len(got["token_ids"])
+        assert n == min(max_new[i], len(tokens)) and got["token_ids"] == tokens[:n]
+        assert rel_err(got["dump"]["logits"], logits[:n]) < TOL

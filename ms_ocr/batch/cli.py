@@ -167,7 +167,8 @@ def _run_job(args, spec, model_dir, items, job_prompt, job_task, world, rank, st
 
     from ms_ocr.device import setup
     target = setup(args.device, args.threads)
-    pipe = spec.load(model_dir, target, args.dtype, quantize=args.quantize)
+    pipe = spec.load(model_dir, target, args.dtype, quantize=args.quantize,
+                     kv_cache_dtype=args.kv_cache_dtype)
     if args.mode:
         pipe.processor.set_mode(args.mode)
     sampling = sampling_config(args, spec, pipe)

@@ -10,7 +10,7 @@ from ms_ocr.compiler import CompileCache, runtime_key
 from ms_ocr.config_utils import read_json
 from ms_ocr.convert.loader import is_state, load_weights
 from ms_ocr.convert.safetensors_io import checkpoint_dtypes, has_weights, iter_checkpoint, same_values, tensor_index
-from ms_ocr.device import bf16_products, bf16_resident, resolve_dtype
+from ms_ocr.device import bf16_products, bf16_resident, resolve_dtype, resolve_kv_dtype
 from ms_ocr.models.quantize import GROUPS as QUANT_GROUPS, MODES as QUANT_MODES, Int8Plan, finish_int8, prepare_int8
 from ms_ocr.vlm import VLMPipeline
 from ms_ocr.runtime import Buckets, VLMRuntime
@@ -67,10 +67,12 @@ def text_parameter_names(net):
 
 
 def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, num_pos_axes, t0, target="CPU",
-                  dtype="auto", buckets=None, postprocess=None, quantize="none", task_inputs=None):
+                  dtype="auto", buckets=None, postprocess=None, quantize="none", task_inputs=None,
+                  kv_cache_dtype="auto"):
     """Load the checkpoint of `model_dir` into `net` (strict, via the rename `table`) and wrap it. quantize="int8":
     the decoder's dense layers and the head (a tied one's embedding table) in weight-only int8, made from the loaded
-    values (models/quantize.py; CPU only). `task_inputs`: what named tasks change around the model (vlm.TaskInputs)."""
+    values (models/quantize.py; CPU only). `task_inputs`: what named tasks change around the model (vlm.TaskInputs).
+    `kv_cache_dtype`: auto, fp32 or bf16 (device.resolve_kv_dtype)."""
     if quantize not in QUANT_MODES:
         raise ValueError(f"unknown --quantize {quantize!r} ({', '.join(QUANT_MODES)})")
     if quantize != "none" and target == "Ascend":
@@ -79,8 +81,9 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
     tags = checkpoint_dtypes(model_dir)
     compute_dtype, round_to = resolve_dtype(dtype, target, tags)
     keep = net.bf16_weight_names() if bf16_resident(dtype, target, tags) else set()
-    if keep:
-        bf16_products(dtype, target)  # before any graph of the model is built
+    # before any graph of the model is built
+    products_bf16 = bf16_products(dtype, target) if keep or target == "Ascend" else False
+    kv_dtype = resolve_kv_dtype(kv_cache_dtype, compute_dtype, products_bf16)
     int8 = prepare_int8(net, QUANT_GROUPS[quantize]) if quantize != "none" else Int8Plan()
 
     def load(only=None):
@@ -101,9 +104,9 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
     buckets = buckets or Buckets()
     if os.path.isfile(os.path.join(model_dir, "config.json")):
         CompileCache.activate(runtime_key(name, model_dir, target, compute_dtype, round_to, net, buckets, quantize,
-                                          keep))
+                                          keep, kv_dtype))
     runtime = VLMRuntime(net, cfg.text.max_position_embeddings, pad_id=0, compute_dtype=compute_dtype,
-                         buckets=buckets)
+                         buckets=buckets, kv_dtype=kv_dtype)
     pipe = VLMPipeline(name, model_dir, cfg, processor, runtime, vision_inputs,
                        eos_ids(model_dir, cfg.text.eos_token_id), num_pos_axes, cfg.image_token_id,
                        load_seconds=time.perf_counter() - t0, postprocess=postprocess, task_inputs=task_inputs)

@@ -16,6 +16,7 @@ Q8_0 is groups of 32) instead of one per row: a row's large weights no longer se
 1/16 or 1/8 more bytes per weight (fp32 scales). The command lines read MODES without importing the framework."""
 
 MODES = ("none", "int8", "int8-g64", "int8-g32")
+KV_CACHE_DTYPES = ("auto", "fp32", "bf16")  # --kv-cache-dtype's choices (ms_ocr.device.resolve_kv_dtype)
 GROUPS = {"int8": 0, "int8-g64": 64, "int8-g32": 32}  # columns per scale (0: one scale per row)
 
 

@@ -118,12 +118,15 @@ class ModelSpec:
                 "task_inputs": TaskInputs(dict(self.task_pixels or {}), self.resolve("task_image"),
                                           tuple(self.special_token_tasks), dict(self.tasks))}
 
-    def load(self, model_dir, target="CPU", dtype="auto", buckets=None, mode=None, quantize="none"):
-        """The VLMPipeline of a hub or converted checkpoint folder (quantize: "none" or "int8", models/quantize.py)."""
+    def load(self, model_dir, target="CPU", dtype="auto", buckets=None, mode=None, quantize="none",
+             kv_cache_dtype="auto"):
+        """The VLMPipeline of a hub or converted checkpoint folder (quantize: "none" or "int8", models/quantize.py;
+        kv_cache_dtype: auto, fp32 or bf16, device.resolve_kv_dtype)."""
         from ms_ocr.models.loading import load_pipeline
         t0 = time.perf_counter()
         host = self.host_side(model_dir, mode)
         cfg = host["cfg"]
         return load_pipeline(self.name, model_dir, cfg, host["processor"], self.build(cfg), self.name_table(cfg),
                              host["vision_inputs"], cfg.num_pos_axes, t0, target, dtype, buckets,
-                             postprocess=host["postprocess"], quantize=quantize, task_inputs=host["task_inputs"])
+                             postprocess=host["postprocess"], quantize=quantize, task_inputs=host["task_inputs"],
+                             kv_cache_dtype=kv_cache_dtype)

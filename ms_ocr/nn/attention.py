@@ -39,13 +39,16 @@ class KVCacheAttention(nn.Cell):
         """(Re)size the caches to `batch` sequences of `slots` positions, zero-filled: [B*Hkv*T, D] rows for
         `construct`'s in-graph writes (flat), or [B, Hkv, T, D] for the read-only decode steps
         (F.decoder_attention_decode), whose caches the host writes (a reshape of a cache Parameter in a CPU
-        graph copies it)."""
+        graph copies it). `dtype`: the caches' (set_data alone would convert the zeros to the Parameter's own
+        dtype, so a bf16 cache asked of an fp32 Parameter stayed fp32)."""
         if flat:
             shape = (batch * self.num_kv_heads * slots, self.head_dim)
         else:
             shape = (batch, self.num_kv_heads, slots, self.head_dim)
-        self.k_cache.set_data(ops.zeros(shape, dtype))
-        self.v_cache.set_data(ops.zeros(shape, dtype))
+        for cache in (self.k_cache, self.v_cache):
+            if cache.dtype != dtype:
+                cache.set_dtype(dtype)
+            cache.set_data(ops.zeros(shape, dtype))
 
     def construct(self, x, cos, sin, write_idx, mask):
         b, s, _ = x.shape

@@ -80,7 +80,8 @@ def load(args, pages=None):
     from ms_ocr.pipeline.markdown import IGNORED_LABELS
     return DocumentPipeline.load(args.recognizer, args.model_path, args.layout_model_path, args.device, args.dtype,
                                  args.threads, sampling=lambda spec, vlm: sampling_config(args, spec, vlm),
-                                 layout_mode=args.layout_mode, pages=pages, quantize=args.quantize, charts=args.charts,
+                                 layout_mode=args.layout_mode, pages=pages, quantize=args.quantize,
+                                 kv_cache_dtype=args.kv_cache_dtype, charts=args.charts,
                                  max_batch_size=args.max_batch_size,
                                  ignore=() if args.keep_all_labels else IGNORED_LABELS)
 

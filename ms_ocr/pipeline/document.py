@@ -62,12 +62,12 @@ class DocumentPipeline:
     @classmethod
     def load(cls, recognizer="paddleocr-vl", model_path=None, layout_path=None, device="auto", dtype="auto",
              threads=None, max_new_tokens=4096, sampling=None, layout_mode="graph", pages=None, quantize="none",
-             **options):
+             kv_cache_dtype="auto", **options):
         """Load the layout model and the recogniser (weights located as the command line does). `sampling`: a
         SamplingConfig or a function (spec, vlm) -> SamplingConfig; default greedy with the recogniser's
         n-gram blocking. `layout_mode`: LayoutDetector's ("graph" or "eager"), or "auto" (eager on the CPU
         when `pages`, the number of pages the run will parse, is below EAGER_BELOW_PAGES). `options`: the
-        constructor's. `quantize`: the recogniser's (models/quantize.py)."""
+        constructor's. `quantize`, `kv_cache_dtype`: the recogniser's (models/quantize.py, device.resolve_kv_dtype)."""
         from ms_ocr import models
         from ms_ocr.device import setup
         from ms_ocr.generate import model_sampling
@@ -79,7 +79,7 @@ class DocumentPipeline:
         target = setup(device, threads)
         spec = models.get(recognizer)
         layout = LayoutDetector(layout_dir, mode=layout_mode_for(layout_mode, target, pages))
-        vlm = spec.load(model_dir, target, dtype, quantize=quantize)
+        vlm = spec.load(model_dir, target, dtype, quantize=quantize, kv_cache_dtype=kv_cache_dtype)
         if sampling is None:
             sampling = model_sampling(spec, vlm.processor.tokenizer, max_new_tokens)
         elif callable(sampling):

@@ -29,7 +29,7 @@ PREFILL_ATTENTION_CHUNK = 256
 
 
 class VLMRuntime:
-    def __init__(self, model, max_positions, pad_id=0, compute_dtype=ms.float32, buckets=None):
+    def __init__(self, model, max_positions, pad_id=0, compute_dtype=ms.float32, buckets=None, kv_dtype=None):
         self.model = model
         self.max_positions = max_positions
         self.pad_id = pad_id
@@ -39,7 +39,7 @@ class VLMRuntime:
         # did not use are freed (see CompileTimer.next_request). The decode graphs stay (one per cache size).
         self.compiler = CompileTimer(evictable=("vision", "prefill"))
         self.vision = VisionEncoder(model, self.compiler, compute_dtype)
-        self.cache = KVCache(model, compute_dtype)
+        self.cache = KVCache(model, compute_dtype, kv_dtype)
         self.tspec = model.text_layers()[0].spec
         self.moe = HostMoE(model, self.compiler, self.cache, self.tspec)
         self.prefill_prep_step = PrefillPrepStep(model)

@@ -11,8 +11,9 @@ from ms_ocr.ops import backend
 
 
 class KVCache:
-    def __init__(self, model, compute_dtype):
+    def __init__(self, model, compute_dtype, kv_dtype=None):
         self.model, self.compute_dtype = model, compute_dtype
+        self.dtype = kv_dtype or compute_dtype  # the caches' (--kv-cache-dtype, device.resolve_kv_dtype)
         self.host_default = not backend.FUSED  # the layout reset() picks unless told
         self.slots = self.batch = 0
         self._views = None  # per layer (k, v) numpy views [B, Hkv, T, D] of host-written caches
@@ -28,7 +29,7 @@ class KVCache:
         Ascend) lays them out [B, Hkv, T, D] for the host to write and keeps numpy views of them; False keeps the
         in-graph layout (DecodeStep, the exported text graph)."""
         host = self.host_default if host_writes is None else host_writes
-        self.model.allocate_cache(batch, slots, self.compute_dtype, flat=not host)
+        self.model.allocate_cache(batch, slots, self.dtype, flat=not host)
         self.slots, self.batch = slots, batch
         # a CPU Parameter's asnumpy() is its own buffer: writes through it are what the next graph reads
         self._views = [(layer.self_attn.k_cache.asnumpy(), layer.self_attn.v_cache.asnumpy())
@@ -52,7 +53,7 @@ class KVCache:
 
     def store(self, index, k, v, cache_rows, cache_pos):
         """Write layer `index`'s new k, v [B', Hkv, S, D] (numpy) at positions cache_pos.. of the cache's
-        sequence slots cache_rows [B'] (host-written caches)."""
+        sequence slots cache_rows [B'] (host-written caches; into bf16 caches rounded to nearest, ties to even)."""
         k_view, v_view = self._views[index]
         s = k.shape[2]
         for i, (row, pos) in enumerate(zip(cache_rows, cache_pos)):

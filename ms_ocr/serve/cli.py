@@ -116,7 +116,8 @@ def run(argv):
     model_dir = locate(args.model, args.model_path)
     from ms_ocr.device import setup
     target = setup(args.device, args.threads)
-    pipe = spec.load(model_dir, target, args.dtype, quantize=args.quantize)
+    pipe = spec.load(model_dir, target, args.dtype, quantize=args.quantize,
+                     kv_cache_dtype=args.kv_cache_dtype)
     if args.mode:
         pipe.processor.set_mode(args.mode)
     t0 = time.perf_counter()

@@ -68,17 +68,22 @@ BATCH = 8  # the batched bf16 run: sequences decoded together
 
 
 @pytest.fixture(scope="module", params=[("bf16", "--dtype", "bf16"), ("int8", "--quantize", "int8"),
-                                        ("bf16_batched", "--dtype", "bf16")], ids=lambda p: p[0])
+                                        ("bf16_batched", "--dtype", "bf16"),
+                                        ("kv_bf16", "--kv-cache-dtype", "bf16")], ids=lambda p: p[0])
 def reduced(request, tmp_path_factory):
-    """(mode, records) of PRECISION_SETS read by `infer` with --dtype bf16 or --quantize int8, or by the batch
-    runner with --dtype bf16 and BATCH sequences decoded together. `infer` decodes one sequence at a time, which
-    keeps exact products in the decode step; a step of two sequences or more rounds its rows to bf16 on a CPU with
-    AMX (docs/native-kernels.md, "AMX tiles for the decode step"), so only the batched run gates that rounding."""
+    """(mode, records) of PRECISION_SETS read by `infer` with --dtype bf16, --quantize int8 or --kv-cache-dtype
+    bf16, or by the batch runner with --dtype bf16 and BATCH sequences decoded together. `infer` decodes one
+    sequence at a time, which keeps exact products in the decode step; a step of two sequences or more rounds its
+    rows to bf16 on a CPU with AMX (docs/native-kernels.md, "AMX tiles for the decode step"), so only the batched
+    run gates that rounding. Where --dtype bf16 computes in bf16 its cache is bf16 too (--kv-cache-dtype auto), so
+    the bf16 cache alone is read only on a CPU without bf16 dot products."""
     mode, *options = request.param
     if mode.startswith("bf16") and not native.cpu_bf16_dot():
         # --dtype bf16 is the exact path there (the CLI says so once; tests/ops/test_gemm_bf16.py), which `gate`
         # reads already: the same ~2.5 minutes of CLI runs again on such a CPU would gate nothing
         pytest.skip("this CPU has no bf16 dot products: --dtype bf16 runs the exact path")
+    if mode == "kv_bf16" and native.cpu_bf16_dot():
+        pytest.skip("--dtype bf16 reads these crops with a bf16 KV cache already (--kv-cache-dtype auto)")
     return mode, _read(tmp_path_factory, PRECISION_SETS, *options,
                        batch_size=BATCH if mode == "bf16_batched" else None)
 

@@ -313,6 +313,71 @@ def test_bf16_logits_agree_with_transformers_autocast(bf16_model, matrix_checkpo
         assert "--dtype bf16: products stay fp32" in proc.stderr
 
 
+# ---- --kv-cache-dtype bf16: the KV cache in bf16 -----------------------------------------------------------------
+
+KV16_TOKENS = 12
+# every step's logits: max |ours - the rounded-cache reference| <= KV16_LOGIT_TOL * max|logit|. Not 1e-4: the two
+# sides' fp32 k and v differ in their last bits, and a value that close to a bf16 tie rounds one bf16 step (2^-8)
+# apart (measured 1e-5 - 2.5e-4 on PaddleOCR-VL's tiny model); the rounding itself moves the logits 3e-3 - 7e-3.
+KV16_LOGIT_TOL = 1e-3
+
+
+def test_bf16_kv_cache_matches_transformers_with_a_rounded_cache(bf16_model, matrix_checkpoint, matrix_images,
+                                                                 tmp_path, monkeypatch):
+    """`infer --kv-cache-dtype bf16` computes what transformers computes with its cache layers storing K and V
+    rounded to bf16 (widened back to fp32): the prompt's attention over its own unrounded k, v (ms_ocr's prefill),
+    every later step over the rounded cache and its own rounded k, v (DecodeLayer; the composed attention of a MoE
+    decoder). The first step's logits (the prompt's, no cache read) within 1e-4 of max|logit|, every step's within
+    KV16_LOGIT_TOL, the same greedy tokens; the steps after the first differ from the fp32 cache's by more than
+    that (the rounding is really there)."""
+    import torch
+    from transformers.cache_utils import DynamicLayer
+
+    matrix = MATRICES[bf16_model]
+    variant = next(v for v, spec in matrix.variants.items() if not spec.get("slow"))
+    spec = matrix.variants[variant]
+    folder = str(tmp_path / "ckpt")
+    shutil.copytree(matrix_checkpoint(bf16_model, variant), folder)
+    path = matrix_images(matrix.images[spec["images"][0]])
+    prompt = matrix.prompts[spec["prompt"]]
+    # both runtimes stop on generation_config.json's eos only: the vocabulary's last id, which these random models
+    # do not pick, so that every run decodes KV16_TOKENS steps over the cache (DeepSeek-OCR-2's ends at once)
+    model, _ = matrix.reference_model(folder, [Image.open(path).convert("RGB")], prompt)
+    layouts.set_eos(folder, [model.config.get_text_config().vocab_size - 1])
+
+    def generate():
+        model, inputs = matrix.reference_model(folder, [Image.open(path).convert("RGB")], prompt)
+        with torch.no_grad():
+            out = model.generate(**inputs, max_new_tokens=KV16_TOKENS, do_sample=False, output_logits=True,
+                                 return_dict_in_generate=True)
+        return out.sequences[0, inputs["input_ids"].shape[1]:].tolist(), [s[0].float().numpy() for s in out.logits]
+
+    _, exact = generate()
+    update = DynamicLayer.update
+
+    def rounded_update(self, key_states, value_states, *args, **kwargs):
+        first = not self.is_initialized
+        keys, values = update(self, key_states.to(torch.bfloat16).float(), value_states.to(torch.bfloat16).float(),
+                              *args, **kwargs)
+        return (key_states, value_states) if first else (keys, values)
+
+    monkeypatch.setattr(DynamicLayer, "update", rounded_update)
+    want, want_logits = generate()
+    mode = ("--mode", spec["mode"]) if "mode" in spec else ()
+    proc = run_module("ms_ocr.infer", "--model", matrix.cli, "--model-path", folder, "--image", path, "--prompt",
+                      prompt, "--max-new-tokens", str(KV16_TOKENS), "--kv-cache-dtype", "bf16", "--json", "--dump",
+                      str(tmp_path / "dump"), *mode, *matrix.cli_args)
+    assert proc.returncode == 0, proc.stderr
+    (got,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert got["token_ids"] == want and len(want) == KV16_TOKENS
+    logits = np.load(os.path.join(got["dump"], "logits.npy"))
+    assert logits.shape == (len(want), want_logits[0].shape[-1])
+    errs = [np.abs(ours - ref).max() / np.abs(ref).max() for ours, ref in zip(logits, want_logits)]
+    assert errs[0] <= 1e-4 and max(errs) <= KV16_LOGIT_TOL, errs
+    moved = [np.abs(logits[i] - exact[i]).max() / np.abs(exact[i]).max() for i in range(1, len(exact))]
+    assert max(moved) > KV16_LOGIT_TOL, moved
+
+
 # ---- --quantize int8: weight-only int8 decoder -------------------------------------------------------------------
 
 INT8_TOKENS = 24
