@@ -9,7 +9,8 @@ The reduced precisions are gated here too (issue 45): the training fonts' single
 with `--dtype bf16` and with `--quantize int8` give a CER within MAX_CER_DRIFT of the exact path's on each set,
 and no output runs on past twice its truth; so do they read by the batch runner with `--dtype bf16`, eight
 sequences decoded together (the decode step's rows rounded to bf16 on AMX); on a CPU without bf16 dot products,
-where `--dtype bf16` is the exact path, only int8 is read again. (The renderer's own lines, with the
+where `--dtype bf16` is the exact path, int8 and `--kv-cache-dtype bf16` (which `--dtype bf16` includes where it
+computes in bf16) are read again instead. (The renderer's own lines, with the
 unseen font and int8-g32 as well, are the same gate in tests/demo/test_gate.py, with -m slow.)"""
 
 import random
