@@ -122,17 +122,18 @@ def bf16_products(dtype, target):
     return reason is None
 
 
-def resolve_kv_dtype(kv_cache_dtype, compute_dtype, products_bf16):
-    """The KV caches' dtype for --kv-cache-dtype: fp32 or bf16 as asked; auto is bf16 where --dtype bf16 computes
-    in bf16 (products_bf16: as torch's bf16 autocast and llama.cpp's default f16 cache hold K/V in 16 bits) and
-    the compute dtype otherwise (fp32 on the CPU: the exact path). A bf16 cache halves the bytes a decode step
-    reads per cached position (HunyuanOCR: 96 KB a position instead of 192) and the cache's memory; the new
-    token's k and v are rounded to bf16 as they are stored, and attention widens them again (fp32 sums)."""
+def resolve_kv_dtype(kv_cache_dtype, compute_dtype, auto_bf16):
+    """The KV caches' dtype for --kv-cache-dtype: fp32 or bf16 as asked; auto is bf16 where `auto_bf16` (--dtype
+    bf16 computes in bf16 and the native decode layer reads the cache; torch's bf16 autocast and llama.cpp's
+    default f16 cache hold K/V in 16 bits too) and the compute dtype otherwise (fp32 on the CPU: the exact path).
+    A bf16 cache halves the bytes a decode step reads per cached position (HunyuanOCR: 96 KB a position instead
+    of 192) and the cache's memory; the new token's k and v are rounded to bf16 as they are stored, and attention
+    widens them again (fp32 sums)."""
     from ms_ocr.models.quantize import KV_CACHE_DTYPES
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise ValueError(f"unknown --kv-cache-dtype {kv_cache_dtype!r} ({', '.join(KV_CACHE_DTYPES)})")
     if kv_cache_dtype == "auto":
-        return ms.bfloat16 if products_bf16 else compute_dtype
+        return ms.bfloat16 if auto_bf16 else compute_dtype
     return DTYPES[kv_cache_dtype]
 
 

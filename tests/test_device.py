@@ -70,3 +70,27 @@ def test_kv_cache_dtype_resolution():
     assert resolve_kv_dtype("fp32", ms.float32, True) == ms.float32
     with pytest.raises(ValueError, match="unknown --kv-cache-dtype 'fp8'"):
         resolve_kv_dtype("fp8", ms.float32, False)
+
+
+def test_auto_kv_cache_is_bf16_under_bf16_compute_for_dense_decoders(tiny_dir, tmp_path_factory, graph_mode,
+                                                                      monkeypatch, capsys):
+    """--kv-cache-dtype auto: bf16 under --dtype bf16 where the products run in bf16 (stood in for here, on any CPU)
+    and the native decode layer reads the cache (PaddleOCR-VL); fp32 on the exact path, and for a MoE decoder
+    (DeepSeek-OCR-2), whose composed attention widens the whole cache each step; asked for, as asked (a MoE
+    decoder's bf16 cache said to cost decode time)."""
+    import mindspore as ms
+    from ms_ocr.models import loading
+    from ms_ocr.models.deepseek_ocr2 import SPEC as deepseek_ocr2
+    from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
+    from tests.helpers.tiny_deepseek import make_tiny_checkpoint
+    monkeypatch.setattr(loading, "bf16_products", lambda dtype, target: dtype == "bf16")
+    cache = lambda spec, folder, *args, **kw: spec.load(folder, "CPU", *args, **kw).runtime.cache.dtype
+    assert cache(paddleocr_vl, tiny_dir, "bf16") == ms.bfloat16
+    assert cache(paddleocr_vl, tiny_dir, "auto") == ms.float32
+    assert cache(paddleocr_vl, tiny_dir, "bf16", kv_cache_dtype="fp32") == ms.float32
+    assert "widens the cache" not in capsys.readouterr().err
+    folder = make_tiny_checkpoint(str(tmp_path_factory.mktemp("ds2_kv")))
+    assert cache(deepseek_ocr2, folder, "bf16") == ms.float32
+    assert "widens the cache" not in capsys.readouterr().err
+    assert cache(deepseek_ocr2, folder, "auto", kv_cache_dtype="bf16") == ms.bfloat16
+    assert "MoE decoder's attention widens the cache to fp32 every step" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import sys
 import time
 
 import mindspore as ms
@@ -83,7 +84,13 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
     keep = net.bf16_weight_names() if bf16_resident(dtype, target, tags) else set()
     # before any graph of the model is built
     products_bf16 = bf16_products(dtype, target) if keep or target == "Ascend" else False
-    kv_dtype = resolve_kv_dtype(kv_cache_dtype, compute_dtype, products_bf16)
+    # auto: a bf16 cache where the native DecodeLayer reads it; a MoE decoder's layers attend through the composed
+    # ops.attention_with_new, whose widening of the whole cache each step would cost more than its reads save
+    dense = not any(layer.moe for layer in net.text_layers())
+    kv_dtype = resolve_kv_dtype(kv_cache_dtype, compute_dtype, products_bf16 and dense)
+    if kv_dtype == ms.bfloat16 and compute_dtype == ms.float32 and not dense:
+        print("[ms_ocr] --kv-cache-dtype bf16: this MoE decoder's attention widens the cache to fp32 every step "
+              "(half the cache's memory, a slower decode)", file=sys.stderr)
     int8 = prepare_int8(net, QUANT_GROUPS[quantize]) if quantize != "none" else Int8Plan()
 
     def load(only=None):

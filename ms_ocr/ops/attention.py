@@ -6,6 +6,7 @@ import mindspore as ms
 from mindspore import Tensor, ops
 
 from ms_ocr.ops import backend
+from ms_ocr.ops.linear import widen
 
 # Large negative additive bias: exp(bias - max) is exactly 0 in fp32 and it never overflows to -inf.
 NEG_BIAS = -3.0e38
@@ -124,8 +125,10 @@ def attention_with_new(q, k_cache, v_cache, k_new, v_new, mask, scale):
     `attention_mask` over the T cache slots ([B|1, 1, 1, T]); the new key is always visible. Returns
     [B, Hq, 1, D]. Composed only: it serves the off-Ascend decode, whose caches the host writes (on CPU the
     in-graph scatter_update of a cache copies all of it, ~0.3 ms per 5 MB layer tensor). Caches in a narrower
-    dtype than q (--kv-cache-dtype bf16 with fp32 compute) are widened, and the token's own k, v rounded to that
-    dtype first, as the cache will hold them (what the native DecodeLayer does).
+    dtype than q (--kv-cache-dtype bf16 with fp32 compute) are widened (the native WidenBf16 where loaded:
+    MindSpore's CPU Cast from bf16 made a HunyuanOCR page's composed decode step 3.5x slower), and the token's own
+    k, v rounded to that dtype first, as the cache will hold them (what the native DecodeLayer does). Widening
+    copies the whole cache each step, so this path reads more with a bf16 cache than with an fp32 one.
     """
     b, hq, _, d = q.shape
     hkv, t = k_cache.shape[1], k_cache.shape[2]
@@ -133,7 +136,7 @@ def attention_with_new(q, k_cache, v_cache, k_new, v_new, mask, scale):
     if k_cache.dtype != q.dtype:
         k_new = k_new.astype(k_cache.dtype).astype(q.dtype)
         v_new = v_new.astype(v_cache.dtype).astype(q.dtype)
-        k_cache, v_cache = k_cache.astype(q.dtype), v_cache.astype(q.dtype)
+        k_cache, v_cache = widen(k_cache, q.dtype), widen(v_cache, q.dtype)
     qg = (q.reshape(b, hkv, rep, d) * scale).astype(ms.float32)
     scores = _bmm_t(qg, k_cache.astype(ms.float32)) + mask.astype(ms.float32).reshape(mask.shape[0], 1, 1, t)
     own = _bmm_t(qg, k_new.astype(ms.float32))  # [B, Hkv, rep, 1]

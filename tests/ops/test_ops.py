@@ -96,6 +96,26 @@ def test_attention_with_new_key_equals_attention_over_the_written_cache(hq, hkv)
     assert np.abs(got - want).max() < 1e-5
 
 
+@pytest.mark.parametrize("hq,hkv", [(8, 2), (4, 4)])
+def test_attention_with_new_over_a_bf16_cache(hq, hkv):
+    """--kv-cache-dtype bf16 on the composed path (a MoE decoder's layers, more than 8 sequences): the same as over
+    an fp32 cache holding the bf16 values, with the token's own k/v rounded to bf16 as the cache will hold them."""
+    import mindspore as ms
+    from ms_ocr.convert.loader import round_to_bf16
+    rng = np.random.default_rng(4)
+    q, k, v, _ = make_qkv(rng, hq=hq, hkv=hkv, s=1, t=9)
+    k, v = round_to_bf16(k), round_to_bf16(v)
+    k_new, v_new = k[:, :, :1] * 1.37, v[:, :, :1] - 0.61  # not bf16 values
+    mask = K.attention_mask(Tensor((np.arange(9)[None, :] < np.array([4, 8])[:, None])[:, None, None]))
+    got = K.attention_with_new(Tensor(q), Tensor(k).astype(ms.bfloat16), Tensor(v).astype(ms.bfloat16),
+                               Tensor(k_new), Tensor(v_new), mask, 0.25).asnumpy()
+    want = K.attention_with_new(Tensor(q), Tensor(k), Tensor(v), Tensor(round_to_bf16(k_new)),
+                                Tensor(round_to_bf16(v_new)), mask, 0.25).asnumpy()
+    unrounded = K.attention_with_new(Tensor(q), Tensor(k), Tensor(v), Tensor(k_new), Tensor(v_new), mask,
+                                     0.25).asnumpy()
+    assert np.abs(got - want).max() < 1e-6 < np.abs(got - unrounded).max()
+
+
 def test_composed_attention_causal_mask_excludes_future():
     rng = np.random.default_rng(1)
     q, k, v, _ = make_qkv(rng, b=1, hq=2, hkv=1, s=4, t=4)
