@@ -1444,28 +1444,23 @@ int decode_layer_entry(int nparam, void** params, int* ndims, int64_t** shapes, 
         int64_t n = 0;
         for (int64_t s = 0; s < t; ++s)
           if (mrow[s] > -1e38f) seen[n++] = s;
-        auto group_scores = [&](const auto* keys) {
+        // the group's scores, softmax and weighted values over its cache rows (fp32 or bf16: one instance each)
+        auto attend = [&](const auto* keys, const auto* values) {
           attention_scores(qs, per, keys + at, mrow, seen.data(), n, d, scores.data(), stride);
-        };
-        if (kv16)
-          group_scores(static_cast<const bf16*>(kc));
-        else
-          group_scores(static_cast<const float*>(kc));
-        for (int64_t j = 0; j < per; ++j) {
-          float* sj = scores.data() + j * stride;
-          sj[n] = dot(qs + j * d, k + g_kv * d, d);
-          float mx = sj[n];
-          for (int64_t i = 0; i < n; ++i) mx = sj[i] > mx ? sj[i] : mx;
-          inv[j] = 1.f / exp_sum(sj, n + 1, mx);
-        }
-        auto group_values = [&](const auto* values) {
+          for (int64_t j = 0; j < per; ++j) {
+            float* sj = scores.data() + j * stride;
+            sj[n] = dot(qs + j * d, k + g_kv * d, d);
+            float mx = sj[n];
+            for (int64_t i = 0; i < n; ++i) mx = sj[i] > mx ? sj[i] : mx;
+            inv[j] = 1.f / exp_sum(sj, n + 1, mx);
+          }
           attention_values(scores.data(), per, stride, inv.data(), values + at, seen.data(), n, v + g_kv * d, d,
                            attn.data() + (r * hq + h0) * d);
         };
         if (kv16)
-          group_values(static_cast<const bf16*>(vc));
+          attend(static_cast<const bf16*>(kc), static_cast<const bf16*>(vc));
         else
-          group_values(static_cast<const float*>(vc));
+          attend(static_cast<const float*>(kc), static_cast<const float*>(vc));
       }
       team.sync();
     }
