@@ -12,7 +12,6 @@ from training.demo import data as demo_data
 from tests.helpers.fonts import needs_fonts
 
 
-
 @needs_fonts
 def test_every_line_of_a_block_is_found_in_order():
     """60 held-out blocks of 2-4 lines (scanned and screenshots, 11-40 px text, 1.0-1.5 line pitch): the number of

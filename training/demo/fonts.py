@@ -14,20 +14,24 @@ UNSEEN_FONTS = (UNSEEN_FONT, "LiberationSerif-Regular.ttf")  # and a Times-metri
 FONT_PACKAGES = "fonts-dejavu-core fonts-dejavu-extra fonts-liberation2"
 
 
+def _located(name):
+    """The first FONT_DIRS path holding font file `name`, or None."""
+    return next((path for path in (os.path.join(folder, name) for folder in FONT_DIRS) if os.path.isfile(path)),
+                None)
+
+
 def font_path(name):
     """Absolute path of a font file, or FileNotFoundError naming the Debian packages to install."""
-    for folder in FONT_DIRS:
-        path = os.path.join(folder, name)
-        if os.path.isfile(path):
-            return path
-    raise FileNotFoundError(f"font {name} not found in {', '.join(FONT_DIRS)}; install: apt-get install "
-                            f"{FONT_PACKAGES}")
+    path = _located(name)
+    if path is None:
+        raise FileNotFoundError(f"font {name} not found in {', '.join(FONT_DIRS)}; install: apt-get install "
+                                f"{FONT_PACKAGES}")
+    return path
 
 
 def missing_fonts():
     """The font files of TRAIN_FONTS and UNSEEN_FONTS that are not installed."""
-    return [name for name in TRAIN_FONTS + UNSEEN_FONTS
-            if not any(os.path.isfile(os.path.join(folder, name)) for folder in FONT_DIRS)]
+    return [name for name in TRAIN_FONTS + UNSEEN_FONTS if _located(name) is None]
 
 
 def missing_font_packages():
