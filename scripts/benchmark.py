@@ -69,6 +69,11 @@ def add_run_args(p, region=None):
     p.add_argument("--out", default=os.path.join(REPO, "bench_out"))
 
 
+def precision_argv(args):
+    """ms_ocr's precision options as add_run_args parsed them, for a worker's or ms_ocr's command line."""
+    return ["--dtype", args.dtype, "--quantize", args.quantize, "--kv-cache-dtype", args.kv_cache_dtype]
+
+
 def parse_main_args(p, worker):
     """Parse a two-process benchmark's command line: as its --worker, run `worker(args)`, print its JSON figures and
     exit; as the main process, return the arguments with --ckpt resolved (ensure_checkpoint)."""
@@ -252,8 +257,7 @@ def fp32_weight_bytes(ckpt, bytes_per_weight=4):
 def run_worker(framework, args):
     return run_json_worker(__file__, ["--worker", framework, "--model", args.model, "--ckpt", args.ckpt, "--image",
                                       args.image, "--new-tokens", args.new_tokens, "--threads", args.threads,
-                                      "--prompt", args.prompt, "--dtype", args.dtype, "--quantize", args.quantize,
-                                      "--kv-cache-dtype", args.kv_cache_dtype],
+                                      "--prompt", args.prompt, *precision_argv(args)],
                            args.threads, framework)
 
 
@@ -320,9 +324,8 @@ def cli_process(args, cache_dir, fresh):
     if fresh:
         shutil.rmtree(cache_dir, ignore_errors=True)
     cmd = [sys.executable, "-m", "ms_ocr.infer", "--model", args.model, "--model-path", args.ckpt, "--image",
-           args.image, "--prompt", args.prompt, "--max-new-tokens", str(args.new_tokens), "--dtype", args.dtype,
-           "--quantize", args.quantize, "--kv-cache-dtype", args.kv_cache_dtype, "--threads", str(args.threads),
-           "--json"]
+           args.image, "--prompt", args.prompt, "--max-new-tokens", str(args.new_tokens), *precision_argv(args),
+           "--threads", str(args.threads), "--json"]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=REPO, MS_OCR_COMPILE_CACHE="1",
                MS_OCR_COMPILE_CACHE_DIR=cache_dir, GLOG_v="3")
     if args.isa != "native":  # ms_ocr's native kernels built for that level (MindSpore's own kernels stay as they are)

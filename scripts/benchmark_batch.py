@@ -18,7 +18,7 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 from tests.helpers.bench_report import print_table, write_json  # noqa: E402
 from tests.helpers.pages import layout_page  # noqa: E402
-from benchmark import add_run_args, parse_main_args, run_json_worker  # noqa: E402
+from benchmark import add_run_args, parse_main_args, precision_argv, run_json_worker  # noqa: E402
 os.environ.setdefault("GLOG_v", "3")
 
 
@@ -76,8 +76,7 @@ def main():
         rows.append(run_json_worker(__file__, ["--worker", "--batch", b, "--model", args.model, "--ckpt", args.ckpt,
                                                "--pages", args.pages, "--width", args.width, "--height", args.height,
                                                "--new-tokens", args.new_tokens, "--threads", args.threads,
-                                               "--dtype", args.dtype, "--quantize", args.quantize,
-                                               "--kv-cache-dtype", args.kv_cache_dtype],
+                                               *precision_argv(args)],
                                     args.threads, f"batch {b}"))
     base = rows[0]
     print_table([("batch", 5, "d"), ("pages/s", 10, ".3f"), ("tok/s", 9, ".2f"), ("decode tok/s", 14, ".2f"),

@@ -26,7 +26,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 from tests.helpers.bench_report import print_table, write_json  # noqa: E402
-from benchmark import add_run_args, parse_main_args, run_json_worker  # noqa: E402
+from benchmark import add_run_args, parse_main_args, precision_argv, run_json_worker  # noqa: E402
 os.environ.setdefault("GLOG_v", "3")
 
 
@@ -87,8 +87,7 @@ def start_server(args, port):
     env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS=str(args.threads))
     cmd = [sys.executable, "-m", "ms_ocr.serve", "--model", args.model, "--model-path", args.ckpt, "--port", str(port),
            "--max-num-seqs", str(args.max_num_seqs), "--max-model-len", str(args.max_model_len), "--device", "cpu",
-           "--dtype", args.dtype, "--quantize", args.quantize, "--kv-cache-dtype", args.kv_cache_dtype,
-           "--threads", str(args.threads),
+           *precision_argv(args), "--threads", str(args.threads),
            "--max-queue", str(max(64, args.requests))]
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
     import httpx
@@ -203,9 +202,8 @@ def main():
         print("infer one by one ...", flush=True)
         rows.append(run_json_worker(__file__, ["--worker", "--model", args.model, "--ckpt", args.ckpt, "--requests",
                                                args.requests, "--new-tokens", *args.new_tokens, "--width", args.width,
-                                               "--height", args.height, "--threads", args.threads, "--dtype",
-                                               args.dtype, "--quantize", args.quantize,
-                                               "--kv-cache-dtype", args.kv_cache_dtype],
+                                               "--height", args.height, "--threads", args.threads,
+                                               *precision_argv(args)],
                                     args.threads, "infer"))
     rows += run_server(args)
     base = rows[0]
