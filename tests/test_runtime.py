@@ -191,3 +191,38 @@ def test_idle_graphs_within_the_byte_budget_stay_compiled(graph_mode):
     np.testing.assert_array_equal(timer.call("vision", cell, x[3], b)[0].asnumpy(),
                                   np.ones((3, 3), np.float32) * np.array([2.0, -1.0, 0.5], np.float32))
     assert timer.seconds["vision"] > seconds  # a freed shape compiles again
+
+
+def test_vision_blocks_are_longer_where_the_products_run_in_bf16(monkeypatch):
+    """An image's ViT rows run in blocks of VISION_ATTENTION_CHUNK rows on the exact path and of
+    VISION_ATTENTION_CHUNK_BF16 with the products in bf16 (oneDNN's bf16 GEMMs run faster on longer blocks; the exact
+    path's blocks, and so its results, are unchanged); a chunk set on the encoder wins over both."""
+    from types import SimpleNamespace
+
+    from ms_ocr.ops import backend
+    from ms_ocr.runtime import vision as V
+
+    class Layers:
+        def vision_layers(self):
+            return [SimpleNamespace(get_parameters=lambda: [])]
+
+    enc = object.__new__(V.VisionEncoder)
+    enc.model, enc.attention_chunk, enc.release_graphs, enc.release_layers = Layers(), None, False, False
+    enc._load_layer, enc._unloaded = None, set()
+    enc.embed_step = object()
+    enc.call = lambda step, *args: Tensor(np.zeros((int(args[0].shape[0]), 4), np.float32))
+    seen = []
+    enc.layer = lambda layer, x, images: seen.append([(s, e) for _, _, blocks in images for s, e, _ in blocks]) or x
+    item = SimpleNamespace(embed=[np.zeros((1300, 4), np.float32)])  # 1,300 patches
+    enc.tensor = lambda a: Tensor(a)
+
+    monkeypatch.setattr(backend, "BF16_PRODUCTS", None)
+    enc.packed_tower([item])
+    monkeypatch.setattr(backend, "BF16_PRODUCTS", object())
+    enc.packed_tower([item])
+    enc.attention_chunk = 300
+    enc.packed_tower([item])
+    assert V.VISION_ATTENTION_CHUNK == 512 and V.VISION_ATTENTION_CHUNK_BF16 == 1024
+    assert seen == [[(0, 434), (434, 868), (868, 1302)],  # 3 blocks of 434 rows (2 padding rows)
+                    [(0, 650), (650, 1300)],
+                    [(0, 260), (260, 520), (520, 780), (780, 1040), (1040, 1300)]]

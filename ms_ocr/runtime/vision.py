@@ -5,6 +5,7 @@ import mindspore as ms
 from mindspore import Tensor, ops
 
 from ms_ocr import ops as K
+from ms_ocr.ops import backend
 from ms_ocr.nn.functional import rows
 from ms_ocr.runtime.tensors import host_tensor, padded_rows, release_weights
 from ms_ocr.steps import VisionEmbedStep, VisionHeadStep, ViTAttentionInNoRopeStep, ViTAttentionInStep, ViTBlockStep, \
@@ -13,6 +14,12 @@ from ms_ocr.steps import VisionEmbedStep, VisionHeadStep, ViTAttentionInNoRopeSt
 # Query rows per vision block call (attention + out projection + MLP of those rows): scores [H, 512, N]
 # instead of [H, N, N] (0.8 GB instead of 2.5 GB at 4k patches) and MLP temporaries that fit the cache.
 VISION_ATTENTION_CHUNK = 512
+# The same with the products in bf16 on the CPU (--dtype bf16, backend.BF16_PRODUCTS: oneDNN's bf16 GEMMs, the
+# native attention, which keeps no score buffers): oneDNN's products run faster on longer blocks. Measured on an AMX
+# Xeon (model 207, 2026-12-02, docs/benchmarks.md): a 448x224 crop's ~800 patches in one block instead of two, vision
+# 1.36-1.70 s against 1.95-2.18 s (medians of six crops, four alternating rounds); a 768x1,024 page in four blocks
+# instead of eight, 11.9-15.2 s against 16.1-16.5 s (2,048 rows: 15.4 s), the same peak RSS.
+VISION_ATTENTION_CHUNK_BF16 = 1024
 
 
 class VisionEncoder:
@@ -33,7 +40,7 @@ class VisionEncoder:
             self.in_step = in_step(vspec["heads"], vspec["eps"])
             self.block_step = ViTBlockStep(vspec["dim"] ** -0.5, vspec["eps"], vspec["act"])
         self.widen_step = WidenStep()
-        self.attention_chunk = VISION_ATTENTION_CHUNK
+        self.attention_chunk = None  # rows a block (None: by the products' precision, chunk())
         self.release_graphs = False
         self.release_layers = False
         self._cells = {}
@@ -50,6 +57,13 @@ class VisionEncoder:
         if id(layer) in self._unloaded:
             self._load_layer({p.name for p in layer.get_parameters()})
             self._unloaded.discard(id(layer))
+
+    def chunk(self):
+        """Query rows per block: attention_chunk where set, else VISION_ATTENTION_CHUNK_BF16 with the products in bf16
+        on the CPU, VISION_ATTENTION_CHUNK otherwise (the exact path's blocks are unchanged)."""
+        if self.attention_chunk is not None:
+            return self.attention_chunk
+        return VISION_ATTENTION_CHUNK_BF16 if backend.BF16_PRODUCTS is not None else VISION_ATTENTION_CHUNK
 
     def tensor(self, array):
         return host_tensor(array, self.compute_dtype)
@@ -97,16 +111,16 @@ class VisionEncoder:
         """Images' patch embeddings, concatenated, through every ViT layer: ([rows, C] before the model's vision
         head, each image's (start, n) rows).
 
-        An image of n patches runs in ceil(n / attention_chunk) blocks of equal size, its rows padded by fewer
+        An image of n patches runs in ceil(n / chunk()) blocks of equal size, its rows padded by fewer
         rows than there are blocks (zeros: finite through every layer; their keys and values are left out of
         the attention and their outputs are never read). One shape per image for each step, instead of full
         blocks plus a shorter last one: two graphs (and their activation memory) fewer per image size."""
-        xs, images, offset = [], [], 0
+        xs, images, offset, chunk = [], [], 0, self.chunk()
         for item in items:
             out = self.call(self.embed_step, *[self.tensor(a) for a in item.embed])
             x, rope = (out[0], tuple(out[1:])) if isinstance(out, tuple) else (out, ())
             n = x.shape[0]
-            count = -(-n // self.attention_chunk)
+            count = -(-n // chunk)
             size = -(-n // count)
             pad = count * size - n
             if pad or self.release_graphs:  # own memory: padded, or to outlive the graph freed below
