@@ -40,6 +40,14 @@ class VLMCell(nn.Cell):
             names.add(self.lm_head.weight.name)
         return names
 
+    def bf16_product_weight_names(self):
+        """With products in bf16 (--dtype bf16 where the CPU has bf16 dot products, device.bf16_products): the
+        matrices of every Linear layer, those bf16_weight_names leaves out too (the projectors, DeepSeek's
+        DeepEncoders: their products go through F.linear, which multiplies a bf16 matrix in bf16 as it does the ViT
+        layers'), instead of copies widened to fp32 at load. Not the convolutions' 4-D weights (patch embeddings,
+        HunyuanOCR's merger): MindSpore's CPU Reshape, which flattens them for the product, has no bf16 kernel."""
+        return {cell.weight.name for _, cell in self.cells_and_names() if isinstance(cell, Linear)}
+
     def text_layers(self):
         return list(self.model.layers)
 

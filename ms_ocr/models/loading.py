@@ -85,6 +85,8 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
     # before any graph of the model is built (on Ascend `keep` is empty: the compute dtype is the precision there,
     # and --kv-cache-dtype auto follows it)
     products_bf16 = bool(keep) and bf16_products(dtype, target)
+    if products_bf16:
+        keep = keep | net.bf16_product_weight_names()
     # auto: a bf16 cache where the native DecodeLayer reads it; a MoE decoder's layers attend through the composed
     # ops.attention_with_new, whose widening of the whole cache each step would cost more than its reads save
     dense = not any(layer.moe for layer in net.text_layers())

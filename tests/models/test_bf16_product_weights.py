@@ -1,0 +1,51 @@
+"""--dtype bf16 with products in bf16 (a CPU with bf16 dot products): every Linear layer's matrix stays bf16 on load,
+not only the decoder's and the ViT layers' (device.bf16_resident) but the projectors and DeepSeek's DeepEncoder
+too, so F.linear multiplies them in bf16 (GemmBf16) as transformers' bf16 autocast does; norms, tables and the
+convolutions' 4-D weights stay fp32. Products off (--dtype auto, the exact path): the projectors stay fp32."""
+
+import pytest
+import mindspore as ms
+
+from ms_ocr.models import loading
+from ms_ocr.nn import Linear
+from ms_ocr.runtime import Buckets
+from tests.helpers.native import needs_compiler
+
+
+def _checkpoint(name, request):
+    if name == "deepseek-ocr2":
+        from ms_ocr.models.deepseek_ocr2 import SPEC
+        from tests.helpers.tiny_deepseek import make_tiny_checkpoint
+        return SPEC, make_tiny_checkpoint(str(request.getfixturevalue("tmp_path_factory").mktemp("ds2_bf16w")),
+                                          dtype="bfloat16")
+    if name == "paddleocr-vl":
+        from ms_ocr.models.paddleocr_vl import SPEC
+        return SPEC, request.getfixturevalue("tiny_checkpoint")("hub", "json", "bfloat16", "100KB")
+    from ms_ocr.models.hunyuan_vl import SPEC
+    return SPEC, request.getfixturevalue("hunyuan_checkpoint")("transformers", "bfloat16")
+
+
+# a Linear outside the decoder and the ViT layers, per model
+PROJECTOR = {"paddleocr-vl": "mlp_AR.linear_1.weight", "hunyuan-ocr": "vit.perceive.mlp.weight",
+             "deepseek-ocr2": "vision.projector.layers.weight"}
+
+
+@needs_compiler
+@pytest.mark.parametrize("name", ["paddleocr-vl", "hunyuan-ocr", "deepseek-ocr2"])
+def test_every_linear_matrix_stays_bf16_when_products_run_in_bf16(name, request, graph_mode, monkeypatch):
+    spec, folder = _checkpoint(name, request)
+    exact = spec.load(folder, "CPU", "auto", Buckets(prefill=32, slots=64)).runtime.model
+    assert {p.name: p.dtype for p in exact.get_parameters()}[PROJECTOR[name]] == ms.float32
+    monkeypatch.setattr(loading, "bf16_products", lambda dtype, target: True)  # as on a CPU with bf16 dot products
+    model = spec.load(folder, "CPU", "bf16", Buckets(prefill=32, slots=64)).runtime.model
+    dtypes = {p.name: p.dtype for p in model.get_parameters() if not p.name.endswith("_cache")}
+    linears = {cell.weight.name for _, cell in model.cells_and_names() if isinstance(cell, Linear)}
+    assert PROJECTOR[name] in linears
+    if name == "deepseek-ocr2":  # the DeepEncoder: SAM's and the query encoder's projections
+        assert any(n.startswith("vision.sam_model.") for n in linears)
+        assert any(n.startswith("vision.qwen2_model.") for n in linears)
+    for n in linears:
+        assert dtypes[n] == ms.bfloat16, n
+    others = [n for n in dtypes if n not in model.bf16_weight_names() | linears]
+    assert others and all(dtypes[n] == ms.float32 for n in others)
+    assert any(len(p.shape) == 4 for p in model.get_parameters() if p.name in others)  # convolutions stay fp32
