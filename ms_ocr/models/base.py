@@ -5,8 +5,9 @@ from mindspore import nn, ops
 
 from ms_ocr import ops as K
 from ms_ocr.convert.loader import is_state
-from ms_ocr.nn import Linear
+from ms_ocr.nn import Linear, PatchEmbed
 from ms_ocr.nn.deepencoder import DeepEncoderViews, moe_decoder, run_views
+from ms_ocr.nn.sam import PatchConv
 
 
 class VLMCell(nn.Cell):
@@ -42,11 +43,12 @@ class VLMCell(nn.Cell):
 
     def bf16_product_weight_names(self):
         """With products in bf16 (--dtype bf16 where the CPU has bf16 dot products, device.bf16_products): the
-        matrices of every Linear layer, those bf16_weight_names leaves out too (the projectors, DeepSeek's
-        DeepEncoders: their products go through F.linear, which multiplies a bf16 matrix in bf16 as it does the ViT
-        layers'), instead of copies widened to fp32 at load. Not the convolutions' 4-D weights (patch embeddings,
-        HunyuanOCR's merger): MindSpore's CPU Reshape, which flattens them for the product, has no bf16 kernel."""
-        return {cell.weight.name for _, cell in self.cells_and_names() if isinstance(cell, Linear)}
+        matrices of every linear layer, those bf16_weight_names leaves out too (the projectors and HunyuanOCR's
+        merger, the patch embeddings, DeepSeek's DeepEncoders: their products go through F.linear, or for the
+        stride == kernel convolutions' 4-D weights ops.linear.linear_conv, which multiply a bf16 matrix in bf16 as
+        they do the ViT layers'), instead of copies widened to fp32 at load."""
+        kinds = (Linear, PatchEmbed, PatchConv)
+        return {cell.weight.name for _, cell in self.cells_and_names() if isinstance(cell, kinds)}
 
     def text_layers(self):
         return list(self.model.layers)

@@ -3,7 +3,6 @@
 from mindspore import nn
 
 from ms_ocr import ops as K
-from ms_ocr.nn import functional as F
 from ms_ocr.nn.layers import Embedding, zeros_param
 
 
@@ -11,7 +10,8 @@ class PatchEmbed(nn.Cell):
     """Conv2d(C, dim, p, stride=p) applied to pre-cut patches [N, C, p, p] -> [N, dim].
 
     The weight keeps the conv layout [dim, C, p, p] so checkpoints load unchanged; flattening it is a
-    free reshape and the contraction is the conv's.
+    free reshape and the contraction is the conv's (ops.linear.linear_conv: a bf16 weight under --dtype bf16's
+    bf16 products is read as it is).
     """
 
     def __init__(self, in_channels, dim, patch_size, bias=True):
@@ -22,8 +22,7 @@ class PatchEmbed(nn.Cell):
             self.bias = zeros_param((dim,))
 
     def construct(self, patches):
-        weight = self.weight.reshape(self.weight.shape[0], -1)
-        return F.linear(patches.reshape(patches.shape[0], -1), weight, self.bias if self.has_bias else None)
+        return K.linear_conv(patches.reshape(patches.shape[0], -1), self.weight, self.bias if self.has_bias else None)
 
 
 class PatchEmbeddings(nn.Cell):

@@ -206,7 +206,8 @@ class PatchConv(nn.Cell):
         b, c, hh, ww = pixels.shape
         p = self.patch
         x = pixels.reshape(b, c, hh // p, p, ww // p, p).transpose(0, 2, 4, 1, 3, 5).reshape(b, hh // p, ww // p, -1)
-        return F.linear(x, self.weight.reshape(self.weight.shape[0], -1), self.bias)
+        y = K.linear_conv(x.reshape(-1, x.shape[-1]), self.weight, self.bias)
+        return y.reshape(b, hh // p, ww // p, -1)
 
 
 class SamPatchEmbed(nn.Cell):

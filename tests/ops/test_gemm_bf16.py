@@ -107,6 +107,35 @@ def test_matmul_t_routes_many_rows_against_bf16_weights(pynative_cpu, bf16_unset
     assert K.keeps_bf16(w) and not K.keeps_bf16(w[0]) and not K.keeps_bf16(w.astype(ms.float32))
 
 
+@needs_compiler
+@needs_dnnl
+@pytest.mark.parametrize("rows", [3, 40])
+def test_linear_conv_reads_a_convolution_weight_as_its_flattened_matrix(rows, pynative_cpu, bf16_unset, monkeypatch):
+    """ops.linear.linear_conv, a stride == kernel convolution's product x w.reshape(N, -1)^T + b: on the exact path
+    (fp32 w, and a bf16 w widened) and, with products in bf16 on, more rows than a decode step's against a bf16
+    [N, C, kh, kw] w given to GemmBf16 as it is (the kernel reads it as [N, C * kh * kw])."""
+    rng = np.random.default_rng(rows)
+    x = rng.standard_normal((rows, 3 * 4 * 4)).astype(np.float32)
+    w = round_to_bf16(rng.standard_normal((72, 3, 4, 4)))
+    b = rng.standard_normal(72).astype(np.float32)
+    flat = w.reshape(72, -1).astype(np.float64)
+    want = x.astype(np.float64) @ flat.T + b
+    got = K.linear_conv(Tensor(x), Tensor(w), Tensor(b)).asnumpy()
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+    wb = Tensor(w).astype(ms.bfloat16)
+    assert np.abs(K.linear_conv(Tensor(x), wb).asnumpy() - (want - b)).max() <= 1e-5 * np.abs(want).max()
+    if not native.cpu_bf16_dot():
+        monkeypatch.setattr(native, "cpu_bf16_dot", lambda: True)
+    assert backend.enable_bf16_products() is None
+    kernels = native.load()
+    before = kernels.gemm_bf16_calls
+    got = K.linear_conv(Tensor(x), wb, Tensor(b)).asnumpy()
+    routed = rows > K.linear.NATIVE_MAX_ROWS
+    assert kernels.gemm_bf16_calls == before + routed
+    rounded = (rne_bf16(x).astype(np.float64) if routed else x.astype(np.float64)) @ flat.T + b
+    assert np.abs(got - rounded).max() <= 1e-5 * np.abs(rounded).max()
+
+
 def test_a_cpu_without_bf16_dot_products_keeps_fp32_and_says_so_once(bf16_unset, monkeypatch, capsys):
     monkeypatch.setattr(backend, "_configured", "CPU")
     monkeypatch.setattr(native, "cpu_bf16_dot", lambda: False)

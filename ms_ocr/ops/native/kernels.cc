@@ -2304,14 +2304,18 @@ void apply_epilogue(Epilogue ep, float* y, int64_t ldy, int64_t r0, int64_t r1, 
   }
 }
 
-// GemmBf16 and its variants: x [M, K] (fp32, rounded to bf16 here, or bf16), w [N, K] (bf16) [, b [N] fp32 [, res
+// GemmBf16 and its variants: x [M, K] (fp32, rounded to bf16 here, or bf16), w [N, K] (bf16; or a convolution's
+// [N, C, kh, kw] read as [N, C * kh * kw], which MindSpore's CPU Reshape cannot flatten in bf16) [, b [N] fp32 [, res
 // [M, N] fp32]] -> y [M, N] = x w^T (fp32): each product of bf16 values summed in fp32, then the epilogue.
 int gemm_bf16_entry(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, Epilogue ep) {
   const int inputs = ep == Epilogue::kNone ? 2 : ep == Epilogue::kBiasResidual ? 4 : 3;
-  if (g_dnnl_gemm_bf16 == nullptr || nparam != inputs + 1 || ndims[0] != 2 || ndims[1] != 2 || !is_bf16(dtypes[1]))
+  if (g_dnnl_gemm_bf16 == nullptr || nparam != inputs + 1 || ndims[0] != 2 || ndims[1] < 2 || ndims[1] > 4 ||
+      !is_bf16(dtypes[1]))
     return 1;
   const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[1][0];
-  if (shapes[1][1] != k || m < 1 || n < 1 || k < 1) return 1;
+  int64_t wk = 1;
+  for (int d = 1; d < ndims[1]; ++d) wk *= shapes[1][d];
+  if (wk != k || m < 1 || n < 1 || k < 1) return 1;
   if (inputs >= 3 && (ndims[2] != 1 || shapes[2][0] != n || is_bf16(dtypes[2]))) return 1;
   if (inputs == 4 && (ndims[3] != 2 || shapes[3][0] != m || shapes[3][1] != n || is_bf16(dtypes[3]))) return 1;
   const float* b = inputs >= 3 ? static_cast<const float*>(params[2]) : nullptr;
