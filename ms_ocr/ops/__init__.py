@@ -14,7 +14,8 @@ from ms_ocr.ops.rope import apply_rope, vit_heads
 
 __all__ = ["attention", "attention_mask", "attention_rows", "attention_with_new", "causal_attention",
            "native_causal_ok", "apply_rope", "vit_heads", "conv2d", "dequant_q8", "embedding_rows",
-           "embedding_rows_q8", "epilogue_role", "expert_rows", "interp_rows", "keeps_bf16", "linear_bias", "linear_conv", "matmul_t",
-           "matmul_t_q8", "widen", "rms_norm", "layer_norm", "token_permute", "expert_ends", "experts_decode",
+           "embedding_rows_q8", "epilogue_role", "expert_rows", "interp_rows", "keeps_bf16", "linear_bias",
+           "linear_conv", "matmul_t", "matmul_t_q8", "widen", "rms_norm", "layer_norm", "token_permute", "expert_ends",
+           "experts_decode",
            "experts_native", "grouped_matmul", "token_unpermute", "gelu_tanh", "gelu_erf", "quick_gelu", "silu",
            "get_activation", "configure", "configured_target"]
