@@ -69,18 +69,13 @@ def linear_bias(x, w, b, act=None, residual=None, act_role=None):
 def linear_conv(x, w, b=None):
     """x [M, C * kh * kw] times a stride == kernel convolution's weight w [N, C, kh, kw] flattened, transposed (+ b):
     [M, N]. With products in bf16 on (see matmul_t), more than NATIVE_MAX_ROWS rows against a bf16 w go to GemmBf16
-    with w as it is (the kernel reads it as [N, C * kh * kw]: MindSpore's CPU Reshape has no bf16 kernel to flatten
-    it); otherwise w is widened where x is fp32, flattened, and multiplied by linear_bias / matmul_t."""
-    if (backend.BF16_PRODUCTS is not None and w.dtype == ms.bfloat16 and x.dtype == ms.float32
+    (through matmul_t / linear_bias) with w as it is: the kernel reads it as [N, C * kh * kw], and MindSpore's CPU
+    Reshape has no bf16 kernel to flatten it. Otherwise w is widened where x is fp32 and flattened first."""
+    if not (backend.BF16_PRODUCTS is not None and w.dtype == ms.bfloat16 and x.dtype == ms.float32
             and x.shape[0] > NATIVE_MAX_ROWS):
-        if b is None:
-            return backend.BF16_PRODUCTS(x, w)
-        if backend.BF16_EPILOGUES is not None and b.dtype == ms.float32:
-            return backend.BF16_EPILOGUES["bias"](x, w, b)
-        return backend.BF16_PRODUCTS(x, w) + b
-    if x.dtype == ms.float32:
-        w = widen(w, ms.float32)
-    w = w.reshape(w.shape[0], -1)
+        if x.dtype == ms.float32:
+            w = widen(w, ms.float32)
+        w = w.reshape(w.shape[0], -1)
     return matmul_t(x, w) if b is None else linear_bias(x, w, b)
 
 
