@@ -12,19 +12,7 @@ from ms_ocr.nn import Linear, PatchEmbed
 from ms_ocr.nn.sam import PatchConv
 from ms_ocr.runtime import Buckets
 from tests.helpers.native import needs_compiler
-
-
-def _checkpoint(name, request):
-    if name == "deepseek-ocr2":
-        from ms_ocr.models.deepseek_ocr2 import SPEC
-        from tests.helpers.tiny_deepseek import make_tiny_checkpoint
-        return SPEC, make_tiny_checkpoint(str(request.getfixturevalue("tmp_path_factory").mktemp("ds2_bf16w")),
-                                          dtype="bfloat16")
-    if name == "paddleocr-vl":
-        from ms_ocr.models.paddleocr_vl import SPEC
-        return SPEC, request.getfixturevalue("tiny_checkpoint")("hub", "json", "bfloat16", "100KB")
-    from ms_ocr.models.hunyuan_vl import SPEC
-    return SPEC, request.getfixturevalue("hunyuan_checkpoint")("transformers", "bfloat16")
+from tests.helpers.tiny_bf16 import BF16_MODELS, tiny_bf16_model
 
 
 # a Linear outside the decoder and the ViT layers, per model
@@ -38,9 +26,9 @@ CONVOLUTION = {"paddleocr-vl": "visual.vision_model.embeddings.patch_embedding.w
 
 
 @needs_compiler
-@pytest.mark.parametrize("name", ["paddleocr-vl", "hunyuan-ocr", "deepseek-ocr2"])
+@pytest.mark.parametrize("name", BF16_MODELS)
 def test_every_linear_matrix_stays_bf16_when_products_run_in_bf16(name, request, graph_mode, monkeypatch):
-    spec, folder = _checkpoint(name, request)
+    spec, folder, _ = tiny_bf16_model(name, request)
     exact = spec.load(folder, "CPU", "auto", Buckets(prefill=32, slots=64)).runtime.model
     assert {p.name: p.dtype for p in exact.get_parameters()}[PROJECTOR[name]] == ms.float32
     monkeypatch.setattr(loading, "bf16_products", lambda dtype, target: True)  # as on a CPU with bf16 dot products

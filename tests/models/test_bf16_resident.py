@@ -12,32 +12,18 @@ from ms_ocr.ops import backend, linear
 from ms_ocr.runtime import Buckets
 from tests.helpers.native import needs_compiler
 from tests.helpers.pages import text_page
+from tests.helpers.tiny_bf16 import BF16_MODELS, tiny_bf16_model
 
 STEPS = 6
 
 
-def _models(request):
-    if request.param == "deepseek-ocr2":
-        from ms_ocr.models.deepseek_ocr2 import SPEC as deepseek_ocr2
-        from tests.helpers.tiny_deepseek import make_tiny_checkpoint
-        folder = make_tiny_checkpoint(str(request.getfixturevalue("tmp_path_factory").mktemp("ds2_bf16")),
-                                      dtype="bfloat16")
-        return deepseek_ocr2, folder, deepseek_ocr2.tasks["ocr"]
-    if request.param == "paddleocr-vl":
-        from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
-        return paddleocr_vl, request.getfixturevalue("tiny_checkpoint")("hub", "json", "bfloat16", "100KB"), "OCR:"
-    from ms_ocr.models.hunyuan_vl import SPEC as hunyuan_vl
-    return (hunyuan_vl, request.getfixturevalue("hunyuan_checkpoint")("transformers", "bfloat16"),
-            hunyuan_vl.tasks["ocr"])
-
-
 def _load_pair(request):
-    package, folder, prompt = _models(request)
+    package, folder, prompt = tiny_bf16_model(request.param, request)
     buckets = Buckets(prefill=32, slots=64)
     return package.load(folder, "CPU", "auto", buckets), package.load(folder, "CPU", "fp32", buckets), prompt
 
 
-@pytest.fixture(scope="module", params=["paddleocr-vl", "hunyuan-ocr", "deepseek-ocr2"])
+@pytest.fixture(scope="module", params=BF16_MODELS)
 def pair(request, graph_mode):
     """(bf16-resident pipeline, fp32 pipeline, prompt, the fixture request) of one tiny bf16 checkpoint."""
     return (*_load_pair(request), request)
