@@ -23,6 +23,12 @@ NATIVE_MIN_WEIGHT = 1 << 25
 NATIVE_MIN_WEIGHT_BF16 = 1 << 20
 
 
+def _bf16_rows(x, w):
+    """Whether, with products in bf16 on, GemmBf16 multiplies x by w: a bf16 w against more fp32 rows than a decode
+    step's (NATIVE_MAX_ROWS)."""
+    return w.dtype == ms.bfloat16 and x.dtype == ms.float32 and x.shape[0] > NATIVE_MAX_ROWS
+
+
 def matmul_t(x, w):
     """x [M, K] times w [N, K] transposed: [M, N]. An fp32 x against a bf16 w (a bf16 checkpoint kept in bf16 on
     the CPU) is computed in fp32 on the weight widened exactly: by the native kernel where it serves (widening in
@@ -31,8 +37,7 @@ def matmul_t(x, w):
     rounded to bf16 and multiplied with fp32 accumulation (GemmBf16); a decode step's few rows stay as above (its
     products are bound by reading the weight, not by arithmetic), but on a CPU with AMX (backend.BF16_DECODE),
     where the native kernel multiplies them rounded to bf16 on the tiles (several rows cost what one does)."""
-    if (backend.BF16_PRODUCTS is not None and w.dtype == ms.bfloat16 and x.dtype == ms.float32
-            and x.shape[0] > NATIVE_MAX_ROWS):
+    if backend.BF16_PRODUCTS is not None and _bf16_rows(x, w):
         return backend.BF16_PRODUCTS(x, w)
     least = NATIVE_MIN_WEIGHT_BF16 if w.dtype == ms.bfloat16 else NATIVE_MIN_WEIGHT
     if (backend.NATIVE_MATMUL_T is not None and x.shape[0] <= NATIVE_MAX_ROWS
@@ -54,8 +59,7 @@ def linear_bias(x, w, b, act=None, residual=None, act_role=None):
     through matmul_t and MindSpore's element-wise ops. act_role: `epilogue_role(act)`, decided outside the graph
     (graph mode cannot compare functions); an act without one is applied after the product."""
     role = ("residual" if act is None else None) if residual is not None else ("bias" if act is None else act_role)
-    if (role is not None and backend.BF16_EPILOGUES is not None and w.dtype == ms.bfloat16
-            and x.dtype == ms.float32 and b.dtype == ms.float32 and x.shape[0] > NATIVE_MAX_ROWS):
+    if role is not None and backend.BF16_EPILOGUES is not None and b.dtype == ms.float32 and _bf16_rows(x, w):
         if residual is None:
             return backend.BF16_EPILOGUES[role](x, w, b)
         if residual.dtype == ms.float32:
@@ -71,8 +75,7 @@ def linear_conv(x, w, b=None):
     [M, N]. With products in bf16 on (see matmul_t), more than NATIVE_MAX_ROWS rows against a bf16 w go to GemmBf16
     (through matmul_t / linear_bias) with w as it is: the kernel reads it as [N, C * kh * kw], and MindSpore's CPU
     Reshape has no bf16 kernel to flatten it. Otherwise w is widened where x is fp32 and flattened first."""
-    if not (backend.BF16_PRODUCTS is not None and w.dtype == ms.bfloat16 and x.dtype == ms.float32
-            and x.shape[0] > NATIVE_MAX_ROWS):
+    if not (backend.BF16_PRODUCTS is not None and _bf16_rows(x, w)):
         if x.dtype == ms.float32:
             w = widen(w, ms.float32)
         w = w.reshape(w.shape[0], -1)
