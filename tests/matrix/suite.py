@@ -15,7 +15,7 @@ from PIL import Image
 
 from tests.cli_util import run_module
 from tests.helpers.pages import text_page
-from tests.helpers.quant import dequantized
+from tests.helpers.quant import quantized_params, write_dequantised_copy
 from tests.matrix import layouts
 from tests.matrix.models import MATRICES, reference_forward
 
@@ -393,10 +393,8 @@ def test_int8_matches_transformers_on_the_dequantised_weights(bf16_model, quanti
     tied one, whose embedding table is the int8 matrix (the prompt's embeddings are its dequantised rows); and
     with a scale per group of 32 columns (int8-g32: the grouped decode layers, head and lookup)."""
     import torch
-    from safetensors.torch import load_file, save_file
 
     from ms_ocr import models
-    from ms_ocr.convert.safetensors_io import weight_files
     matrix = MATRICES[bf16_model]
     spec_of = models.get(matrix.cli)
     variant = next((v for v, spec in matrix.variants.items()
@@ -407,8 +405,7 @@ def test_int8_matches_transformers_on_the_dequantised_weights(bf16_model, quanti
     folder = matrix_checkpoint(bf16_model, variant)
     net = spec_of.load(folder, "CPU", "auto", quantize=quantize).runtime.model
     assert net.tied == (head == "tied") and net.head_quantized
-    params = {p.name: p for p in net.get_parameters()}
-    quantized = {n: params[n] for n, p in params.items() if str(p.dtype) == "Int8"}
+    quantized, params = quantized_params(net)
     assert quantized and all(f"{n}_scale" in params for n in quantized)
     head_name = "model.embed_tokens.weight" if net.tied else "lm_head.weight"
     assert head_name in quantized
@@ -416,26 +413,8 @@ def test_int8_matches_transformers_on_the_dequantised_weights(bf16_model, quanti
     moe = [layer.mlp for layer in net.text_layers() if layer.moe]
     if moe and backend.NATIVE_MOE_EXPERTS is not None:  # a MoE decoder's routed experts, read by MoeExperts
         assert all(m.quantized and str(m.experts.up_proj.dtype) == "Int8" for m in moe)
-    names = sorted(quantized)
-    ours = spec_of.name_table(spec_of.config_from_dir(folder))
     ref_dir = tmp_path / "dequantised"
-    shutil.copytree(folder, ref_dir)
-    written = set()
-    for path in weight_files(str(ref_dir)):
-        state = load_file(path)
-        for name in list(state):
-            local = ours(name)
-            local, index = local if isinstance(local, tuple) else (local, None)  # an expert of a stack
-            if local in quantized:
-                q, s = quantized[local].asnumpy(), params[f"{local}_scale"].asnumpy()
-                if index is not None:
-                    q, s = q[index], s[index]
-                # fp32 (each value q * scale rounded once, as DequantQ8's): bf16 would round them again
-                state[name] = torch.tensor(dequantized(q, s).astype(np.float32))
-                written.add(local)
-        os.remove(path)
-        save_file(state, path, metadata={"format": "pt"})
-    assert written == set(quantized), sorted(set(quantized) - written)  # every int8 matrix is in the checkpoint
+    names = write_dequantised_copy(net, spec_of, folder, ref_dir)
     path = matrix_images(matrix.images[spec["images"][0]])
     prompt = matrix.prompts[spec["prompt"]]
     model, inputs = matrix.reference_model(str(ref_dir), [Image.open(path).convert("RGB")], prompt)
