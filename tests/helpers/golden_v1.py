@@ -15,6 +15,12 @@ def golden():
 
 
 @functools.lru_cache(None)
+def golden_bf16():
+    """The official assembled image features with the DeepEncoder run under torch.autocast(bfloat16)."""
+    return dict(np.load(os.path.join(ROOT, "deepencoder_tiny_bf16.npz")))
+
+
+@functools.lru_cache(None)
 def tiny_config():
     with open(os.path.join(ROOT, "config_tiny.json")) as f:
         return json.load(f)
@@ -88,6 +94,29 @@ def v1_text_model(seed=7):
     model = randomize_(DeepseekOcr2TextModel(cfg).eval(), seed)
     head = torch.randn(V1_TEXT["vocab_size"], V1_TEXT["hidden_size"], generator=torch.Generator().manual_seed(seed)) * 0.2
     return model, head
+
+
+def v1_text_model_from(folder):
+    """The reference decoder and lm_head with the weights of the checkpoint `folder` (make_v1_checkpoint's layout;
+    a dequantised copy of one, say): per-expert tensors stacked back into transformers' fused experts."""
+    import torch
+    from safetensors.torch import load_file
+    text, _ = v1_text_model()
+    saved = load_file(os.path.join(folder, "model.safetensors"))
+    state = {k[len("model."):]: v for k, v in saved.items() if k.startswith("model.")}
+    ours = {}
+    for name in text.state_dict():
+        if name.endswith("experts.gate_up_proj") or name.endswith("experts.down_proj"):
+            base, n = name.rsplit(".", 1)[0], text.state_dict()[name].shape[0]
+            if name.endswith("gate_up_proj"):
+                ours[name] = torch.stack([torch.cat([state[f"{base}.{e}.gate_proj.weight"],
+                                                     state[f"{base}.{e}.up_proj.weight"]]) for e in range(n)])
+            else:
+                ours[name] = torch.stack([state[f"{base}.{e}.down_proj.weight"] for e in range(n)])
+        else:
+            ours[name] = state[name]
+    text.load_state_dict(ours, strict=True)
+    return text, saved["lm_head.weight"]
 
 
 def make_v1_checkpoint(out_dir, seed=7):
