@@ -21,6 +21,13 @@ def golden_bf16():
 
 
 @functools.lru_cache(None)
+def base_page(path):
+    """Save the golden 256-px view `in.base_global` (Base mode at this scale) as a PNG at `path`; returns path."""
+    from PIL import Image
+    Image.fromarray(golden()["in.base_global"][0].transpose(1, 2, 0)).save(path)
+    return str(path)
+
+
 def tiny_config():
     with open(os.path.join(ROOT, "config_tiny.json")) as f:
         return json.load(f)

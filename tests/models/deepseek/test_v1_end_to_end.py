@@ -6,11 +6,10 @@ import json
 
 import pytest
 import torch
-from PIL import Image
 
 from ms_ocr.models.deepseek_ocr.grounding import parse_grounding
 from tests.cli_util import assert_one_line_error, run_module
-from tests.helpers.golden_v1 import golden, make_v1_checkpoint
+from tests.helpers.golden_v1 import base_page, golden, make_v1_checkpoint
 
 NEW_TOKENS = 10
 
@@ -18,9 +17,8 @@ NEW_TOKENS = 10
 @pytest.fixture(scope="module")
 def v1(tmp_path_factory):
     folder, text, head = make_v1_checkpoint(str(tmp_path_factory.mktemp("ds1")))
-    page = tmp_path_factory.mktemp("ds1_page") / "page.png"
-    Image.fromarray(golden()["in.base_global"][0].transpose(1, 2, 0)).save(page)  # 256 px = Base at this scale
-    return folder, text, head, str(page)
+    page = base_page(tmp_path_factory.mktemp("ds1_page") / "page.png")
+    return folder, text, head, page
 
 
 def reference_tokens(folder, text, head, prompt):

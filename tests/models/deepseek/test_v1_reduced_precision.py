@@ -16,10 +16,9 @@ import os
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from tests.cli_util import run_module
-from tests.helpers.golden_v1 import golden, golden_bf16, make_v1_checkpoint, v1_text_model_from
+from tests.helpers.golden_v1 import base_page, golden, golden_bf16, make_v1_checkpoint, v1_text_model_from
 from tests.helpers.quant import write_dequantised_copy
 from tests.matrix.suite import INT8_TOKENS
 
@@ -35,9 +34,8 @@ EOS = 361
 @pytest.fixture(scope="module")
 def v1(tmp_path_factory):
     folder, _, _ = make_v1_checkpoint(str(tmp_path_factory.mktemp("ds1")))
-    page = tmp_path_factory.mktemp("ds1_page") / "page.png"
-    Image.fromarray(golden()["in.base_global"][0].transpose(1, 2, 0)).save(page)  # 256 px = Base at this scale
-    return folder, str(page)
+    page = base_page(tmp_path_factory.mktemp("ds1_page") / "page.png")
+    return folder, page
 
 
 def reference(folder, feats, new_tokens, autocast=False):
