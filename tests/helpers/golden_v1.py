@@ -20,7 +20,6 @@ def golden_bf16():
     return dict(np.load(os.path.join(ROOT, "deepencoder_tiny_bf16.npz")))
 
 
-@functools.lru_cache(None)
 def base_page(path):
     """Save the golden 256-px view `in.base_global` (Base mode at this scale) as a PNG at `path`; returns path."""
     from PIL import Image
@@ -28,6 +27,7 @@ def base_page(path):
     return str(path)
 
 
+@functools.lru_cache(None)
 def tiny_config():
     with open(os.path.join(ROOT, "config_tiny.json")) as f:
         return json.load(f)
