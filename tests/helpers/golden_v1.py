@@ -126,6 +126,30 @@ def v1_text_model_from(folder):
     return text, saved["lm_head.weight"]
 
 
+def v1_greedy(text, head, folder, feats, prompt, new_tokens, autocast=False, eos=None):
+    """Greedy tokens and each step's logits [V] of the reference decoder (`text`, `head`) on the prompt
+    <bos> <image> x len(feats) "\\n" `prompt` (the tokenizer of the checkpoint `folder`) with `feats` as the image's
+    embeddings, for `new_tokens` steps or until `eos`; under bf16 autocast if asked."""
+    import torch
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    feats = torch.tensor(feats)
+    ids = [360] + [362] * feats.shape[0] + tok.encode("\n" + prompt, add_special_tokens=False).ids
+    tokens, logits = [], []
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        emb = text.embed_tokens(torch.tensor(ids)).float()
+        emb[1:1 + feats.shape[0]] = feats
+        for _ in range(new_tokens):
+            h = text(inputs_embeds=emb[None]).last_hidden_state[0, -1]
+            step = (h @ head.T).float()
+            logits.append(step.numpy())
+            tokens.append(int(step.argmax()))
+            if tokens[-1] == eos:
+                break
+            emb = torch.cat([emb, text.embed_tokens(torch.tensor([tokens[-1]])).float()])
+    return tokens, logits
+
+
 def make_v1_checkpoint(out_dir, seed=7):
     """Golden DeepEncoder weights + a random tiny MoE decoder, under the hub's names (per-expert tensors)."""
     import os

@@ -272,14 +272,12 @@ def _v1_reference(folder, paths, prompt, max_new_tokens):
     """DeepSeek-OCR v1 has no transformers class: the official code's assembled image features of the golden
     view (tests/data/deepseek_ocr_v1, picked by the image's size) fed to transformers' MoE decoder with the
     folder's own weights and head (the embeddings when the head is tied)."""
-    import numpy as np
     import torch
     from safetensors.torch import load_file
-    from tokenizers import Tokenizer
 
     from ms_ocr.convert.safetensors_io import weight_files
     from ms_ocr.models.deepseek_ocr import SPEC
-    from tests.helpers.golden_v1 import golden, v1_text_model
+    from tests.helpers.golden_v1 import golden, v1_greedy, v1_text_model
     from PIL import Image
 
     state = {}
@@ -290,21 +288,11 @@ def _v1_reference(folder, paths, prompt, max_new_tokens):
     head = state["model.embed_tokens.weight"] if SPEC.config_from_dir(folder).text.tie_word_embeddings \
         else state["lm_head.weight"]
     head = head.float()
-    tok = Tokenizer.from_file(f"{folder}/tokenizer.json")
     tokens, first = [], None
     for path in paths:
         case = {128: "tiny", 256: "base", 320: "large"}[Image.open(path).width]
-        feats = torch.tensor(golden()[f"asm.{case}_noTiles"])
-        ids = [360] + [362] * feats.shape[0] + tok.encode("\n" + prompt, add_special_tokens=False).ids
-        out = []
-        with torch.no_grad():
-            emb = text.embed_tokens(torch.tensor(ids))
-            emb[1:1 + feats.shape[0]] = feats
-            for _ in range(max_new_tokens):
-                logits = text(inputs_embeds=emb[None]).last_hidden_state[0, -1] @ head.T
-                first = logits.numpy().astype(np.float32) if first is None else first
-                out.append(int(logits.argmax()))
-                emb = torch.cat([emb, text.embed_tokens(torch.tensor([out[-1]]))])
+        out, logits = v1_greedy(text, head, folder, golden()[f"asm.{case}_noTiles"], prompt, max_new_tokens)
+        first = logits[0] if first is None else first
         tokens.append(out)
     return tokens, first
 

@@ -5,11 +5,10 @@ to transformers' DeepseekOcr2TextModel (the v1 decoder); grounding parser; bad i
 import json
 
 import pytest
-import torch
 
 from ms_ocr.models.deepseek_ocr.grounding import parse_grounding
 from tests.cli_util import assert_one_line_error, run_module
-from tests.helpers.golden_v1 import base_page, golden, make_v1_checkpoint
+from tests.helpers.golden_v1 import base_page, golden, make_v1_checkpoint, v1_greedy
 
 NEW_TOKENS = 10
 
@@ -22,20 +21,7 @@ def v1(tmp_path_factory):
 
 
 def reference_tokens(folder, text, head, prompt):
-    from tokenizers import Tokenizer
-    tok = Tokenizer.from_file(f"{folder}/tokenizer.json")
-    feats = torch.tensor(golden()["asm.base_noTiles"])  # the official assembled image features
-    ids = [360] + [362] * feats.shape[0] + tok.encode("\n" + prompt, add_special_tokens=False).ids
-    with torch.no_grad():
-        emb = text.embed_tokens(torch.tensor(ids))
-        emb[1:1 + feats.shape[0]] = feats
-        out = []
-        for _ in range(NEW_TOKENS):
-            h = text(inputs_embeds=emb[None]).last_hidden_state[0, -1]
-            nxt = int((h @ head.T).argmax())
-            out.append(nxt)
-            emb = torch.cat([emb, text.embed_tokens(torch.tensor([nxt]))])
-    return out
+    return v1_greedy(text, head, folder, golden()["asm.base_noTiles"], prompt, NEW_TOKENS)[0]  # official features
 
 
 def test_cli_greedy_tokens_equal_golden_reference(v1):

@@ -15,10 +15,10 @@ import os
 
 import numpy as np
 import pytest
-import torch
 
 from tests.cli_util import run_module
-from tests.helpers.golden_v1 import base_page, golden, golden_bf16, make_v1_checkpoint, v1_text_model_from
+from tests.helpers.golden_v1 import (base_page, golden, golden_bf16, make_v1_checkpoint, v1_greedy,
+                                    v1_text_model_from)
 from tests.helpers.quant import write_dequantised_copy
 from tests.matrix.suite import INT8_TOKENS
 
@@ -39,26 +39,10 @@ def v1(tmp_path_factory):
 
 
 def reference(folder, feats, new_tokens, autocast=False):
-    """Greedy tokens and each step's logits of the reference decoder of the checkpoint `folder` on the prompt
-    <bos> <image> x len(feats) "\\n" PROMPT with `feats` as the image's embeddings; under bf16 autocast if asked."""
-    from tokenizers import Tokenizer
+    """Greedy tokens and each step's logits of the reference decoder of the checkpoint `folder` on PROMPT with
+    `feats` as the image's embeddings (golden_v1.v1_greedy); under bf16 autocast if asked."""
     text, head = v1_text_model_from(folder)
-    tok = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
-    feats = torch.tensor(feats)
-    ids = [360] + [362] * feats.shape[0] + tok.encode("\n" + PROMPT, add_special_tokens=False).ids
-    tokens, logits = [], []
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        emb = text.embed_tokens(torch.tensor(ids)).float()
-        emb[1:1 + feats.shape[0]] = feats
-        for _ in range(new_tokens):
-            h = text(inputs_embeds=emb[None]).last_hidden_state[0, -1]
-            step = (h @ head.T).float()
-            logits.append(step.numpy())
-            tokens.append(int(step.argmax()))
-            if tokens[-1] == EOS:
-                break
-            emb = torch.cat([emb, text.embed_tokens(torch.tensor([tokens[-1]])).float()])
-    return tokens, logits
+    return v1_greedy(text, head, folder, feats, PROMPT, new_tokens, autocast, EOS)
 
 
 def run_cli(folder, page, new_tokens, dump, *precision):
@@ -81,8 +65,9 @@ def test_golden_autocast_features_differ_from_the_exact_ones():
 def test_bf16_logits_agree_with_the_official_code_under_autocast(v1, tmp_path):
     from ms_ocr.ops import native
     folder, page = v1
-    _, (want,) = reference(folder, golden_bf16()["asm_bf16.base_noTiles"], 1, autocast=True)
-    _, (exact,) = reference(folder, golden()["asm.base_noTiles"], 1)
+    text, head = v1_text_model_from(folder)
+    _, (want,) = v1_greedy(text, head, folder, golden_bf16()["asm_bf16.base_noTiles"], PROMPT, 1, autocast=True)
+    _, (exact,) = v1_greedy(text, head, folder, golden()["asm.base_noTiles"], PROMPT, 1)
     _, logits, stderr = run_cli(folder, page, 1, tmp_path / "dump", "--dtype", "bf16")
     scale = np.abs(want).max()
     assert np.abs(logits[0] - want).max() <= V1_BF16_LOGIT_TOL * scale
