@@ -31,6 +31,13 @@ KEEP_GRAPHS_REQUESTS = 2
 # before; small images of a few recurring sizes - line crops, the demo model - no longer recompile whenever a
 # size comes back after two others (the demo's 150 gate lines in 3 sizes: ~60 recompiles of ~1.8 s each).
 IDLE_GRAPH_BYTES = 8 << 20
+# Prefill graphs are counted by what they hold instead: the resident memory that a shape's first call added
+# (activation buffers kept with the graph; PaddleOCR-VL ~55 MB per prompt of a 256-token bucket, whatever the
+# weights), and idle ones stay, the most recently used first, while that sums to at most this. The runtime
+# prefills a group in power-of-two chunks (runtime/core.py prefill_batch), so the server's groups of 1-8 crops
+# make four shapes a prompt bucket, ~0.9 GB in all: they stay, where "two requests" recompiled a size that came
+# back after two others (1.3-2.4 s each time). Pages' buckets are larger and are freed as before.
+IDLE_PREFILL_RESIDENT = 1 << 30
 
 class CompileTimer:
     """Compiles a step separately the first time it sees an input-shape key, so run time excludes it, and runs
@@ -44,25 +51,29 @@ class CompileTimer:
 
     Every compiled shape keeps its graph and its activation memory until it is freed. Groups named in
     `evictable` are freed by next_request() once `keep_requests` requests have not used them, except the most
-    recently used of them while their per-call inputs sum to at most `idle_bytes`. PaddleOCR-VL at
+    recently used of them while their per-call inputs sum to at most `idle_bytes` - or, for a group named in
+    `resident_budgets`, while the resident memory their first calls added sums to at most its budget. PaddleOCR-VL at
     real size over five page sizes of ~1,000 patches: RSS after each prefill 4.82, 5.74, 5.91, 5.95, 5.87 GB
     (peak 6.27) with vision and prefill evictable and keep_requests 2, against 4.82, 5.74, 6.19, 6.72, 7.28
     while every shape stayed."""
 
-    def __init__(self, evictable=(), keep_requests=KEEP_GRAPHS_REQUESTS, idle_bytes=IDLE_GRAPH_BYTES):
+    def __init__(self, evictable=(), keep_requests=KEEP_GRAPHS_REQUESTS, idle_bytes=IDLE_GRAPH_BYTES,
+                 resident_budgets=None):
         self.seconds = {}
         self._phases = {}
         self.evictable = frozenset(evictable)
         self.keep_requests = keep_requests
         self.idle_bytes = idle_bytes
+        self.resident_budgets = dict(resident_budgets or {})  # group -> bytes its idle graphs may hold
         self.requests = 0
-        self._used = {}  # key of an evictable group -> (request count at its last call, cell, input bytes)
+        self._used = {}  # key of an evictable group -> (request count at its last call, cell, bytes it costs)
 
     def call(self, name, cell, *args):
         key = (name, id(cell)) + tuple((tuple(a.shape), str(a.dtype)) for a in args)
+        resident = name in self.resident_budgets
         if name in self.evictable:
             used = self._used.get(key)
-            self._used[key] = (self.requests, cell, used[2] if used else _input_bytes(args))
+            self._used[key] = (self.requests, cell, used[2] if used else 0 if resident else _input_bytes(args))
         known = self._phases.get(key)
         if known is _NO_FAST_PATH:
             return cell(*args)
@@ -71,6 +82,7 @@ class CompileTimer:
             cache = CompileCache.active
             if cache is not None:
                 cache.safely(cache.before_compile, graph_key(name, cell, args))
+            before = resident_bytes() if resident else 0
             with collector_skips_older_objects():
                 if key not in self._phases:
                     t0 = time.perf_counter()
@@ -80,6 +92,8 @@ class CompileTimer:
             if cache is not None:
                 cache.safely(cache.after_compile)
             self._phases[key] = _compiled_phase(cell, executor)
+            if resident and key in self._used:
+                self._used[key] = self._used[key][:2] + (max(0, resident_bytes() - before),)
             return out
         phase, mutable_flags, sequence_modified = known
         run_args = executor._graph_executor.get_args_for_run(cell, args, {}, list(mutable_flags),
@@ -100,10 +114,11 @@ class CompileTimer:
         idle = [(key, last, cell, nbytes) for key, (last, cell, nbytes) in self._used.items()
                 if self.requests - last > self.keep_requests]
         idle.sort(key=lambda item: -item[1])  # most recently used first (stable: call order among equals)
-        freed, kept = 0, 0
+        freed, kept = 0, {}
         for key, _, cell, nbytes in idle:
-            if kept + nbytes <= self.idle_bytes:
-                kept += nbytes
+            group = key[0]
+            if kept.get(group, 0) + nbytes <= self.resident_budgets.get(group, self.idle_bytes):
+                kept[group] = kept.get(group, 0) + nbytes
             else:
                 freed += self._free(executor, key, cell)
         return freed
@@ -154,6 +169,15 @@ def collector_skips_older_objects():
         yield
     finally:
         gc.unfreeze()
+
+
+def resident_bytes():
+    """This process's resident memory now, in bytes (/proc/self/statm; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _input_bytes(args):

@@ -111,6 +111,45 @@ def test_paddleocr_vl_batched_equals_single(paddle, tiny_dir):
     assert rows and all(r % rt.buckets.prefill == 0 for r in rows), rows
 
 
+def test_group_prefill_runs_in_power_of_two_chunks_with_each_prompts_logits(paddle):
+    """A group of 7 prompts of different lengths prefills as chunks of 4, 2 and 1 prompts (longest first), so a
+    server's groups of 1-8 compile four prefill shapes a bucket instead of eight; every prompt's last-token
+    logits are those of its prefill alone, in the group's order, and its cache rows decode as alone."""
+    rt = paddle.runtime
+    sizes = [(30, 20), (96, 128), (48, 160), (200, 56), (112, 112), (64, 64), (40, 90)]
+    preps = [paddle.prepare([page(w, h, 30 + i)], "OCR:")[0] for i, (w, h) in enumerate(sizes)]
+    lengths = [p.input_ids.shape[0] for p in preps]
+    assert len(set(lengths)) >= 5, lengths
+    feats = [paddle.encode_images(p) for p in preps]
+    slots = max(rt.plan_slots(n, 4) for n in lengths)
+    alone = []
+    for prep, f in zip(preps, feats):
+        rt.reset_cache(1, slots)
+        logits = rt.prefill_batch([prep], [f], [0], slots).asnumpy()[0]
+        step = rt.decode_batch([int(np.argmax(logits))], np.array([prep.input_ids.shape[0]]), [prep.rope_delta],
+                               paddle.num_pos_axes).asnumpy()[0]
+        alone.append((logits, step))
+    calls = []
+    original = rt.compiler.call
+
+    def call(name, cell, *args):
+        if cell is rt.last_logits_step:
+            calls.append(int(args[0].shape[0]))
+        return original(name, cell, *args)
+    rt.compiler.call = call
+    try:
+        rt.reset_cache(len(preps), slots)
+        group = rt.prefill_batch(preps, feats, list(range(len(preps))), slots).asnumpy()
+    finally:
+        rt.compiler.call = original
+    assert calls == [4, 2, 1]
+    steps = rt.decode_batch([int(np.argmax(row)) for row in group], np.array(lengths),
+                            [p.rope_delta for p in preps], paddle.num_pos_axes).asnumpy()
+    for i, (logits, step) in enumerate(alone):
+        assert rel_err(group[i], logits) < 1e-5, i
+        assert rel_err(steps[i], step) < 1e-5, i
+
+
 def test_hunyuan_batched_equals_single(hunyuan_checkpoint, graph_mode):
     from ms_ocr.models.hunyuan_vl import SPEC as hunyuan_vl
     from tests.helpers.tiny_hunyuan import reference_greedy

@@ -193,6 +193,54 @@ def test_idle_graphs_within_the_byte_budget_stay_compiled(graph_mode):
     assert timer.seconds["vision"] > seconds  # a freed shape compiles again
 
 
+def test_idle_prefill_graphs_stay_within_the_resident_budget(graph_mode, monkeypatch):
+    """A group in resident_budgets counts each shape by the resident memory its first call added, not by its
+    inputs: idle shapes stay, the most recently used first, while that sums to at most the group's budget;
+    other evictable groups keep the input-byte rule. Regression: the server's prefill groups of 1-8 prompts
+    came back after two others and compiled again (1.3-2.4 s a time, counted as compile)."""
+    from mindspore.nn import cell as cell_module
+    from ms_ocr import compiler
+    executor = cell_module._cell_graph_executor
+    readings = iter([0, 100, 100, 250, 250, 450, 450, 450])  # before/after each first call: 100, 150, 200, 0
+    monkeypatch.setattr(compiler, "resident_bytes", lambda: next(readings))
+    timer = CompileTimer(evictable=("prefill", "vision"), keep_requests=1, idle_bytes=0,
+                         resident_budgets={"prefill": 300})
+    cell, b = _Affine(), Tensor(np.zeros(3, np.float32))
+    x = {rows: Tensor(np.ones((rows, 3), np.float32)) for rows in (1, 2, 3, 4)}
+
+    def key(rows):
+        return ("prefill", id(cell), ((rows, 3), "Float32"), ((3,), "Float32"))
+    for rows in (1, 2, 3):
+        timer.call("prefill", cell, x[rows], b)
+        assert timer.next_request() == 0
+    assert [timer._used[key(rows)][2] for rows in (1, 2, 3)] == [100, 150, 200]
+    phases = {rows: timer._phases[key(rows)][0] for rows in (1, 2, 3)}
+    timer.call("prefill", cell, x[1], b)  # compiled: no reading, its cost stays 100
+    timer.call("vision", _Affine(), x[4], b)
+    assert timer._used[key(1)][2] == 100
+    assert timer.next_request() == 1  # idle: 3 (200) stays; 2 (150) would make 350 > 300: freed
+    assert executor.has_compiled(phases[3]) and not executor.has_compiled(phases[2]) and key(2) not in timer._used
+    assert timer.next_request() == 1  # idle: 1 (100) and 3 (200) stay (300); the vision shape (idle_bytes 0) goes
+    assert executor.has_compiled(phases[1]) and executor.has_compiled(phases[3])
+    assert not [k for k in timer._used if k[0] == "vision"]
+    np.testing.assert_array_equal(timer.call("prefill", cell, x[2], b)[0].asnumpy(),
+                                  np.ones((2, 3), np.float32) * np.array([2.0, -1.0, 0.5], np.float32))
+    assert timer._used[key(2)][2] == 0  # compiled again, measured again (450 -> 450)
+
+
+def test_resident_bytes_reads_this_process_rss():
+    from ms_ocr.compiler import resident_bytes
+    with open("/proc/self/status") as f:
+        rss_kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
+    assert abs(resident_bytes() - rss_kb * 1024) < 0.05 * rss_kb * 1024
+
+
+def test_prefill_chunk_sizes_are_the_binary_parts_largest_first():
+    from ms_ocr.runtime.core import chunk_sizes
+    assert [chunk_sizes(n) for n in range(1, 9)] == [[1], [2], [2, 1], [4], [4, 1], [4, 2], [4, 2, 1], [8]]
+    assert all(sum(chunk_sizes(n)) == n and len(set(chunk_sizes(n))) == len(chunk_sizes(n)) for n in range(1, 65))
+
+
 def test_vision_blocks_are_longer_where_the_products_run_in_bf16(monkeypatch):
     """An image's ViT rows run in blocks of VISION_ATTENTION_CHUNK rows on the exact path and of
     VISION_ATTENTION_CHUNK_BF16 with the products in bf16 (oneDNN's bf16 GEMMs run faster on longer blocks; the exact

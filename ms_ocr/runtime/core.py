@@ -10,7 +10,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, ops
 
-from ms_ocr.compiler import CompileTimer
+from ms_ocr.compiler import IDLE_PREFILL_RESIDENT, CompileTimer
 from ms_ocr.ops import backend
 from ms_ocr.processing.grid import bucket
 from ms_ocr.runtime.inputs import Buckets, RequestTooLong
@@ -28,6 +28,11 @@ from ms_ocr.steps import (AllLogitsStep, CacheWriteStep, DecoderAttentionPrefill
 PREFILL_ATTENTION_CHUNK = 256
 
 
+def chunk_sizes(n):
+    """Power-of-two parts of n, largest first: 7 -> [4, 2, 1]."""
+    return [1 << b for b in range(n.bit_length() - 1, -1, -1) if n >> b & 1]
+
+
 class VLMRuntime:
     def __init__(self, model, max_positions, pad_id=0, compute_dtype=ms.float32, buckets=None, kv_dtype=None):
         self.model = model
@@ -36,8 +41,10 @@ class VLMRuntime:
         self.compute_dtype = compute_dtype
         self.buckets = buckets or Buckets()
         # Vision and prefill graphs are compiled per image size and prompt bucket; those the last two requests
-        # did not use are freed (see CompileTimer.next_request). The decode graphs stay (one per cache size).
-        self.compiler = CompileTimer(evictable=("vision", "prefill"))
+        # did not use are freed, but for small ones and prefill graphs within IDLE_PREFILL_RESIDENT of memory
+        # (see CompileTimer.next_request). The decode graphs stay (one per cache size).
+        self.compiler = CompileTimer(evictable=("vision", "prefill"),
+                                     resident_budgets={"prefill": IDLE_PREFILL_RESIDENT})
         self.vision = VisionEncoder(model, self.compiler, compute_dtype)
         self.cache = KVCache(model, compute_dtype, kv_dtype)
         self.tspec = model.text_layers()[0].spec
@@ -189,14 +196,28 @@ class VLMRuntime:
 
     def prefill_batch(self, preps, feats, cache_rows, slots):
         """Prefill several prompts at once into sequence slots `cache_rows` of the current cache (sized by
-        reset_cache(batch, slots)); logits of each prompt's last token [len(preps), V]."""
+        reset_cache(batch, slots)); logits of each prompt's last token [len(preps), V].
+
+        The prompts run in chunks of power-of-two sizes (7 = 4 + 2 + 1, longest prompts first), so a server's
+        groups of any size compile at most log2(batch) + 1 prefill shapes a prompt bucket
+        (compiler.IDLE_PREFILL_RESIDENT)."""
         self.compiler.next_request()
         lengths = [p.input_ids.shape[0] for p in preps]
-        padded = bucket(max(lengths), self.buckets.prefill)
-        if padded > slots:
+        if bucket(max(lengths), self.buckets.prefill) > slots:
             raise RequestTooLong(f"prompt of {max(lengths)} tokens does not fit a cache of {slots} positions")
-        h = self._prefill_hidden(preps, feats, padded, slots, cache_rows)
-        return self.compiler.call("prefill", self.last_logits_step, h, Tensor(np.array(lengths, np.int32) - 1))
+        order = sorted(range(len(preps)), key=lambda i: -lengths[i])
+        out, start = [], 0
+        for size in chunk_sizes(len(preps)):
+            part = order[start:start + size]
+            start += size
+            padded = bucket(max(lengths[i] for i in part), self.buckets.prefill)
+            h = self._prefill_hidden([preps[i] for i in part], [feats[i] for i in part], padded, slots,
+                                     [cache_rows[i] for i in part])
+            out.append(self.compiler.call("prefill", self.last_logits_step, h,
+                                          Tensor(np.array([lengths[i] for i in part], np.int32) - 1)))
+        if len(out) == 1:
+            return out[0] if order == sorted(order) else out[0][Tensor(np.argsort(order).astype(np.int32))]
+        return ops.concat(out, 0)[Tensor(np.argsort(order).astype(np.int32))]
 
     def full_logits(self, prep, image_feats):
         """Logits at every prompt position [S, V] from a fresh cache (tests and dumps)."""
