@@ -72,8 +72,8 @@ def add_device_args(p):
                         "reads half the bytes of bf16; CPU only); int8-g64 / int8-g32: a scale per 64 / 32 columns "
                         "of a row")
     p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
-                   help="the decoder's KV cache: auto is bf16 where --dtype bf16 computes in bf16 and fp32 (exact) "
-                        "otherwise; bf16 halves the bytes decode reads per cached position and the cache's memory "
+                   help="the decoder's KV cache: auto is bf16 where --dtype bf16 computes in bf16 and under "
+                        "--quantize int8 (dense decoders), fp32 (exact) otherwise; bf16 halves the bytes decode reads per cached position and the cache's memory "
                         "(keys and values rounded to bf16 as they are stored)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "ascend"])
     p.add_argument("--threads", type=int, default=None, help="CPU runtime threads")

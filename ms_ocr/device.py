@@ -124,8 +124,9 @@ def bf16_products(dtype, target):
 
 def resolve_kv_dtype(kv_cache_dtype, compute_dtype, auto_bf16):
     """The KV caches' dtype for --kv-cache-dtype: fp32 or bf16 as asked; auto is bf16 where `auto_bf16` (--dtype
-    bf16 computes in bf16 and the native decode layer reads the cache; torch's bf16 autocast and llama.cpp's
-    default f16 cache hold K/V in 16 bits too) and the compute dtype otherwise (fp32 on the CPU: the exact path).
+    bf16 computes in bf16, or --quantize int8, and the native decode layer reads the cache; torch's bf16 autocast
+    and llama.cpp's default f16 cache, beside its Q8_0 weights too, hold K/V in 16 bits) and the compute dtype
+    otherwise (fp32 on the CPU: the exact path).
     A bf16 cache halves the bytes a decode step reads per cached position (HunyuanOCR: 96 KB a position instead
     of 192) and the cache's memory; the new token's k and v are rounded to bf16 as they are stored, and attention
     widens them again (fp32 sums)."""

@@ -75,9 +75,9 @@ def test_kv_cache_dtype_resolution():
 def test_auto_kv_cache_is_bf16_under_bf16_compute_for_dense_decoders(tiny_dir, tmp_path_factory, graph_mode,
                                                                       monkeypatch, capsys):
     """--kv-cache-dtype auto: bf16 under --dtype bf16 where the products run in bf16 (stood in for here, on any CPU)
-    and the native decode layer reads the cache (PaddleOCR-VL); fp32 on the exact path, and for a MoE decoder
-    (DeepSeek-OCR-2), whose composed attention widens the whole cache each step; asked for, as asked (a MoE
-    decoder's bf16 cache said to cost decode time)."""
+    or under --quantize int8 (any CPU), where the native decode layer reads the cache (PaddleOCR-VL); fp32 on the
+    exact path, and for a MoE decoder (DeepSeek-OCR-2), whose composed attention widens the whole cache each step;
+    asked for, as asked (a MoE decoder's bf16 cache said to cost decode time)."""
     import mindspore as ms
     from ms_ocr.models import loading
     from ms_ocr.models.deepseek_ocr2 import SPEC as deepseek_ocr2
@@ -88,9 +88,13 @@ def test_auto_kv_cache_is_bf16_under_bf16_compute_for_dense_decoders(tiny_dir, t
     assert cache(paddleocr_vl, tiny_dir, "bf16") == ms.bfloat16
     assert cache(paddleocr_vl, tiny_dir, "auto") == ms.float32
     assert cache(paddleocr_vl, tiny_dir, "bf16", kv_cache_dtype="fp32") == ms.float32
+    assert cache(paddleocr_vl, tiny_dir, "auto", quantize="int8") == ms.bfloat16
+    assert cache(paddleocr_vl, tiny_dir, "auto", quantize="int8-g32") == ms.bfloat16
+    assert cache(paddleocr_vl, tiny_dir, "auto", quantize="int8", kv_cache_dtype="fp32") == ms.float32
     assert "widens the cache" not in capsys.readouterr().err
     folder = make_tiny_checkpoint(str(tmp_path_factory.mktemp("ds2_kv")))
     assert cache(deepseek_ocr2, folder, "bf16") == ms.float32
+    assert cache(deepseek_ocr2, folder, "auto", quantize="int8") == ms.float32
     assert "widens the cache" not in capsys.readouterr().err
     assert cache(deepseek_ocr2, folder, "auto", kv_cache_dtype="bf16") == ms.bfloat16
     assert "MoE decoder's attention widens the cache to fp32 every step" in capsys.readouterr().err

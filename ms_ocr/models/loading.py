@@ -87,10 +87,11 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
     products_bf16 = bool(keep) and bf16_products(dtype, target)
     if products_bf16:
         keep = keep | net.bf16_product_weight_names()
-    # auto: a bf16 cache where the native DecodeLayer reads it; a MoE decoder's layers attend through the composed
-    # ops.attention_with_new, whose widening of the whole cache each step would cost more than its reads save
+    # auto: a bf16 cache under a reduced precision the user chose (bf16 products, int8 weights) where the native
+    # DecodeLayer reads it; a MoE decoder's layers attend through the composed ops.attention_with_new, whose
+    # widening of the whole cache each step would cost more than its reads save
     dense = not any(layer.moe for layer in net.text_layers())
-    kv_dtype = resolve_kv_dtype(kv_cache_dtype, compute_dtype, products_bf16 and dense)
+    kv_dtype = resolve_kv_dtype(kv_cache_dtype, compute_dtype, (products_bf16 or quantize != "none") and dense)
     if kv_dtype == ms.bfloat16 and compute_dtype == ms.float32 and not dense:
         print("[ms_ocr] --kv-cache-dtype bf16: this MoE decoder's attention widens the cache to fp32 every step "
               "(half the cache's memory, a slower decode)", file=sys.stderr)

@@ -323,17 +323,22 @@ KV16_TOKENS = 12
 KV16_LOGIT_TOL = 1e-3
 
 
-def test_bf16_kv_cache_matches_transformers_with_a_rounded_cache(bf16_model, matrix_checkpoint, matrix_images,
-                                                                 tmp_path, monkeypatch):
+@pytest.mark.parametrize("cache_mode", ["kv_bf16", "int8_auto"])
+def test_bf16_kv_cache_matches_transformers_with_a_rounded_cache(bf16_model, cache_mode, matrix_checkpoint,
+                                                                 matrix_images, tmp_path, monkeypatch):
     """`infer --kv-cache-dtype bf16` computes what transformers computes with its cache layers storing K and V
     rounded to bf16 (widened back to fp32): the prompt's attention over its own unrounded k, v (ms_ocr's prefill),
     every later step over the rounded cache and its own rounded k, v (DecodeLayer; the composed attention of a MoE
     decoder). The first step's logits (the prompt's, no cache read) within 1e-4 of max|logit|, every step's within
     KV16_LOGIT_TOL, the same greedy tokens; the steps after the first differ from the fp32 cache's by more than
-    that (the rounding is really there)."""
+    that (the rounding is really there). int8_auto: `--quantize int8` alone, whose cache `--kv-cache-dtype auto`
+    makes bf16 for a dense decoder, against transformers on the dequantised weights with the rounded cache (a MoE
+    decoder keeps an fp32 cache there: test_int8_matches_transformers_on_the_dequantised_weights is its gate)."""
+    import mindspore as ms
     import torch
     from transformers.cache_utils import DynamicLayer
 
+    from ms_ocr import models
     matrix = MATRICES[bf16_model]
     variant = next(v for v, spec in matrix.variants.items() if not spec.get("slow"))
     spec = matrix.variants[variant]
@@ -345,9 +350,21 @@ def test_bf16_kv_cache_matches_transformers_with_a_rounded_cache(bf16_model, mat
     # do not pick, so that every run decodes KV16_TOKENS steps over the cache (DeepSeek-OCR-2's ends at once)
     model, _ = matrix.reference_model(folder, [Image.open(path).convert("RGB")], prompt)
     layouts.set_eos(folder, [model.config.get_text_config().vocab_size - 1])
+    ref_folder, options = folder, ("--kv-cache-dtype", "bf16")
+    if cache_mode == "int8_auto":
+        spec_of = models.get(matrix.cli)
+        net = spec_of.load(folder, "CPU", "auto", quantize="int8").runtime
+        if any(layer.moe for layer in net.model.text_layers()):
+            assert net.cache.dtype == ms.float32
+            pytest.skip("--quantize int8 keeps a MoE decoder's cache fp32 (--kv-cache-dtype auto)")
+        assert net.cache.dtype == ms.bfloat16
+        ref_folder, options = str(tmp_path / "dequantised"), ("--quantize", "int8")
+        write_dequantised_copy(net.model, spec_of, folder, ref_folder)
+        del net
+        gc.collect()
 
     def generate():
-        model, inputs = matrix.reference_model(folder, [Image.open(path).convert("RGB")], prompt)
+        model, inputs = matrix.reference_model(ref_folder, [Image.open(path).convert("RGB")], prompt)
         with torch.no_grad():
             out = model.generate(**inputs, max_new_tokens=KV16_TOKENS, do_sample=False, output_logits=True,
                                  return_dict_in_generate=True)
@@ -366,7 +383,7 @@ def test_bf16_kv_cache_matches_transformers_with_a_rounded_cache(bf16_model, mat
     want, want_logits = generate()
     mode = ("--mode", spec["mode"]) if "mode" in spec else ()
     proc = run_module("ms_ocr.infer", "--model", matrix.cli, "--model-path", folder, "--image", path, "--prompt",
-                      prompt, "--max-new-tokens", str(KV16_TOKENS), "--kv-cache-dtype", "bf16", "--json", "--dump",
+                      prompt, "--max-new-tokens", str(KV16_TOKENS), *options, "--json", "--dump",
                       str(tmp_path / "dump"), *mode, *matrix.cli_args)
     assert proc.returncode == 0, proc.stderr
     (got,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -388,7 +405,8 @@ HEADS = {"own": ("untied", "own_head_flag_tied"), "tied": ("tied",)}  # the vari
 @pytest.mark.parametrize("quantize,head", [("int8", "own"), ("int8", "tied"), ("int8-g32", "tied")])
 def test_int8_matches_transformers_on_the_dequantised_weights(bf16_model, quantize, head, matrix_checkpoint,
                                                                matrix_images, tmp_path, graph_mode):
-    """`infer --quantize int8` computes what transformers computes in fp32 on the dequantised weights (each int8
+    """`infer --quantize int8 --kv-cache-dtype fp32` (weights alone quantised; the bf16 cache that auto adds is
+    gated above) computes what transformers computes in fp32 on the dequantised weights (each int8
     matrix times its row scales, written in fp32 into a copy of the checkpoint): the first step's logits within
     1e-4 of max|logit| and the same greedy tokens, INT8_TOKENS of them. For a model with its own head and for a
     tied one, whose embedding table is the int8 matrix (the prompt's embeddings are its dequantised rows); and
@@ -426,7 +444,8 @@ def test_int8_matches_transformers_on_the_dequantised_weights(bf16_model, quanti
     want_first = out.logits[0][0].float().numpy()
     mode = ("--mode", spec["mode"]) if "mode" in spec else ()
     proc = run_module("ms_ocr.infer", "--model", matrix.cli, "--model-path", folder, "--image", path, "--prompt",
-                      prompt, "--max-new-tokens", str(INT8_TOKENS), "--quantize", quantize, "--json", "--dump",
+                      prompt, "--max-new-tokens", str(INT8_TOKENS), "--quantize", quantize, "--kv-cache-dtype", "fp32",
+                      "--json", "--dump",
                       str(tmp_path / "dump"), *mode, *matrix.cli_args)
     assert proc.returncode == 0, proc.stderr
     (got,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
