@@ -72,9 +72,10 @@ BATCH = 8  # the batched bf16 run: sequences decoded together
                                         ("bf16_batched", "--dtype", "bf16"),
                                         ("kv_bf16", "--kv-cache-dtype", "bf16")], ids=lambda p: p[0])
 def reduced(request, tmp_path_factory):
-    """(mode, records) of PRECISION_SETS read by `infer` with --dtype bf16, --quantize int8 or --kv-cache-dtype
-    bf16, or by the batch runner with --dtype bf16 and BATCH sequences decoded together. `infer` decodes one
-    sequence at a time, which keeps exact products in the decode step; a step of two sequences or more rounds its
+    """(mode, records) of PRECISION_SETS read by `infer` with --dtype bf16, --quantize int8 (with the bf16 cache
+    that --kv-cache-dtype auto gives it) or --kv-cache-dtype bf16 alone, or by the batch runner with --dtype bf16
+    and BATCH sequences decoded together. `infer` decodes one sequence at a time, which keeps exact products in the
+    decode step; a step of two sequences or more rounds its
     rows to bf16 on a CPU with AMX (docs/native-kernels.md, "AMX tiles for the decode step"), so only the batched
     run gates that rounding. Where --dtype bf16 computes in bf16 its cache is bf16 too (--kv-cache-dtype auto), so
     the bf16 cache alone is read only on a CPU without bf16 dot products."""

@@ -444,9 +444,8 @@ def test_int8_matches_transformers_on_the_dequantised_weights(bf16_model, quanti
     want_first = out.logits[0][0].float().numpy()
     mode = ("--mode", spec["mode"]) if "mode" in spec else ()
     proc = run_module("ms_ocr.infer", "--model", matrix.cli, "--model-path", folder, "--image", path, "--prompt",
-                      prompt, "--max-new-tokens", str(INT8_TOKENS), "--quantize", quantize, "--kv-cache-dtype", "fp32",
-                      "--json", "--dump",
-                      str(tmp_path / "dump"), *mode, *matrix.cli_args)
+                      prompt, "--max-new-tokens", str(INT8_TOKENS), "--quantize", quantize, "--kv-cache-dtype",
+                      "fp32", "--json", "--dump", str(tmp_path / "dump"), *mode, *matrix.cli_args)
     assert proc.returncode == 0, proc.stderr
     (got,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     first = np.load(os.path.join(got["dump"], "logits.npy"))[0]
