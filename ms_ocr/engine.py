@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ms_ocr.generate import next_token
-from ms_ocr.proc import rss_gb
+from ms_ocr.proc import available_bytes, rss_gb
 
 ROW_BUCKETS = (1, 2, 4, 8)  # decode-step sizes (sequence rows) below max_batch_size; one graph each
 
@@ -40,7 +40,7 @@ class Request:
     on_token: object = None
     cancelled: object = None
     ignore_eos: bool = False  # run to the token budget (vLLM's ignore_eos; benchmarks)
-    # a line reader's request (VLMPipeline.prepare_request): [(line image, Prepared)] of its one image's text lines,
+    # a line reader's request (VLMPipeline.prepare_request): [(line ImageSize, Prepared)] of its one image's text lines,
     # each read as a request of its own (LineFanOut)
     lines: list = None
     # on_line_break(token_id): the tokenizer's "\n" ids a line reader's stream has between two lines (LineFanOut),
@@ -76,16 +76,17 @@ class _Sequence:
     reported: bool = False  # on_result was called for it
 
 
-def joined_lines(outs, stopped=False):
+def joined_lines(outs, stopped=False, reason=None):
     """One answer from the answers of a crop's lines, in order: texts joined by "\n", the generated token ids one
-    line's after the other (each a dump's step), finish reason "length" where a line ran out of tokens ("stop" when
-    `stopped`: the caller's on_token ended the answer), a dump's steps concatenated, the timings summed (latency and
-    first token: the last line's and the first's)."""
+    line's after the other (each a dump's step), finish reason `reason` when given, else "length" where a line ran
+    out of tokens ("stop" when `stopped`: the caller's on_token ended the answer), a dump's steps concatenated, the
+    timings summed (latency and first token: the last line's and the first's)."""
     out = dict(outs[-1])
     out["text"] = "\n".join(o["text"] for o in outs)
     out["token_ids"] = [t for o in outs for t in o["token_ids"]]
-    out["finish_reason"] = "stop" if stopped else \
-        "length" if any(o["finish_reason"] == "length" for o in outs) else outs[-1]["finish_reason"]
+    out["finish_reason"] = reason or ("stop" if stopped else
+                                      "length" if any(o["finish_reason"] == "length" for o in outs)
+                                      else outs[-1]["finish_reason"])
     if all("dump" in o for o in outs):
         out["dump"] = {key: np.concatenate([o["dump"][key] for o in outs]) for key in ("logits", "token_ids")}
     timings = dict(out["timings"])
@@ -101,11 +102,15 @@ def joined_lines(outs, stopped=False):
 
 
 class _Crop:
-    """A request read line by line: its line requests' results and the order their tokens reach the caller."""
+    """A request read line by line: its line requests' results, the order their tokens reach the caller, and its
+    token budget (the request's max_new_tokens, spent by the lines' tokens in reading order)."""
 
-    def __init__(self, request, count):
+    def __init__(self, request, count, budget):
         self.request, self.results, self.error = request, [None] * count, None
         self.live, self.held, self.finished, self.stopped = 0, [[] for _ in range(count)], set(), False
+        self.budget, self.used, self.cut = budget, 0, False  # cut: the budget ended the answer
+        self.kept = [0] * count  # tokens of each line that reached the reader within the budget
+        self.subs = [None] * count
 
 
 class LineFanOut:
@@ -119,11 +124,19 @@ class LineFanOut:
     first line's error. Its on_token sees the lines' tokens in reading order and `line_break` (the tokenizer's ids
     of "\n") between two lines, so a stream of them reads as the joined text: the tokens of a line wait until the
     lines above it have finished. When on_token ends the answer (a stop string) the lines not yet read stop at
-    their first token. Other requests pass through."""
+    their first token.
 
-    def __init__(self, take, on_result, height=None, line_break=()):
+    The request's token budget (its sampling's max_new_tokens, else `budget`) is the whole answer's, as for any
+    other request: the lines' tokens spend it in reading order, and once it is spent the answer ends there
+    (finish reason "length"): the lines below stop at their next token, a line's tokens past the budget are left
+    out (its text decoded again by `finish(token_ids, reason, task, images)`: VLMPipeline.finish), and a line
+    whose waiting tokens already fill what is left stops generating. So a page of a thousand lines costs at most
+    its budget of tokens plus the lines decoding at once, not a budget per line. Other requests pass through."""
+
+    def __init__(self, take, on_result, height=None, line_break=(), finish=None, budget=None):
         from collections import deque
         self._take, self._on_result, self.height, self.line_break = take, on_result, height, tuple(line_break)
+        self.finish, self.budget = finish, budget
         self.buffer, self.crops = deque(), {}  # id(line request) -> (_Crop, line index, line request)
 
     def take(self, n, wait):
@@ -143,24 +156,32 @@ class LineFanOut:
             lines = [(img, None) for img in line_images(req.images[0], self.height)]
         if lines is None:
             return [req]
-        crop = _Crop(req, len(lines))
-        subs = []
+        budget = req.sampling.max_new_tokens if req.sampling is not None else self.budget
+        crop = _Crop(req, len(lines), float("inf") if budget is None or self.finish is None else budget)
         for i, (img, prep) in enumerate(lines):
-            hook = None if req.on_token is None else functools.partial(self._token, crop, i)
             sub = dataclasses.replace(req, key=f"{req.key}#line{i}", images=[img], prep=prep, lines=None,
-                                      on_token=hook, on_line_break=None)
+                                      on_token=functools.partial(self._token, crop, i), on_line_break=None)
             self.crops[id(sub)] = (crop, i, sub)  # the line request itself kept alive: its id stays unique
-            subs.append(sub)
-        return subs
+            crop.subs[i] = sub
+        return list(crop.subs)
 
     def _token(self, crop, i, token):
         if crop.stopped:
             return True
         if i != crop.live:
             crop.held[i].append(token)
-            return False
-        if crop.request.on_token(token):
+            return len(crop.held[i]) >= crop.budget - crop.used  # what it holds already fills what is left
+        return self._release(crop, token)
+
+    def _release(self, crop, token):
+        """One token of the live line reaches the caller (in reading order), within the budget."""
+        crop.used += 1
+        crop.kept[crop.live] += 1
+        on_token = crop.request.on_token
+        if on_token is not None and on_token(token):
             crop.stopped = True
+        elif crop.used >= crop.budget:
+            crop.stopped = crop.cut = True
         return crop.stopped
 
     def _advance(self, crop):
@@ -169,8 +190,29 @@ class LineFanOut:
             crop.live += 1
             req = crop.request
             brk = req.on_line_break or req.on_token
-            crop.stopped = any(brk(t) for t in self.line_break) or any(req.on_token(t) for t in crop.held[crop.live])
-            crop.held[crop.live] = []
+            crop.stopped = brk is not None and any(brk(t) for t in self.line_break)
+            held, crop.held[crop.live] = crop.held[crop.live], []
+            for token in held:
+                if crop.stopped or self._release(crop, token):
+                    break
+
+    def _within_budget(self, crop):
+        """The lines' results as the reader saw them: a line cut by the budget decoded again from the tokens it
+        kept, the lines after the cut left out."""
+        outs = []
+        for i, out in enumerate(crop.results):
+            if crop.cut and i > crop.live:
+                break
+            kept = crop.kept[i]
+            if kept < len(out["token_ids"]):
+                sub = crop.subs[i]
+                short = self.finish(out["token_ids"][:kept], "length", sub.task, sub.images)
+                short["timings"] = out["timings"]
+                if "dump" in out:
+                    short["dump"] = {k: v[:kept] for k, v in out["dump"].items()}
+                out = short
+            outs.append(out)
+        return outs
 
     def report(self, req, result, error):
         entry = self.crops.pop(id(req), None)
@@ -179,10 +221,13 @@ class LineFanOut:
         crop, i, _ = entry
         crop.results[i], crop.error = result, crop.error or error
         crop.finished.add(i)
-        if crop.request.on_token is not None and crop.error is None:
+        if crop.error is None:
             self._advance(crop)
         if len(crop.finished) == len(crop.results):  # every line has been reported
-            joined = None if crop.error is not None else joined_lines(crop.results, crop.stopped)
+            joined = None
+            if crop.error is None:
+                outs = self._within_budget(crop) if crop.budget != float("inf") else crop.results
+                joined = joined_lines(outs, crop.stopped, "length" if crop.cut else None)
             self._on_result(crop.request, joined, crop.error)
 
 
@@ -216,6 +261,11 @@ class BatchEngine:
         else:
             self.slots = rt.plan_slots(max_model_len, 0)
             self.max_total = max_model_len
+        need, free = rt.cache_bytes(self.batch, self.slots), available_bytes()
+        if free is not None and need > 0.8 * free:
+            raise ValueError(f"a KV cache for {self.batch} sequences of {self.slots} positions needs "
+                             f"{need / 2 ** 30:.1f} GB and {free / 2 ** 30:.1f} GB are available: ask for fewer "
+                             "sequences at once (--max-batch-size / --max-num-seqs) or shorter ones")
         self.pack_vision = pack_vision
         # Host-written caches (off Ascend): running sequences are kept in the first cache rows (a finished
         # sequence's row is refilled from the last one) and a step decodes only ROW_BUCKETS rows covering them,
@@ -264,7 +314,8 @@ class BatchEngine:
         requests (the pipeline's `text_line_height`, or a request with `lines`) are read line by line
         (LineFanOut)."""
         fan = LineFanOut(take, on_result, getattr(self.pipe, "text_line_height", None),
-                         getattr(self.pipe, "line_break_ids", ()))
+                         getattr(self.pipe, "line_break_ids", ()), finish=self.pipe.finish,
+                         budget=self.sampling.max_new_tokens)
         take, on_result = fan.take, fan.report
         self._cache_ready = False  # sized and zeroed at the first admission, after its vision (not resident then)
         active, closed = {}, False

@@ -59,7 +59,8 @@ def apply_repetition_penalty(logits, previous_ids, penalty):
         return logits
     ids = np.unique(np.asarray(previous_ids))
     scores = logits[ids]
-    logits[ids] = np.where(scores < 0, scores * penalty, scores / penalty)
+    with np.errstate(over="ignore", under="ignore"):  # a huge penalty saturates at -inf / 0: still an order
+        logits[ids] = np.where(scores < 0, scores * penalty, scores / penalty)
     return logits
 
 
@@ -80,7 +81,11 @@ def sample_token(logits, cfg, rng):
     """Greedy argmax, or HF-order warpers (temperature -> top-k -> top-p) then a draw."""
     if cfg.temperature == 0:
         return int(np.argmax(logits))
-    logits = logits.astype(np.float64) / cfg.temperature
+    logits = logits.astype(np.float64)
+    # (x - max) / T, not x / T - max(x / T): the same softmax, but a tiny temperature (1e-300) gives -inf and 0
+    # (the greedy choice) instead of inf - inf = NaN
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        logits = (logits - logits.max()) / cfg.temperature
     if cfg.top_k and cfg.top_k < logits.shape[0]:
         kth = np.partition(logits, -cfg.top_k)[-cfg.top_k]
         logits = np.where(logits < kth, -np.inf, logits)

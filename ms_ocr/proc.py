@@ -40,3 +40,15 @@ def process_age_ms():
     except (OSError, ValueError, IndexError, AttributeError):
         return None
     return round(1000 * (now_s - start_s), 1)
+
+
+def available_bytes():
+    """Memory the kernel could give this process without swapping (MemAvailable), bytes; None when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

@@ -118,14 +118,17 @@ class VLMPipeline:
     def encode_images(self, prep):
         return self.runtime.encode_images(prep.vision_inputs) if prep.vision_inputs else None
 
-    def prepare_request(self, images, prompt, task=None):
+    def prepare_request(self, images, prompt, task=None, max_lines=None):
         """(prep, lines) of one request: a line reader (preprocessor_config.json's `text_line_height`: the demo
         model) given one image reads each text line of it scaled to that height (processing/text_lines.py), and
-        lines = [(line image, Prepared)], prep None (engine.Request.lines); otherwise prep and lines None."""
+        lines = [(line's ImageSize, Prepared)], prep None (engine.Request.lines: each line's pixels are in its
+        Prepared, only its size is kept); otherwise prep and lines None. A line reader's image of more than
+        `max_lines` lines: text_lines.TooManyLines, found before any line is prepared."""
         if self.text_line_height and len(images) == 1:
+            from ms_ocr.processing.image import ImageSize
             from ms_ocr.processing.text_lines import line_images
-            return None, [(line, self.prepare([line], prompt, task)[0])
-                          for line in line_images(images[0], self.text_line_height)]
+            return None, [(ImageSize(*line.size), self.prepare([line], prompt, task)[0])
+                          for line in line_images(images[0], self.text_line_height, max_lines=max_lines)]
         return self.prepare(images, prompt, task)[0], None
 
     def run(self, images, prompt, sampling, on_token=None, task=None, on_logits=None, release_vision=False):

@@ -30,33 +30,26 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 # System packages some tests need, installed where this runs as root with apt-get (otherwise those tests skip and
-# name the packages): the demo model's tests render text in Debian's DejaVu and Liberation fonts
-# (training/demo/data.py); the aarch64 (NEON) build of the native kernels is checked under qemu-user with the cross
+# name the packages; under CI=true a skipped gate fails the run, tests/conftest.py): the aarch64 (NEON) build of the native kernels is checked under qemu-user with the cross
 # compiler (tests/ops/test_native_isa.py); jemalloc, which run_tests.sh puts under the test processes (MindSpore's
 # graph compiler allocates a lot: 5-27 % less time on the files measured, docs/benchmarks.md "Test suite"; without
 # it the tests run on glibc's malloc, slower; "installed" as the launchers see it, scripts/jemalloc.sh). One
 # package index update; each set installs (or fails) alone.
 if [ "$kind" = test ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  # the fonts the demo data draws with, and their packages, are training/demo/fonts.py's
-  fonts=$(cd "$repo" && "$venv/bin/python" -m training.demo.fonts) \
-    || { echo "[ms_ocr] could not check the demo fonts; demo tests may skip" >&2; fonts=""; }
   cross=""
   { command -v aarch64-linux-gnu-g++ && command -v qemu-aarch64; } >/dev/null || cross="g++-aarch64-linux-gnu qemu-user"
   alloc=""
   source "$repo/scripts/jemalloc.sh"
   [ -n "$(ms_ocr_jemalloc)" ] || alloc="libjemalloc2"
-  if [ -n "$fonts$cross$alloc" ]; then
-    echo "[ms_ocr] installing for the demo-model and aarch64 kernel tests and the tests' allocator (apt-get):" \
-      $fonts $cross $alloc >&2
+  if [ -n "$cross$alloc" ]; then
+    echo "[ms_ocr] installing for the aarch64 kernel tests and the tests' allocator (apt-get):" $cross $alloc >&2
     if apt-get update -qq >&2; then
-      [ -z "$fonts" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $fonts >&2 \
-        || echo "[ms_ocr] font install failed; demo tests will skip" >&2
       [ -z "$cross" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $cross >&2 \
         || echo "[ms_ocr] aarch64 tools install failed; the aarch64 kernel test will skip" >&2
       [ -z "$alloc" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $alloc >&2 \
         || echo "[ms_ocr] jemalloc install failed; the tests run on glibc's malloc (slower)" >&2
     else
-      echo "[ms_ocr] apt-get update failed; the demo and aarch64 kernel tests will skip" >&2
+      echo "[ms_ocr] apt-get update failed; the aarch64 kernel tests will skip" >&2
       [ -z "$alloc" ] || echo "[ms_ocr] (and the tests run on glibc's malloc, slower)" >&2
     fi
   fi

@@ -6,7 +6,7 @@
 (the committed checkpoint's command: 60 minutes on two cores of an AVX512_BF16 CPU, where the clock stopped it at
 step 9,365; `--stop-after 9365` with a larger --minutes repeats it on a slower CPU; see ms_ocr/demo/README.md)
 
-Test-only dependencies (torch, transformers, tokenizers); fonts from training/demo/fonts.py FONT_PACKAGES. The run is
+Test-only dependencies (torch, transformers, tokenizers); fonts from training/demo/font_files/ (training/demo/fonts.py). The run is
 deterministic for a seed, a step count, a thread count and a CPU type (--minutes only stops it early; --stop-after
 stops at a given step, to repeat such a run). It writes the checkpoint in the hub's layout (flat config.json, bf16
 safetensors, tokenizer.json, tokenizer_config.json with the chat template, preprocessor_config.json) plus

@@ -94,11 +94,12 @@ class Progress:
 def job_identity(args, model, model_dir, prompt, task):
     """The settings that decide a page's text: a page in OUT counts as done only for the same ones (job.py)."""
     from ms_ocr.batch.job import checkpoint_fingerprint
+    from ms_ocr.batch.job import precision_identity
     return {"tool": "ms_ocr.batch", "model": model, "checkpoint": checkpoint_fingerprint(model_dir), "task": task,
             "prompt": prompt, "mode": args.mode, "dpi": args.dpi, "max_output_length": args.max_output_length,
             "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
             "repetition_penalty": args.repetition_penalty, "no_repeat_ngram": args.no_repeat_ngram,
-            "seed": args.seed}
+            "seed": args.seed, **precision_identity(args)}
 
 
 class RunState:
@@ -143,6 +144,10 @@ def run(argv, state=None):
     identity = job_identity(args, model, model_dir, job_prompt, job_task)
     with J.FolderLock(args.out, None if world == 1 else f"rank{rank}-of{world}"):
         state.out = args.out
+        foreign = R.foreign_files(args.out)
+        if foreign:
+            raise J.JobError(f"{args.out} holds files this tool did not write ({'; '.join(foreign)}); they are left "
+                             "untouched: use another --out")
         status = J.check_job(args.out, identity, args.overwrite, R.has_results(args.out))
         if status == "overwrite":
             R.clear(args.out, rank, world)

@@ -10,6 +10,10 @@ from ms_ocr.errors import UsageError
 from ms_ocr.processing.image import ImageError, load_image, max_image_pixels, to_rgb
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
+# A rendered PDF page has at most this many pixels (its DPI lowered to fit): more than any model reads (their
+# processors resize a page to at most ~17 Mpx), and a page in flight costs ~3 bytes a pixel plus pdfium's 4 while
+# it renders (a poster-sized page at --dpi held ~1.7 GB, once per page decoding at once).
+PDF_PAGE_PIXELS = 36 * 10 ** 6
 
 
 class InputError(UsageError):
@@ -74,9 +78,10 @@ def capped_scale(width_pt, height_pt, dpi, limit):
 
 
 def render_pdf_page(path, page, dpi):
-    """Page `page` (1-based) of a PDF rasterised at `dpi` as an RGB PIL image. A page that would exceed the
-    pixel limit of image files (processing.image.max_image_pixels) is rendered at the DPI that fits; the DPI
-    used is the image's info["dpi"] (x, y), below `dpi` exactly when it was lowered."""
+    """Page `page` (1-based) of a PDF rasterised at `dpi` as an RGB PIL image. A page that would exceed
+    PDF_PAGE_PIXELS (or the pixel limit of image files, processing.image.max_image_pixels, if lower) is rendered
+    at the DPI that fits; the DPI used is the image's info["dpi"] (x, y), below `dpi` exactly when it was
+    lowered."""
     doc = _open_pdf(path)
     try:
         if not 1 <= page <= len(doc):
@@ -85,7 +90,9 @@ def render_pdf_page(path, page, dpi):
         width_pt, height_pt = pdf_page.get_size()
         if width_pt <= 0 or height_pt <= 0:
             raise ImageError(f"{path} page {page} is empty")
-        scale = capped_scale(width_pt, height_pt, dpi, max_image_pixels())
+        limit = max_image_pixels()
+        scale = capped_scale(width_pt, height_pt, dpi, PDF_PAGE_PIXELS if limit is None else
+                             min(limit, PDF_PAGE_PIXELS))
         img = pdf_page.render(scale=scale).to_pil()
     except ImageError:
         raise
@@ -186,8 +193,11 @@ def collect(paths):
     for path in paths:
         if os.path.isdir(path):
             found = []
-            for root, _, files in os.walk(path):
-                found += [os.path.join(root, f) for f in files if f.lower().endswith(IMAGE_EXTENSIONS + (".pdf",))]
+            for root, dirs, files in os.walk(path):
+                # hidden folders and files are not pages: .git/, macOS's ._name resource forks, editors' swap files
+                dirs[:] = [d for d in dirs if not d.startswith(".")]
+                found += [os.path.join(root, f) for f in files
+                          if not f.startswith(".") and f.lower().endswith(IMAGE_EXTENSIONS + (".pdf",))]
             if not found:
                 kinds = ", ".join(e.lstrip(".") for e in IMAGE_EXTENSIONS + (".pdf",))
                 raise InputError(f"input folder {path} has no images or PDFs ({kinds}), in any subfolder")

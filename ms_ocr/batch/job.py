@@ -49,6 +49,20 @@ def checkpoint_fingerprint(folder):
     return h.hexdigest()[:16]
 
 
+def precision_identity(args):
+    """The precision options that change a page's text, for a job's identity: --dtype bf16/fp16, --quantize and
+    --kv-cache-dtype when not their exact defaults (left out at the defaults, so the folders of runs made before
+    they were part of a job stay that job's)."""
+    out = {}
+    if args.dtype in ("bf16", "fp16"):
+        out["dtype"] = args.dtype
+    if args.quantize != "none":
+        out["quantize"] = args.quantize
+    if args.kv_cache_dtype != "auto":
+        out["kv_cache_dtype"] = args.kv_cache_dtype
+    return out
+
+
 def job_id(identity):
     """A short hash of an identity: every batch record carries it, so a page counts as done only for its job."""
     return hashlib.sha1(json.dumps(identity, sort_keys=True).encode("utf-8", "surrogateescape")).hexdigest()[:12]

@@ -31,6 +31,49 @@ def read_records(path, job=None):
     return records
 
 
+RECORD_FIELDS = {"key": str, "source": str, "ok": bool}  # what every record this tool writes has
+
+
+def foreign_line(path):
+    """None when every line of a results file is a record this tool writes (a torn last line aside: a crash
+    mid-write), else the first line that is not, as "line N: why" (a results.jsonl of another program)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    for n, raw in enumerate(data.split(b"\n")[:-1], 1):  # the last piece: empty, or a torn line
+        try:
+            record = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return f"line {n} is not JSON"
+        if not isinstance(record, dict):
+            return f"line {n} is not a JSON object"
+        for field, kind in RECORD_FIELDS.items():
+            if not isinstance(record.get(field), kind):
+                return f'line {n} has no {kind.__name__} "{field}"'
+    return None
+
+
+def foreign_files(out_dir):
+    """["<file>: why"] for the files of `out_dir` that carry this tool's names but were not written by it (a
+    results file of other records, a report.csv without this tool's header): a run must not rewrite, append to
+    or remove them, even with --overwrite."""
+    found = []
+    for path in [os.path.join(out_dir, "results.jsonl"), *shard_files(out_dir)]:
+        if os.path.isfile(path) and os.path.getsize(path) > 0:
+            why = foreign_line(path)
+            if why is not None:
+                found.append(f"{path}: {why}")
+    for path in [os.path.join(out_dir, "report.csv"), *glob.glob(os.path.join(glob.escape(out_dir), "report.rank*.csv"))]:
+        if os.path.isfile(path) and os.path.getsize(path) > 0 and not is_report(path):
+            found.append(f"{path}: its first line is not this tool's header")
+    return found
+
+
+def is_report(path):
+    """The file starts with the header write_report writes."""
+    with open(path, encoding="utf-8", errors="replace", newline="") as f:
+        return f.readline().rstrip("\r\n") == ",".join(REPORT_FIELDS)
+
+
 def latest(records):
     """The last record of each key (a re-run appends a new record for a retried input)."""
     out = {}
@@ -180,7 +223,11 @@ def report(records, wall_s, compile_s, skipped, peak_rss_gb, max_batch_size):
 
 
 def write_report(path, figures):
-    new = not os.path.exists(path)
+    """Append this run's figures to the report (its header first in a new file); a file that is not such a
+    report is left alone (the run checked for one before it started: foreign_files)."""
+    new = not os.path.exists(path) or os.path.getsize(path) == 0
+    if not new and not is_report(path):
+        raise OSError(f"{path} is not an ms_ocr batch report: not appended to")
     with open(path, "a", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=REPORT_FIELDS)
         if new:

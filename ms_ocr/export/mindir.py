@@ -263,6 +263,10 @@ class MindIRRuntime:
                                  f"exported cache of {self.slots} positions (export again with a larger --slots)")
         return self.slots
 
+    def cache_bytes(self, batch, slots):
+        """The exported text graph holds its one cache from load on: nothing more to allocate."""
+        return 0
+
     def reset_cache(self, batch, slots, host_writes=None):
         if batch != 1:
             raise ValueError("a MindIR export serves one sequence at a time")

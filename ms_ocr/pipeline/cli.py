@@ -1,6 +1,7 @@
 """python -m ms_ocr.pipeline --image page.png | --pdf doc.pdf --out DIR: layout analysis + region recognition ->
 Markdown, JSON (every block: label, box in page pixels, reading order, text) and a drawing of the numbered blocks."""
 
+import argparse
 import os
 import sys
 import time
@@ -9,6 +10,8 @@ os.environ.setdefault("GLOG_v", "3")
 
 from ms_ocr import models  # noqa: E402
 from ms_ocr.cli import CliError, Parser, add_device_args, add_sampling_args, cli_main  # noqa: E402
+
+REGION_TOKENS = 4096  # a region's default token budget (PaddleX's VLM default is larger; our regions rarely need it)
 
 
 def build_parser():
@@ -32,7 +35,8 @@ def build_parser():
     p.add_argument("--keep-all-labels", action="store_true",
                    help="also put headers, footers, page numbers, footnotes and side text into the Markdown")
     p.add_argument("--max-batch-size", type=int, default=8, help="regions recognised at once")
-    p.add_argument("--max-new-tokens", type=int, default=4096, help="per region")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="per region (default 4096, or what the recogniser's context leaves after a region's prompt)")
     add_device_args(p)
     add_sampling_args(p)
     p.add_argument("--overwrite", action="store_true",
@@ -69,7 +73,19 @@ def _inputs(args):
     for path in args.image:  # a mistyped path fails before the weights load; a bad image is that page's error
         if not os.path.isfile(path):
             raise CliError(f"image file not found: {path}" if not os.path.exists(path) else f"{path} is not a file")
-    return [(path, (lambda path=path: load_image(path))) for path in args.image]  # decoded one page at a time
+    from ms_ocr.pipeline import outputs as O
+    own = O.own_files(args.out) if os.path.isdir(args.out) else set()
+    images = []
+    for path in args.image:
+        if os.path.realpath(path) in own:  # a drawing or picture an earlier run wrote (--out = the input folder)
+            print(f"note: {path} was written by an earlier pipeline run into {args.out}: not read as a page",
+                  file=sys.stderr)
+        else:
+            images.append(path)
+    if not images:
+        raise CliError(f"every --image is a file an earlier pipeline run wrote into {args.out}")
+    args.image = images
+    return [(path, (lambda path=path: load_image(path))) for path in images]  # decoded one page at a time
 
 
 def load(args, pages=None):
@@ -78,8 +94,12 @@ def load(args, pages=None):
     from ms_ocr.cli import sampling_config
     from ms_ocr.pipeline.document import DocumentPipeline
     from ms_ocr.pipeline.markdown import IGNORED_LABELS
+
+    def sampling(spec, vlm):  # the default budget is 4096 tokens, cut to what a region's prompt leaves (_recognize)
+        budget = args.max_new_tokens or REGION_TOKENS
+        return sampling_config(argparse.Namespace(**{**vars(args), "max_new_tokens": budget}), spec, vlm)
     return DocumentPipeline.load(args.recognizer, args.model_path, args.layout_model_path, args.device, args.dtype,
-                                 args.threads, sampling=lambda spec, vlm: sampling_config(args, spec, vlm),
+                                 args.threads, sampling=sampling,
                                  layout_mode=args.layout_mode, pages=pages, quantize=args.quantize,
                                  kv_cache_dtype=args.kv_cache_dtype, charts=args.charts,
                                  max_batch_size=args.max_batch_size,
@@ -88,6 +108,7 @@ def load(args, pages=None):
 
 def job_identity(args):
     """The settings that decide the results (batch/job.py): a page in OUT counts as done only for the same."""
+    from ms_ocr.batch import job as J
     from ms_ocr.batch.job import checkpoint_fingerprint
     from ms_ocr.weights import locate, locate_layout
     layout_dir = locate_layout(args.layout_model_path)
@@ -95,9 +116,9 @@ def job_identity(args):
     return {"tool": "ms_ocr.pipeline", "recognizer": models.canonical(args.recognizer),
             "checkpoint": checkpoint_fingerprint(model_dir), "layout_checkpoint": checkpoint_fingerprint(layout_dir),
             "charts": args.charts, "keep_all_labels": args.keep_all_labels, "dpi": args.dpi,
-            "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
-            "top_k": args.top_k, "repetition_penalty": args.repetition_penalty,
-            "no_repeat_ngram": args.no_repeat_ngram, "seed": args.seed}
+            "max_new_tokens": args.max_new_tokens or REGION_TOKENS, "temperature": args.temperature,
+            "top_p": args.top_p, "top_k": args.top_k, "repetition_penalty": args.repetition_penalty,
+            "no_repeat_ngram": args.no_repeat_ngram, "seed": args.seed, **J.precision_identity(args)}
 
 
 class RunState:
@@ -119,8 +140,8 @@ def run(argv, state=None):
     from ms_ocr.pipeline import outputs as O
     state = state or RunState()
     args = build_parser().parse_args(argv)
-    if args.max_new_tokens < 1 or args.max_batch_size < 1:
-        raise CliError("--max-new-tokens and --max-batch-size must be at least 1")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise CliError("--max-new-tokens must be at least 1")
     pages = _inputs(args)
     identity = job_identity(args)
     with J.FolderLock(args.out):

@@ -158,9 +158,16 @@ class DocumentPipeline:
             b.content = regions.clean(result["text"], b.label, kind)
             tokens[0] += len(result["token_ids"])
 
+        # the token budget, cut to what the recogniser's context leaves after the longest region's prompt (a
+        # recogniser of 4,096 positions failed every page with the default budget of 4,096)
+        room = self.vlm.runtime.max_positions - int(longest)
+        if room < 1:
+            for r in requests:
+                by_key[r.key].error = f"the region's prompt of {longest} tokens fills the recogniser's context"
+            return 0.0, 0
         t0 = time.perf_counter()
         engine = BatchEngine(self.vlm, self.sampling, min(self.max_batch_size, len(requests)), longest,
-                             self.sampling.max_new_tokens, ignore_eos=self.ignore_eos)
+                             min(self.sampling.max_new_tokens, room), ignore_eos=self.ignore_eos)
         engine.run(requests, done)
         wall = time.perf_counter() - t0 - sum(engine.compile_seconds().values())
         return 1000 * wall, tokens[0]

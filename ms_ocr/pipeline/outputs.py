@@ -58,6 +58,22 @@ def claim_names(out, sources):
     return names
 
 
+def own_files(out):
+    """The real paths of the files earlier runs wrote into `out`: each result's drawings and the pictures its
+    record names (what a rerun given OUT's images, e.g. `--image out/*.png --out out`, must not read as pages)."""
+    files = set()
+    for name, source in _owners(out).items():
+        if source is None:
+            continue
+        record = earlier_record(out, name) or {}
+        files.add(os.path.realpath(os.path.join(out, name + "_layout.png")))
+        for page in record.get("pages") or [] if isinstance(record.get("pages"), list) else []:
+            if isinstance(page, dict) and isinstance(page.get("page"), int):
+                files.add(os.path.realpath(os.path.join(out, f"{name}_page{page['page']}_layout.png")))
+        files.update(_pictures(out, record))
+    return files
+
+
 def has_outputs(out):
     return any(source is not None for source in _owners(out).values())
 

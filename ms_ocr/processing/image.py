@@ -12,6 +12,35 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
+# The widest width:height (or height:width) an input may have: the Qwen2-VL-style processors (PaddleOCR-VL,
+# HunyuanOCR) refuse more in smart_resize, and DeepSeek-OCR's fixed views would shrink such a strip to a few
+# pixels across. Checked from the header, before decoding (a 64,000,000x1 PNG took 4.75 s and 1.4 GB to decode).
+MAX_ASPECT_RATIO = 200
+
+
+class ImageSize:
+    """What a request keeps of an image once its model inputs are made: its size (the models' post-processing
+    scales boxes by it). A line reader's lines are kept so, not as pixels: a page without ink is one "line" of
+    the page's full size (192 MB at 64 Mpx), held by every request waiting in a server's queue."""
+
+    __slots__ = ("width", "height")
+
+    def __init__(self, width, height):
+        self.width, self.height = int(width), int(height)
+
+    @property
+    def size(self):
+        return self.width, self.height
+
+    def __repr__(self):
+        return f"ImageSize({self.width}x{self.height})"
+
+
+def check_aspect(width, height, name="the image"):
+    """ImageError when width:height is past MAX_ASPECT_RATIO (either way)."""
+    if width and height and max(width, height) / min(width, height) > MAX_ASPECT_RATIO:
+        raise ImageError(f"{name}: aspect ratio {max(width, height) / min(width, height):.1f} exceeds "
+                         f"{MAX_ASPECT_RATIO} (the image is {width}x{height} pixels, width x height)")
 
 
 class ImageError(ValueError):
@@ -73,6 +102,9 @@ def load_image(path, exif_transpose=True):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. "Corrupt EXIF data", "Possibly corrupt TIFF tags"
             with Image.open(path) as img:
+                if img.width == 0 or img.height == 0:
+                    raise ImageError(f"{path} has zero size ({img.width}x{img.height})")
+                check_aspect(img.width, img.height, path)  # from the header: before a long decode
                 img.seek(0)
                 img.load()
                 if img.width == 0 or img.height == 0:

@@ -37,26 +37,39 @@ BLOCK_AGREE = 0.25  # a block's line whose size is within this share of the bloc
 WIDTH_MULTIPLE = 112  # line images are widened with paper to a multiple of this (4 merged patches)
 
 
-def _grey(img):
-    return np.asarray(img.convert("L"), np.float32)
-
-
 def _border(arr):
     """The pixels of an image's outermost rows and columns (the paper around a crop's text)."""
     return np.concatenate([arr[0], arr[-1], arr[:, 0], arr[:, -1]])
 
 
+def _border_pixels(img):
+    """The RGB pixels of an image's outermost rows and columns, cut from the image (no copy of all of it: a page
+    of 64 Mpx would be 192 MB)."""
+    w, h = img.size
+    strips = [img.crop(box).convert("RGB") for box in ((0, 0, w, 1), (0, h - 1, w, h), (0, 0, 1, h), (w - 1, 0, w, h))]
+    return np.concatenate([np.asarray(s).reshape(-1, 3) for s in strips])
+
+
 def paper_colour(img):
     """The RGB median of the crop's border pixels."""
-    return tuple(int(v) for v in np.median(_border(np.asarray(img.convert("RGB"))), 0))
+    return tuple(int(v) for v in np.median(_border_pixels(img), 0))
 
 
 def ink_mask(img):
-    """[H, W] bool: the pixels that are ink (far enough from the paper's grey level)."""
-    g = _grey(img)
-    paper = np.median(_border(g))
-    diff = np.abs(g - paper)
-    return diff > max(MIN_CONTRAST, INK_SHARE * np.percentile(diff, 99.5))
+    """[H, W] bool: the pixels that are ink (far enough from the paper's grey level).
+
+    Memory: one float32 copy of the grey levels at a time (|grey - paper| in place, its percentile taken in place)
+    and the mask from the uint8 grey levels through a table of the same float32 differences, so the values compared
+    are those of the plain expression while a 64-Mpx page holds ~0.4 GB here instead of ~0.9."""
+    grey = np.asarray(img.convert("L"))
+    paper = np.median(_border(grey).astype(np.float32))
+    diff = grey.astype(np.float32)
+    diff -= paper
+    np.abs(diff, out=diff)
+    limit = max(MIN_CONTRAST, INK_SHARE * np.percentile(diff, 99.5, overwrite_input=True))
+    del diff
+    table = np.abs(np.arange(256, dtype=np.float32) - paper) > limit  # the same float32 difference per grey level
+    return table[grey]
 
 
 def _runs(on):
@@ -118,18 +131,30 @@ def font_size(mask, box):
     return max(1.0, (base - first) / ASCENT), float(top + low + base)
 
 
-def line_crops(img, height, width_multiple=WIDTH_MULTIPLE):
+class TooManyLines(ValueError):
+    """A crop with more text lines than a caller reads in one request (found before any line is cut out)."""
+
+    def __init__(self, count, limit):
+        super().__init__(f"the image has {count} text lines; at most {limit} are read per request")
+        self.count, self.limit = count, limit
+
+
+def line_crops(img, height, width_multiple=WIDTH_MULTIPLE, max_lines=None):
     """Each text line of `img`, top to bottom, as (image, (x0, y0), scale): an RGB image `height` px high of the
     line at the training's geometry (font size SIZE_SHARE of the height, baseline BASELINE_BELOW_MIDDLE sizes below
     the middle, PAD_X of paper left and right), the rows of other lines and everything outside the crop painted
     with its paper colour, widened with paper on the right to a multiple of `width_multiple` px (a few image sizes:
     few graph compilations); a point (x, y) of `img` lands at ((x - x0) * scale, (y - y0) * scale). The lines of a
-    block share its median font size where theirs is close to it. [] when no ink is found."""
+    block share its median font size where theirs is close to it. [] when no ink is found. More than `max_lines`
+    lines: TooManyLines, before any is cut out."""
     mask = ink_mask(img)
     boxes = line_boxes(img, mask)
     if not boxes:
         return []
-    rgb, paper = img.convert("RGB"), paper_colour(img)
+    if max_lines is not None and len(boxes) > max_lines:
+        raise TooManyLines(len(boxes), max_lines)
+    rgb = img if img.mode == "RGB" else img.convert("RGB")  # crops of it are read: no copy of a page in RGB
+    paper = paper_colour(img)
     sizes = [font_size(mask, box) for box in boxes]
     median = float(np.median([size for size, _ in sizes]))
     out = []
@@ -155,6 +180,6 @@ def line_crops(img, height, width_multiple=WIDTH_MULTIPLE):
     return out
 
 
-def line_images(img, height, width_multiple=WIDTH_MULTIPLE):
+def line_images(img, height, width_multiple=WIDTH_MULTIPLE, max_lines=None):
     """The images of line_crops; [img] when no ink is found."""
-    return [line for line, _, _ in line_crops(img, height, width_multiple)] or [img.convert("RGB")]
+    return [line for line, _, _ in line_crops(img, height, width_multiple, max_lines)] or [img.convert("RGB")]

@@ -95,6 +95,10 @@ class VLMRuntime:
         padded = bucket(prompt_len, self.buckets.prefill)
         return bucket(max(need, padded), self.buckets.slots)
 
+    def cache_bytes(self, batch, slots):
+        """What caches for `batch` sequences of `slots` positions would take."""
+        return self.cache.bytes_for(batch, slots)
+
     def reset_cache(self, batch, slots, host_writes=None):
         """Size the caches for `batch` sequences of `slots` positions (KVCache.reset)."""
         self.cache.reset(batch, slots, host_writes)

@@ -19,6 +19,12 @@ class KVCache:
         self._views = None  # per layer (k, v) numpy views [B, Hkv, T, D] of host-written caches
         self._inputs = {}  # rows -> per layer (k, v) graph inputs over the first `rows` sequences
 
+    def bytes_for(self, batch, slots):
+        """The bytes caches for `batch` sequences of `slots` positions take (keys and values of every layer)."""
+        itemsize = 2 if str(self.dtype).lower() in ("bfloat16", "float16") else 4
+        return sum(2 * batch * layer.self_attn.num_kv_heads * slots * layer.self_attn.head_dim * itemsize
+                   for layer in self.model.text_layers())
+
     @property
     def host_written(self):
         """The current caches are written by the host (graphs only read them)."""

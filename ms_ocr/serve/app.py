@@ -1,6 +1,7 @@
 """The HTTP routes (FastAPI): /v1/models, /v1/chat/completions (JSON or server-sent events), /health, /metrics."""
 
 import asyncio
+import hmac
 import json
 import time
 import uuid
@@ -19,8 +20,15 @@ from ms_ocr.serve import media
 from ms_ocr.serve.metrics import Metrics
 from ms_ocr.serve.prompt import prepare
 from ms_ocr.serve.protocol import ApiError, decode_body, parse_chat_request, read_messages
-from ms_ocr.serve.worker import Job
+from ms_ocr.serve.worker import Job, ShuttingDown
 from ms_ocr.textstream import TextStream
+
+
+# Threads that decode and prepare requests' images. Few, and their own: the allocator keeps freed memory per thread
+# (glibc's arenas, jemalloc's thread caches), so a page's ~1 GB of transient decoding memory stayed resident once per
+# thread that had decoded one (8 clients sending 8000x8000 pages: 4.3 GB with the event loop's default pool of
+# 6 threads). The decode budget (media.DecodeBudget) bounds how many pixels they hold at once.
+DECODE_THREADS = 2
 
 
 @dataclass
@@ -33,6 +41,11 @@ class ServerState:
     metrics: Metrics
     created: int = 0
     fetch_pool: object = None  # threads for requests with http(s) image URLs
+    decode_pool: object = None  # the threads that decode and prepare images (DECODE_THREADS)
+    api_key: str = None        # clients must send "Authorization: Bearer <key>" to /v1/* (None: open)
+    max_lines: int = 128       # a line reader's text lines per request (--max-lines-per-request)
+    body_timeout: float = 60.0  # seconds a client may take to send its request body
+    stall_timeout: float = 30.0  # seconds a stream may wait for a client that does not read it
 
 
 def _short(exc, limit=300):
@@ -61,6 +74,8 @@ def create_app(state):
     app = FastAPI(title="ms_ocr", docs_url=None, redoc_url=None, openapi_url=None)
     if state.fetch_pool is None:
         state.fetch_pool = ThreadPoolExecutor(8, thread_name_prefix="ms_ocr-fetch")
+    if state.decode_pool is None:
+        state.decode_pool = ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="ms_ocr-decode")
     app.state.ms_ocr = state
 
     @app.exception_handler(ApiError)
@@ -78,6 +93,17 @@ def create_app(state):
     @app.exception_handler(Exception)
     async def internal_error(request, exc):  # one line, never a traceback
         return _error(500, _short(exc))
+
+    @app.middleware("http")
+    async def api_key(request, call_next):  # as vLLM's --api-key: the /v1 routes need the key, /health does not
+        if state.api_key is not None and request.url.path.startswith("/v1"):
+            given = request.headers.get("authorization", "")
+            expected = f"Bearer {state.api_key}"
+            if not hmac.compare_digest(given.encode("utf-8", "surrogateescape"),
+                                       expected.encode("utf-8", "surrogateescape")):
+                state.metrics.count_request(401)
+                return _error(401, "invalid or missing API key (send the header Authorization: Bearer <key>)")
+        return await call_next(request)
 
     @app.get("/health")
     async def health():  # 200 only while the engine loop runs: a dead engine answers nothing else
@@ -110,23 +136,40 @@ def create_app(state):
     return app
 
 
-async def _read_body(http_request, limit):
-    """The body, refused with 413 past `limit` bytes (read in chunks: a huge body is never held whole)."""
+async def _read_body(http_request, limit, timeout):
+    """The body, refused with 413 past `limit` bytes (read in chunks: a huge body is never held whole) and with
+    408 when it has not all arrived within `timeout` seconds (a client trickling bytes holds no connection for
+    ever)."""
     declared = http_request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, f"the request body is larger than the server's limit of {limit} bytes")
-    chunks, size = [], 0
-    async for chunk in http_request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, f"the request body is larger than the server's limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+
+    async def read():
+        chunks, size = [], 0
+        async for chunk in http_request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"the request body is larger than the server's limit of {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    try:
+        return await asyncio.wait_for(read(), timeout)
+    except asyncio.TimeoutError:
+        raise ApiError(408, f"the request body did not arrive within {timeout:g} s") from None
+
+
+def _decode_and_prepare(state, conversation, encoded, pixels, mm):
+    """The request's model inputs, its images decoded within the server's decode budget (media.Decoded): the
+    full-size pixels are held only until the processor has resized them."""
+    with media.Decoded(encoded, pixels, state.limits) as images:
+        return prepare(state.pipe, conversation, images, mm, state.max_lines)
 
 
 async def _chat(state, http_request):
     arrival = time.perf_counter()
-    req = parse_chat_request(decode_body(await _read_body(http_request, state.limits.max_request_bytes)))
+    req = parse_chat_request(decode_body(await _read_body(http_request, state.limits.max_request_bytes,
+                                                          state.body_timeout)))
     if req.model is not None and req.model != state.model_name:
         raise ApiError(404, f"The model `{req.model}` does not exist.", param="model")
     conversation = read_messages(req.messages)
@@ -137,17 +180,20 @@ async def _chat(state, http_request):
     try:
         loop = asyncio.get_running_loop()
         remote = any(media.is_remote(u) for u in conversation.image_urls)  # slow sources never hold local work
-        images = await loop.run_in_executor(state.fetch_pool if remote else None, media.load_images,
-                                            conversation.image_urls, state.limits)
+        encoded, pixels = await loop.run_in_executor(state.fetch_pool if remote else None, media.read_images,
+                                                     conversation.image_urls, state.limits)
         mm = req.mm_processor_kwargs.model_dump() if req.mm_processor_kwargs else None
-        prep, lines = await loop.run_in_executor(None, prepare, state.pipe, conversation, images, mm)
-        preps = prepared(prep, lines)  # a line reader: each line is a sequence
-        longest = max(int(p.input_ids.shape[0]) for p in preps)
+        prep, lines = await loop.run_in_executor(state.decode_pool, _decode_and_prepare, state, conversation, encoded,
+                                                 pixels, mm)
+        del encoded
+        # a line reader's lines are sequences of their own, but one answer: their prompts and the completion they
+        # share (its max_tokens) are the request's context
+        n_prompt = sum(int(p.input_ids.shape[0]) for p in prepared(prep, lines))
         asked = req.max_completion_tokens or req.max_tokens
-        max_new = asked if asked is not None else state.max_model_len - longest
-        if longest + max(max_new, 1) > state.max_model_len:
+        max_new = asked if asked is not None else state.max_model_len - n_prompt
+        if n_prompt + max(max_new, 1) > state.max_model_len:
             raise ApiError(400, f"This model's maximum context length is {state.max_model_len} tokens. However, "
-                                f"you requested {longest + max(max_new, 0)} tokens ({longest} in the messages, "
+                                f"you requested {n_prompt + max(max_new, 0)} tokens ({n_prompt} in the messages, "
                                 f"{max(max_new, 0)} in the completion). Please reduce the length of the messages "
                                 "or completion.", param="max_tokens")
         sampling = sampling_for(req, max_new)
@@ -166,7 +212,8 @@ async def _chat(state, http_request):
         if not submitted:
             state.worker.release()
     if req.stream:
-        return StreamingResponse(_sse(state, req, job, job.n_prompt), media_type="text/event-stream")
+        return GuardedStream(_sse(state, req, job, job.n_prompt), job, state.stall_timeout,
+                             media_type="text/event-stream")
     try:
         text = await _collect(job, http_request)
     finally:
@@ -182,9 +229,34 @@ async def _chat(state, http_request):
 
 
 def _engine_error(exc):
+    if isinstance(exc, ShuttingDown):
+        return ApiError(503, "the server is shutting down; the request was not finished (retry on another server)")
     if isinstance(exc, ValueError):
         return ApiError(400, _short(exc))
     return ApiError(500, _short(exc))
+
+
+class GuardedStream(StreamingResponse):
+    """A stream that ends, and frees its request, when the client stops reading: a send that cannot go out within
+    `stall` seconds (the socket's buffers full) cancels the request and closes the connection, so a client that
+    never reads its stream holds no slot."""
+
+    def __init__(self, content, job, stall, **kw):
+        super().__init__(content, **kw)
+        self.job, self.stall = job, stall
+
+    async def __call__(self, scope, receive, send):
+        async def guarded(message):
+            try:
+                await asyncio.wait_for(send(message), self.stall)
+            except asyncio.TimeoutError:
+                self.job.cancelled.set()
+                raise OSError(f"client did not read its stream for {self.stall:g} s") from None
+
+        try:
+            await super().__call__(scope, receive, guarded)
+        except OSError:
+            pass  # the connection is dropped: the generator was closed, its request cancelled
 
 
 async def _collect(job, http_request):

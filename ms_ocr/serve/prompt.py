@@ -4,6 +4,7 @@ with the client's system message and mm_processor_kwargs (min_pixels / max_pixel
 import copy
 import dataclasses
 
+from ms_ocr.processing.text_lines import TooManyLines
 from ms_ocr.serve.protocol import ApiError
 
 
@@ -46,7 +47,7 @@ def request_processor(processor, system, mm_kwargs, task_inputs=None, prompt=Non
     return proc
 
 
-def prepare(pipe, conversation, images, mm_kwargs=None):
+def prepare(pipe, conversation, images, mm_kwargs=None, max_lines=None):
     """(Prepared, lines) for one request (VLMPipeline.prepare_request: a line reader's one image gives its text
     lines, each prepared, and no Prepared of its own); models without a chat template (DeepSeek-OCR) get the system
     text, if any, before the user's text."""
@@ -58,6 +59,9 @@ def prepare(pipe, conversation, images, mm_kwargs=None):
     view = copy.copy(pipe)
     view.processor = proc
     try:
-        return view.prepare_request(images, prompt)
+        return view.prepare_request(images, prompt, max_lines=max_lines)
+    except TooManyLines as e:
+        raise ApiError(400, f"the image has {e.count} text lines; this server reads at most {e.limit} per request "
+                            "(--max-lines-per-request)", param="messages") from None
     except ValueError as e:  # ImageError (bad aspect ratio, ...) and prompt/template mismatches
         raise ApiError(400, " ".join(str(e).split()), param="messages") from None

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 class ApiError(Exception):
     """An error answered as {"error": {"message", "type", "param", "code"}} with HTTP status `status`."""
 
-    TYPES = {400: "BadRequestError", 404: "NotFoundError", 413: "RequestTooLargeError", 500: "InternalServerError",
-             503: "ServiceUnavailableError"}
+    TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError", 408: "RequestTimeoutError",
+             413: "RequestTooLargeError", 500: "InternalServerError", 503: "ServiceUnavailableError"}
 
     def __init__(self, status, message, param=None):
         super().__init__(message)

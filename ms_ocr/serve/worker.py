@@ -11,6 +11,10 @@ from ms_ocr.engine import Cancelled, Request, prepared
 from ms_ocr.errors import user_error_message
 
 
+class ShuttingDown(Cancelled):
+    """A request ended because the server is stopping (SIGTERM / Ctrl-C): answered 503, a stream's error chunk."""
+
+
 class Job:
     """One chat request in flight: its engine Request, text stream, timing and the asyncio queue of events
     ("delta", text) / ("done", finish_reason) / ("error", exception)."""
@@ -115,6 +119,18 @@ class EngineWorker:
         with self.lock:
             return self.running, self.outstanding - self.running
 
+    def shutdown(self):
+        """The server is stopping: refuse new requests and answer every request in flight now (a JSON 503, or a
+        stream's error chunk and [DONE]) instead of letting the HTTP server cut them when its grace period ends;
+        the engine drops their sequences at its next step."""
+        self.closing = True
+        with self.lock:
+            jobs = list(self.jobs.values())
+            self.jobs.clear()
+        for job in jobs:
+            job.cancelled.set()
+            job.on_result(None, ShuttingDown("the server is shutting down"))
+
     def stop(self, timeout=30):
         """Cancel what is queued or running and end the engine thread."""
         self.closing = True
@@ -165,7 +181,7 @@ class EngineWorker:
             for job in self._drain():
                 with self.lock:
                     self.running += 1
-                self._on_result(job.request, None, Cancelled("the server is shutting down"))
+                self._on_result(job.request, None, ShuttingDown("the server is shutting down"))
             return None
         jobs = []
         try:

@@ -164,4 +164,4 @@ def test_bad_arguments_are_one_line_errors(tiny_dir, tmp_path):
     manifest.write_text("not json\n")
     assert_one_line_error(_batch(tiny_dir, tmp_path / "o", str(manifest)), "line 1: not JSON")
     assert_one_line_error(_batch(tiny_dir, tmp_path / "o", str(tmp_path), extra=("--max-batch-size", "0")),
-                          "--max-batch-size must be at least 1")
+                          "--max-batch-size must be in 1..256, not 0")

@@ -25,7 +25,7 @@ PAD_TO = 224  # right margins to a multiple of 224 px: a handful of image shapes
 # With -m slow: the default run gates the exact path on crops of every height and the reduced precisions on the
 # training fonts' crops (tests/demo/test_gate_crops.py); these 250 renderer lines, read three times, took 293 s of
 # the default run's test time (2026-11-27, Intel Xeon model 207).
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.gate,
               pytest.mark.skipif(demo_checkpoint() is None, reason="ms_ocr/demo/paddleocr_vl holds no checkpoint yet "
                                  "(train one with scripts/train_demo.py; this gate then runs)"),
               needs_fonts]

@@ -25,10 +25,12 @@ from tests.demo.cli_reads import read_sets, read_sets_batched
 
 SEED = 9500  # the training draws 0 (lines), 1000 (tokenizer), 7000-7003 (its evaluation); test_gate.py 9100-9101
 COUNTS = {"lines": 90, "lines_unseen": 60, "screens": 40, "blocks": 40}
-MAX_NEW_TOKENS = 64  # per line
+MAX_NEW_TOKENS = 64  # per line, as the reference reads each line image
+CROP_TOKENS = 4 * MAX_NEW_TOKENS  # per crop: a line reader's lines share their request's budget (up to 4 lines)
 BANDS = ((0, 40), (41, 100), (101, 10_000))  # crop heights in px
 
-pytestmark = [pytest.mark.skipif(demo_checkpoint() is None, reason="ms_ocr/demo/paddleocr_vl holds no checkpoint"),
+pytestmark = [pytest.mark.gate,
+              pytest.mark.skipif(demo_checkpoint() is None, reason="ms_ocr/demo/paddleocr_vl holds no checkpoint"),
               needs_fonts]
 
 
@@ -54,8 +56,8 @@ def _read(tmp_path_factory, names, *options, batch_size=None):
     sets = {name: _crops(name) for name in names}
     images = {name: [img for img, _ in items] for name, items in sets.items()}
     tmp = tmp_path_factory.mktemp("crops")
-    records = (read_sets(tmp, images, MAX_NEW_TOKENS, *options) if batch_size is None else
-               read_sets_batched(tmp, images, MAX_NEW_TOKENS, batch_size, *options))
+    records = (read_sets(tmp, images, CROP_TOKENS, *options) if batch_size is None else
+               read_sets_batched(tmp, images, CROP_TOKENS, batch_size, *options))
     return {name: [(img, text, rec) for (img, text), rec in zip(items, records[name])] for name, items in sets.items()}
 
 
@@ -68,9 +70,16 @@ def gate(tmp_path_factory):
 BATCH = 8  # the batched bf16 run: sequences decoded together
 
 
-@pytest.fixture(scope="module", params=[("bf16", "--dtype", "bf16"), ("int8", "--quantize", "int8"),
-                                        ("bf16_batched", "--dtype", "bf16"),
-                                        ("kv_bf16", "--kv-cache-dtype", "bf16")], ids=lambda p: p[0])
+# The reduced-precision readings this CPU has: where --dtype bf16 computes in bf16 (bf16 dot products) its own two
+# runs, its cache being bf16 already; elsewhere --dtype bf16 is the exact path (the CLI says so once;
+# tests/ops/test_gemm_bf16.py), which `gate` reads, and the bf16 cache alone is read instead. Chosen when the tests
+# are collected, so that no gate is skipped.
+REDUCED = [("int8", "--quantize", "int8"), ("int8_g64", "--quantize", "int8-g64")] + (
+    [("bf16", "--dtype", "bf16"), ("bf16_batched", "--dtype", "bf16")] if native.cpu_bf16_dot() else
+    [("kv_bf16", "--kv-cache-dtype", "bf16")])
+
+
+@pytest.fixture(scope="module", params=REDUCED, ids=lambda p: p[0])
 def reduced(request, tmp_path_factory):
     """(mode, records) of PRECISION_SETS read by `infer` with --dtype bf16, --quantize int8 (with the bf16 cache
     that --kv-cache-dtype auto gives it) or --kv-cache-dtype bf16 alone, or by the batch runner with --dtype bf16
@@ -80,12 +89,6 @@ def reduced(request, tmp_path_factory):
     run gates that rounding. Where --dtype bf16 computes in bf16 its cache is bf16 too (--kv-cache-dtype auto), so
     the bf16 cache alone is read only on a CPU without bf16 dot products."""
     mode, *options = request.param
-    if mode.startswith("bf16") and not native.cpu_bf16_dot():
-        # --dtype bf16 is the exact path there (the CLI says so once; tests/ops/test_gemm_bf16.py), which `gate`
-        # reads already: the same ~2.5 minutes of CLI runs again on such a CPU would gate nothing
-        pytest.skip("this CPU has no bf16 dot products: --dtype bf16 runs the exact path")
-    if mode == "kv_bf16" and native.cpu_bf16_dot():
-        pytest.skip("--dtype bf16 reads these crops with a bf16 KV cache already (--kv-cache-dtype auto)")
     return mode, _read(tmp_path_factory, PRECISION_SETS, *options,
                        batch_size=BATCH if mode == "bf16_batched" else None)
 

@@ -42,6 +42,13 @@ def pytest_generate_tests(metafunc):
                                  [(model, g, c) for g in GRIDS for c in (512, 7)] if components else [],
                                  ids=lambda v: v if isinstance(v, str) else
                                  "+".join(f"{h}x{w}" for _, h, w in v) if isinstance(v, list) else str(v))
+    elif "bf16_model" in metafunc.fixturenames:  # the reduced-precision gates: models with a transformers class
+        own = MATRICES[model].reference_model is not None  # (DeepSeek-OCR v1's: test_v1_reduced_precision.py)
+        if "head" in metafunc.fixturenames:  # int8 modes over the head kinds the model's variants have
+            cases = [(model, q, h) for q, h in INT8_CASES if own and _head_variant(model, h) is not None]
+            metafunc.parametrize("bf16_model,quantize,head", cases, ids=[f"{m}-{q}-{h}" for m, q, h in cases])
+        else:
+            metafunc.parametrize("bf16_model", [model] if own else [])
     elif "model" in metafunc.fixturenames:
         metafunc.parametrize("model", [model])
 
@@ -270,14 +277,7 @@ BF16_TOKENS = 24
 BF16_LOGIT_TOL = 0.05
 
 
-@pytest.fixture
-def bf16_model(model):
-    if MATRICES[model].reference_model is None:
-        pytest.skip("no transformers class to run in bf16 autocast (DeepSeek-OCR v1: its gates run the official "
-                    "code's numbers, tests/models/deepseek/test_v1_reduced_precision.py)")
-    return model
-
-
+@pytest.mark.gate
 def test_bf16_logits_agree_with_transformers_autocast(bf16_model, matrix_checkpoint, matrix_images, tmp_path):
     """`infer --dtype bf16` on the model's first variant against transformers on the same bf16-rounded weights
     under torch.autocast(bfloat16) (its products in bf16 too): the first step's logits within BF16_LOGIT_TOL of
@@ -323,6 +323,7 @@ KV16_TOKENS = 12
 KV16_LOGIT_TOL = 1e-3
 
 
+@pytest.mark.gate
 @pytest.mark.parametrize("cache_mode", ["kv_bf16", "int8_auto"])
 def test_bf16_kv_cache_matches_transformers_with_a_rounded_cache(bf16_model, cache_mode, matrix_checkpoint,
                                                                  matrix_images, tmp_path, monkeypatch):
@@ -355,8 +356,10 @@ def test_bf16_kv_cache_matches_transformers_with_a_rounded_cache(bf16_model, cac
         spec_of = models.get(matrix.cli)
         net = spec_of.load(folder, "CPU", "auto", quantize="int8").runtime
         if any(layer.moe for layer in net.model.text_layers()):
+            # --quantize int8 keeps a MoE decoder's cache fp32 (--kv-cache-dtype auto): that is the gate here; its
+            # int8 numbers are test_int8_matches_transformers_on_the_dequantised_weights's
             assert net.cache.dtype == ms.float32
-            pytest.skip("--quantize int8 keeps a MoE decoder's cache fp32 (--kv-cache-dtype auto)")
+            return
         assert net.cache.dtype == ms.bfloat16
         ref_folder, options = str(tmp_path / "dequantised"), ("--quantize", "int8")
         write_dequantised_copy(net.model, spec_of, folder, ref_folder)
@@ -402,7 +405,16 @@ INT8_TOKENS = 24
 HEADS = {"own": ("untied", "own_head_flag_tied"), "tied": ("tied",)}  # the variants' head layouts (layouts.set_head)
 
 
-@pytest.mark.parametrize("quantize,head", [("int8", "own"), ("int8", "tied"), ("int8-g32", "tied")])
+INT8_CASES = (("int8", "own"), ("int8", "tied"), ("int8-g64", "tied"), ("int8-g32", "tied"))
+
+
+def _head_variant(model, head):
+    """The model's first default-run variant with a head of kind `head`, or None."""
+    return next((v for v, spec in MATRICES[model].variants.items()
+                 if not spec.get("slow") and spec.get("head") in HEADS[head]), None)
+
+
+@pytest.mark.gate
 def test_int8_matches_transformers_on_the_dequantised_weights(bf16_model, quantize, head, matrix_checkpoint,
                                                                matrix_images, tmp_path, graph_mode):
     """`infer --quantize int8 --kv-cache-dtype fp32` (weights alone quantised; the bf16 cache that auto adds is
@@ -416,10 +428,7 @@ def test_int8_matches_transformers_on_the_dequantised_weights(bf16_model, quanti
     from ms_ocr import models
     matrix = MATRICES[bf16_model]
     spec_of = models.get(matrix.cli)
-    variant = next((v for v, spec in matrix.variants.items()
-                    if not spec.get("slow") and spec.get("head") in HEADS[head]), None)
-    if variant is None:
-        pytest.skip(f"no {head}-head variant in the {bf16_model} matrix")
+    variant = _head_variant(bf16_model, head)
     spec = matrix.variants[variant]
     folder = matrix_checkpoint(bf16_model, variant)
     net = spec_of.load(folder, "CPU", "auto", quantize=quantize).runtime.model

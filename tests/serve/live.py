@@ -13,11 +13,9 @@ from tests.helpers.pages import page  # noqa: F401  (the serve tests take it fro
 
 class LiveServer:
     def __init__(self, pipe, model, *flags):
-        import uvicorn
-
         from ms_ocr.models import get as model_spec
-        from ms_ocr.serve.cli import build_parser, build_server, check_args
-        args = build_parser().parse_args(["--model", model, *flags])
+        from ms_ocr.serve.cli import _Server, build_parser, build_server, check_args, uvicorn_config
+        args = self.args = build_parser().parse_args(["--model", model, *flags])
         check_args(args)
         self.state, app, self.worker = build_server(args, pipe, model_spec(model))
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -25,7 +23,8 @@ class LiveServer:
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+        # the server `serve` runs (connection guard, shutdown answering requests in flight), on this socket
+        self.server = _Server(uvicorn_config(self.args, app), self.worker)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 30

@@ -1,8 +1,8 @@
 """Synthetic printed-text lines for the demo model (scripts/train_demo.py): text generator, fonts, renderer with
 scan augmentations, and the example images. Pillow and NumPy only; everything is a pure function of its seed.
 
-Fonts come from Debian's packages (training/demo/fonts.py): fonts-dejavu-core + fonts-dejavu-extra (training) and
-fonts-liberation2 (the unseen font the accuracy gate reports). `python -m training.demo.data --examples examples/` writes the
+Fonts ship with the repository (training/demo/fonts.py, font_files/): DejaVu (training) and Liberation (the unseen
+fonts the accuracy gate reports), as Debian's fonts-dejavu and fonts-liberation2 packages hold them. `python -m training.demo.data --examples examples/` writes the
 example images.
 """
 

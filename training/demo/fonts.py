@@ -1,10 +1,12 @@
-"""The fonts the demo data draws with (training/demo/data.py) and the Debian packages that hold them. The standard
-library only: the test set-up (scripts/ensure_env.sh) asks `python -m training.demo.fonts` which packages to install
-before every test run, without NumPy's and Pillow's imports (~0.3 s)."""
+"""The fonts the demo data draws with (training/demo/data.py). They ship with the repository (font_files/: DejaVu
+2.37 and Liberation 2.1.5 as Debian 12 packages them, free licences beside them), so the demo's accuracy gates run on
+every machine, CI's included, with the same glyphs the demo was trained on; the system's copies (the Debian packages
+FONT_PACKAGES) are a fallback. The standard library only."""
 
 import os
 
-FONT_DIRS = ("/usr/share/fonts/truetype/dejavu", "/usr/share/fonts/truetype/liberation2")
+BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "font_files")
+FONT_DIRS = (BUNDLED, "/usr/share/fonts/truetype/dejavu", "/usr/share/fonts/truetype/liberation2")
 # Regular, bold, condensed, mono, oblique: the shapes a printed page mixes.
 TRAIN_FONTS = ("DejaVuSans.ttf", "DejaVuSans-Bold.ttf", "DejaVuSerif.ttf", "DejaVuSerif-Bold.ttf",
                "DejaVuSansMono.ttf", "DejaVuSansMono-Bold.ttf", "DejaVuSansCondensed.ttf",
