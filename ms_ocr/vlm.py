@@ -48,9 +48,9 @@ class TaskInputs:
         return max(settings.max_pixels, self.pixels[task][1]) if task in self.pixels else settings.max_pixels
 
 
-def _text_line_height(model_dir):
+def text_line_height(model_dir):
     """preprocessor_config.json's `text_line_height` (an ms_ocr key: the checkpoint reads single text lines of this
-    height, the demo model), or None."""
+    height, the demo model), or None. Read for the models whose ModelSpec says line_reader."""
     from ms_ocr.processing.settings import read_image_processor_dict
     raw = read_image_processor_dict(model_dir, required=False) if model_dir else None
     height = (raw or {}).get("text_line_height")
@@ -63,10 +63,12 @@ class VLMPipeline:
     `vision_inputs(processed) -> list[runtime.VisionInputs]` turns one request's images into the vision
     steps' inputs, one per image; `num_pos_axes` is the number of rope position rows the decoder takes;
     `postprocess(text, task, images) -> (text, extras)` is the model's output handling (cleanup, parsed boxes).
+    `line_height`: the height of the single text lines the checkpoint reads (a line reader: ms_ocr/line_reader.py),
+    or None.
     """
 
     def __init__(self, name, model_dir, cfg, processor, runtime, vision_inputs, eos_ids, num_pos_axes,
-                 image_token_id, load_seconds=0.0, postprocess=None, task_inputs=None):
+                 image_token_id, load_seconds=0.0, postprocess=None, task_inputs=None, line_height=None):
         self.name = name
         self.model_dir = model_dir
         self.cfg = cfg
@@ -82,10 +84,10 @@ class VLMPipeline:
         self.load_rss_gb = rss_gb()
         self.runs = 0
         self._load_text, self._vision_params = None, ()
-        self.text_line_height = _text_line_height(model_dir)
-        # a line reader's streams get the ids of "\n" between two lines (engine.LineFanOut)
+        self.line_height = line_height
+        # a line reader's streams get the ids of "\n" between two lines (line_reader.LineReader)
         self.line_break_ids = tuple(processor.tokenizer.encode("\n", add_special_tokens=False)) \
-            if self.text_line_height else ()
+            if line_height else ()
 
     def stage_text_weights(self, load_text, vision_params):
         """The text weights are not loaded yet (models/loading.staged_weights): `load_text()` loads them; the
@@ -119,16 +121,16 @@ class VLMPipeline:
         return self.runtime.encode_images(prep.vision_inputs) if prep.vision_inputs else None
 
     def prepare_request(self, images, prompt, task=None, max_lines=None):
-        """(prep, lines) of one request: a line reader (preprocessor_config.json's `text_line_height`: the demo
-        model) given one image reads each text line of it scaled to that height (processing/text_lines.py), and
-        lines = [(line's ImageSize, Prepared)], prep None (engine.Request.lines: each line's pixels are in its
+        """(prep, lines) of one request: a line reader (line_height: the demo model) given one image reads each text
+        line of it scaled to that height (processing/text_lines.py), and lines = [(line's ImageSize, Prepared)],
+        prep None (line_reader.LineRequest.lines: each line's pixels are in its
         Prepared, only its size is kept); otherwise prep and lines None. A line reader's image of more than
         `max_lines` lines: text_lines.TooManyLines, found before any line is prepared."""
-        if self.text_line_height and len(images) == 1:
+        if self.line_height and len(images) == 1:
             from ms_ocr.processing.image import ImageSize
             from ms_ocr.processing.text_lines import line_images
             return None, [(ImageSize(*line.size), self.prepare([line], prompt, task)[0])
-                          for line in line_images(images[0], self.text_line_height, max_lines=max_lines)]
+                          for line in line_images(images[0], self.line_height, max_lines=max_lines)]
         return self.prepare(images, prompt, task)[0], None
 
     def run(self, images, prompt, sampling, on_token=None, task=None, on_logits=None, release_vision=False):
@@ -140,12 +142,13 @@ class VLMPipeline:
         are encoded (and, loaded in stages, each ViT layer's weights once the layer has run). A line reader reads
         the lines of a one-image request one after the other (prepare_request): their texts joined by "\n",
         tokens in order, timings summed (`timings.lines`: how many)."""
-        from ms_ocr.engine import BatchEngine, Request, prepared
+        from ms_ocr import line_reader
+        from ms_ocr.engine import BatchEngine
         sampling.validate()
         compile_before = dict(self.runtime.compiler.seconds)
         t0 = time.perf_counter()
         prep, lines = self.prepare_request(images, prompt, task)
-        longest = max(p.input_ids.shape[0] for p in prepared(prep, lines))
+        longest = max(p.input_ids.shape[0] for p in line_reader.prepared(prep, lines))
         release_vision = release_vision and lines is None  # each line's vision graphs run again for the next
         startup = process_age_ms() if self.runs == 0 else None  # launch to the first vision op
         self.runs += 1
@@ -161,10 +164,10 @@ class VLMPipeline:
             on_token(tok)
             return False  # never ends the sequence: eos and the token budget do
 
-        request = Request("request", images, prompt, task=task, sampling=sampling, dump=on_logits is not None,
-                          prep=prep, lines=lines, on_token=token if on_token is not None else None)
+        request = line_reader.request("request", images, prompt, prep=prep, lines=lines, task=task, sampling=sampling,
+                                      dump=on_logits is not None, on_token=token if on_token is not None else None)
         try:
-            engine.run([request], lambda req, result, error: done.update(result=result, error=error))
+            line_reader.run(engine, [request], lambda req, result, error: done.update(result=result, error=error))
         finally:
             self.runtime.release_after_vision()
         if done["error"] is not None:

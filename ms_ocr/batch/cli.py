@@ -177,6 +177,7 @@ def _run_job(args, spec, model_dir, items, job_prompt, job_task, world, rank, st
     if args.mode:
         pipe.processor.set_mode(args.mode)
     sampling = sampling_config(args, spec, pipe)
+    from ms_ocr import line_reader
     from ms_ocr.engine import BatchEngine, Request
     max_input = args.max_input_length or max(1, min(4096, pipe.runtime.max_positions - args.max_output_length))
     try:
@@ -239,7 +240,7 @@ def _run_job(args, spec, model_dir, items, job_prompt, job_task, world, rank, st
 
     t0 = time.perf_counter()
     try:
-        engine.run(requests(), on_result)
+        line_reader.run(engine, requests(), on_result)
     finally:
         progress.close()
         store.close()

@@ -316,8 +316,8 @@ def load_mindir(folder, model=None):
     runtime = MindIRRuntime(folder, meta)
     return VLMPipeline(meta["model"], folder, host["cfg"], host["processor"], runtime, host["vision_inputs"],
                        meta["eos_ids"], meta["num_pos_axes"], host["cfg"].image_token_id,
-                       load_seconds=time.perf_counter() - t0, postprocess=host.get("postprocess"),
-                       task_inputs=host.get("task_inputs"))
+                       load_seconds=time.perf_counter() - t0, postprocess=host["postprocess"],
+                       task_inputs=host["task_inputs"], line_height=host["line_height"])
 
 
 def export_vision_onnx(pipe, image, path):

@@ -27,7 +27,7 @@ def eos_ids(model_dir, default):
 
 
 def resolve_tied_head(cfg, model_dir, table, embed="model.embed_tokens.weight", head="lm_head.weight"):
-    """Set `cfg.text.tie_word_embeddings` to what transformers 5.23 runs for this folder and return `cfg`.
+    """Set `cfg.text.tie_word_embeddings` to what transformers 5.25 runs for this folder and return `cfg`.
 
     Its loader ties lm_head to the input embeddings when the config asks for it (for the hub's flat PaddleOCR-VL
     and HunyuanOCR files it always does: a root `tie_word_embeddings` lands in the text config's default), *unless*
@@ -69,7 +69,7 @@ def text_parameter_names(net):
 
 def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, num_pos_axes, t0, target="CPU",
                   dtype="auto", buckets=None, postprocess=None, quantize="none", task_inputs=None,
-                  kv_cache_dtype="auto"):
+                  kv_cache_dtype="auto", line_height=None):
     """Load the checkpoint of `model_dir` into `net` (strict, via the rename `table`) and wrap it. quantize="int8":
     the decoder's dense layers and the head (a tied one's embedding table) in weight-only int8, made from the loaded
     values (models/quantize.py; CPU only). `task_inputs`: what named tasks change around the model (vlm.TaskInputs).
@@ -120,7 +120,8 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
                          buckets=buckets, kv_dtype=kv_dtype)
     pipe = VLMPipeline(name, model_dir, cfg, processor, runtime, vision_inputs,
                        eos_ids(model_dir, cfg.text.eos_token_id), num_pos_axes, cfg.image_token_id,
-                       load_seconds=time.perf_counter() - t0, postprocess=postprocess, task_inputs=task_inputs)
+                       load_seconds=time.perf_counter() - t0, postprocess=postprocess, task_inputs=task_inputs,
+                       line_height=line_height)
     if staged:
         pipe.stage_text_weights(lambda: load(only=text), vision)
         runtime.vision.stream_layers(net.vision_layers(),

@@ -44,6 +44,9 @@ class ModelSpec:
     task_pixels: dict = None  # task -> (min_pixels, max_pixels) its images are resized to
     task_image: str = None  # "module:function": (PIL image, task) -> the image the reference client sends
     special_token_tasks: tuple = ()  # tasks whose answer keeps its special tokens (boxes written as tokens)
+    # its checkpoints may read single text lines: preprocessor_config.json's ms_ocr key `text_line_height` (the demo
+    # model) makes a checkpoint a line reader, run through ms_ocr/line_reader.py
+    line_reader: bool = False
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -112,8 +115,9 @@ class ModelSpec:
         cfg = self.config_from_dir(model_dir)
         extra = (mode or self.default_mode,) if self.modes else ()
         vision_inputs = self.resolve("vision_inputs")
-        from ms_ocr.vlm import TaskInputs
+        from ms_ocr.vlm import TaskInputs, text_line_height
         return {"cfg": cfg, "processor": self.resolve("processor").from_pretrained(model_dir, cfg, *extra),
+                "line_height": text_line_height(model_dir) if self.line_reader else None,
                 "vision_inputs": lambda out: vision_inputs(cfg, out), "postprocess": self.resolve("postprocess"),
                 "task_inputs": TaskInputs(dict(self.task_pixels or {}), self.resolve("task_image"),
                                           tuple(self.special_token_tasks), dict(self.tasks))}
@@ -129,4 +133,4 @@ class ModelSpec:
         return load_pipeline(self.name, model_dir, cfg, host["processor"], self.build(cfg), self.name_table(cfg),
                              host["vision_inputs"], cfg.num_pos_axes, t0, target, dtype, buckets,
                              postprocess=host["postprocess"], quantize=quantize, task_inputs=host["task_inputs"],
-                             kv_cache_dtype=kv_cache_dtype)
+                             kv_cache_dtype=kv_cache_dtype, line_height=host["line_height"])

@@ -132,10 +132,11 @@ class DocumentPipeline:
     def _recognize(self, kind, items):
         """Recognise one kind's regions as a batch; fills each block's content (or error). Returns (wall ms without
         compile time, generated tokens)."""
-        from ms_ocr.engine import BatchEngine, Request, prepared
+        from ms_ocr import line_reader
+        from ms_ocr.engine import BatchEngine
         task = self.spec.region_tasks[kind]
         prompt = self.spec.tasks[task]
-        requests, by_key = [], {}
+        requests, by_key, lengths = [], {}, []
         for b, region in items:
             key = str(b.index)
             by_key[key] = b
@@ -144,10 +145,11 @@ class DocumentPipeline:
             except Exception as e:  # noqa: BLE001 - e.g. a sliver box the processor refuses: that block only
                 b.error = f"preprocess: {e}"
                 continue
-            requests.append(Request(key, [region], prompt, task=task, prep=prep, lines=lines))
+            requests.append(line_reader.request(key, [region], prompt, prep=prep, lines=lines, task=task))
+            lengths += [p.input_ids.shape[0] for p in line_reader.prepared(prep, lines)]
         if not requests:
             return 0.0, 0
-        longest = max(p.input_ids.shape[0] for r in requests for p in prepared(r.prep, r.lines))
+        longest = max(lengths)
         tokens = [0]
 
         def done(req, result, error):
@@ -168,6 +170,6 @@ class DocumentPipeline:
         t0 = time.perf_counter()
         engine = BatchEngine(self.vlm, self.sampling, min(self.max_batch_size, len(requests)), longest,
                              min(self.sampling.max_new_tokens, room), ignore_eos=self.ignore_eos)
-        engine.run(requests, done)
+        line_reader.run(engine, requests, done)
         wall = time.perf_counter() - t0 - sum(engine.compile_seconds().values())
         return 1000 * wall, tokens[0]

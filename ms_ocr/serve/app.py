@@ -13,7 +13,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ms_ocr.engine import Cancelled, prepared
+from ms_ocr.engine import Cancelled
+from ms_ocr.line_reader import prepared
 from ms_ocr.errors import user_error_message
 from ms_ocr.generate import SamplingConfig
 from ms_ocr.serve import media

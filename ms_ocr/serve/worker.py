@@ -7,7 +7,8 @@ import sys
 import threading
 import time
 
-from ms_ocr.engine import Cancelled, Request, prepared
+from ms_ocr import line_reader
+from ms_ocr.engine import Cancelled
 from ms_ocr.errors import user_error_message
 
 
@@ -21,13 +22,15 @@ class Job:
 
     def __init__(self, key, prep, sampling, stream, loop, events, metrics, arrival, ignore_eos=False,
                  postprocess=True, lines=None):
-        """`prep`: the request's Prepared; a line reader's request has `lines` instead (engine.Request.lines)."""
+        """`prep`: the request's Prepared; a line reader's request has `lines` instead (line_reader.LineRequest)."""
         self.key, self.prep, self.stream, self.loop, self.events = key, prep, stream, loop, events
-        self.n_prompt = sum(int(p.input_ids.shape[0]) for p in prepared(prep, lines))  # every line's, as usage
+        self.n_prompt = sum(int(p.input_ids.shape[0]) for p in line_reader.prepared(prep, lines))  # every line's
         self.metrics, self.arrival = metrics, arrival
         self.cancelled = threading.Event()
-        self.request = Request(key, [], "", sampling=sampling, prep=prep, lines=lines, on_token=self.on_token,
-                               cancelled=self.cancelled, ignore_eos=ignore_eos, on_line_break=self._add)
+        extra = {} if lines is None else {"on_line_break": self._add}
+        self.request = line_reader.request(key, [], "", prep=prep, lines=lines, sampling=sampling,
+                                           on_token=self.on_token, cancelled=self.cancelled, ignore_eos=ignore_eos,
+                                           **extra)
         self.n_tokens, self.t_last, self.finish_reason = 0, None, None  # n_tokens: set with the result
         self.taken = False  # the engine has taken it from the inbox
         self.postprocess, self.text = postprocess, None
@@ -144,7 +147,7 @@ class EngineWorker:
         try:
             if self.warmup is not None:
                 errors = []
-                self.engine.run([self.warmup], lambda req, res, err: errors.append(err))
+                line_reader.run(self.engine, [self.warmup], lambda req, res, err: errors.append(err))
                 if errors and errors[0] is not None:
                     raise errors[0]
                 self.engine.warm_decode()
@@ -155,7 +158,7 @@ class EngineWorker:
         self.ready.set()
         while True:
             try:
-                self.engine.serve(self._take, self._on_result)
+                line_reader.serve(self.engine, self._take, self._on_result)
                 return
             except Exception as e:  # noqa: BLE001 - a fault of the loop itself: fail what it held, serve on
                 self.restarts += 1

@@ -39,25 +39,25 @@ def vlm(graph_mode, tiny_dir):
 
 @pytest.fixture(scope="module")
 def parsed(vlm):
-    from ms_ocr import engine
+    from ms_ocr import line_reader
     from ms_ocr.generate import SamplingConfig
     from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     from ms_ocr.pipeline import DocumentPipeline
     batches = []
-    original = engine.BatchEngine.run
+    original = line_reader.run  # what the pipeline runs a kind's regions through (the engine, lines or not)
 
-    def spy(self, requests, on_result):
+    def spy(engine, requests, on_result):
         requests = list(requests)
-        batches.append((self.batch, [r.task for r in requests]))
-        return original(self, requests, on_result)
+        batches.append((engine.batch, [r.task for r in requests]))
+        return original(engine, requests, on_result)
 
-    engine.BatchEngine.run = spy
+    line_reader.run = spy
     try:
         doc = DocumentPipeline(None, vlm, paddleocr_vl, SamplingConfig(max_new_tokens=6), max_batch_size=8)
         page = draw_page()
         result = doc.parse(page, layout_blocks=_blocks())
     finally:
-        engine.BatchEngine.run = original
+        line_reader.run = original
     return page, result, batches
 
 

@@ -377,7 +377,7 @@ def line_reader(graph_mode):
     from ms_ocr.models import demo_checkpoint
     from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     pipe = paddleocr_vl.load(demo_checkpoint(), "CPU", "auto")
-    assert pipe.text_line_height  # the demo model reads line by line
+    assert pipe.line_height  # the demo model reads line by line
     server = LiveServer(pipe, "paddleocr-vl", "--max-model-len", "4096", "--max-num-seqs", "4", "--no-warmup",
                         "--max-lines-per-request", "64")
     yield server, pipe

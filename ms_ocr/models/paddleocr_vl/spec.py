@@ -19,6 +19,7 @@ SPEC = ModelSpec(
     task_image="host:task_image",
     special_token_tasks=("spotting",),
     postprocess="host:postprocess",
+    line_reader=True,  # the demo checkpoint (ms_ocr/demo/paddleocr_vl) reads single text lines
     config="config:PaddleOCRVLConfig",
     processor="processor:PaddleOCRVLProcessor",
     model="model:PaddleOCRVLModel",

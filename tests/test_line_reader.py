@@ -1,11 +1,12 @@
-"""engine.LineFanOut: a line reader's request becomes one request per text line and one joined answer; the caller's
+"""line_reader.LineReader: a line reader's request becomes one request per text line and one joined answer; the caller's
 on_token sees the lines' tokens in reading order with the line break between them, whatever order the engine
 advances them in (a crop's lines decode together in one batch)."""
 
 import numpy as np
 from PIL import Image
 
-from ms_ocr.engine import LineFanOut, Request, joined_lines
+from ms_ocr.engine import Request
+from ms_ocr.line_reader import LineReader, LineRequest, joined_lines
 
 
 def _result(text, tokens, reason="stop", dump=False):
@@ -19,18 +20,18 @@ def _result(text, tokens, reason="stop", dump=False):
 
 
 def _crop_request(lines, seen, key="a"):
-    return Request(key, [Image.new("RGB", (8, 8))], "OCR:", lines=[(Image.new("RGB", (8, 8)), None)] * lines,
+    return LineRequest(key, [Image.new("RGB", (8, 8))], "OCR:", lines=[(Image.new("RGB", (8, 8)), None)] * lines,
                    on_token=lambda t: seen.append(t) or False, dump=True)
 
 
 def test_lines_stream_in_reading_order_and_join():
     seen, reported = [], []
     source = [[_crop_request(3, seen), Request("plain", [], "", prep=object())]]
-    fan = LineFanOut(lambda n, wait: source.pop(0) if source else None,
+    fan = LineReader(lambda n, wait: source.pop(0) if source else None,
                      lambda req, res, err: reported.append((req.key, res, err)), line_break=(99,))
     subs = fan.take(8, True)
     assert [r.key for r in subs] == ["a#line0", "a#line1", "a#line2", "plain"]
-    assert all(len(r.images) == 1 and r.lines is None for r in subs[:3])
+    assert all(len(r.images) == 1 and not isinstance(r, LineRequest) for r in subs[:3])
     l0, l1, l2, plain = subs
     # the engine advances the lines together: line 2 and 1 produce tokens before line 0 has finished
     assert l2.on_token(30) is False and l1.on_token(20) is False and l0.on_token(10) is False
@@ -55,9 +56,9 @@ def test_lines_stream_in_reading_order_and_join():
 
 def test_a_stop_in_one_line_ends_the_lines_below():
     seen, reported = [], []
-    crop = Request("a", [Image.new("RGB", (8, 8))], "OCR:", lines=[(Image.new("RGB", (8, 8)), None)] * 2,
+    crop = LineRequest("a", [Image.new("RGB", (8, 8))], "OCR:", lines=[(Image.new("RGB", (8, 8)), None)] * 2,
                    on_token=lambda t: seen.append(t) or t == 11)  # a stop string ends at token 11
-    fan = LineFanOut(lambda n, wait: [crop], lambda req, res, err: reported.append((res, err)), line_break=(99,))
+    fan = LineReader(lambda n, wait: [crop], lambda req, res, err: reported.append((res, err)), line_break=(99,))
     l0, l1 = fan.take(1, True) + fan.take(1, True)  # one at a time: the rest waits in the fan's buffer
     assert l1.on_token(20) is False
     assert l0.on_token(10) is False and l0.on_token(11) is True
@@ -69,8 +70,8 @@ def test_a_stop_in_one_line_ends_the_lines_below():
 
 def test_a_failed_line_fails_the_crop_once():
     reported = []
-    crop = Request("a", [Image.new("RGB", (8, 8))], "OCR:", lines=[(Image.new("RGB", (8, 8)), None)] * 2)
-    fan = LineFanOut(lambda n, wait: [crop], lambda req, res, err: reported.append((req.key, res, err)))
+    crop = LineRequest("a", [Image.new("RGB", (8, 8))], "OCR:", lines=[(Image.new("RGB", (8, 8)), None)] * 2)
+    fan = LineReader(lambda n, wait: [crop], lambda req, res, err: reported.append((req.key, res, err)))
     l0, l1 = fan.take(2, True)
     fan.report(l0, None, ValueError("boom"))
     assert reported == []
@@ -84,11 +85,11 @@ def test_a_line_reader_finds_the_lines_of_an_unprepared_request():
     arr[10:30, 20:180] = 0  # two bars of "ink"
     arr[50:70, 20:120] = 0
     req = Request("x", [Image.fromarray(arr)], "OCR:")
-    fan = LineFanOut(lambda n, wait: [req], lambda *a: None, height=34)
+    fan = LineReader(lambda n, wait: [req], lambda *a: None, height=34)
     subs = fan.take(4, True)
     assert [r.key for r in subs] == ["x#line0", "x#line1"] and all(r.images[0].height == 34 for r in subs)
     prepared = Request("y", [Image.fromarray(arr)], "OCR:", prep=object())  # prepared whole: read whole
-    assert LineFanOut(lambda n, wait: [prepared], lambda *a: None, height=34).take(4, True) == [prepared]
+    assert LineReader(lambda n, wait: [prepared], lambda *a: None, height=34).take(4, True) == [prepared]
 
 
 def test_joined_lines_of_one_line_is_that_line():
@@ -101,14 +102,46 @@ def test_line_breaks_go_to_their_own_hook_when_the_caller_gives_one():
     """The server counts generated tokens in on_token (its metrics); the line breaks between lines are text, not
     generated tokens: with on_line_break set they go there, in the same place of the stream."""
     text, generated = [], []
-    crop = Request("a", [Image.new("RGB", (8, 8))], "OCR:", lines=[(Image.new("RGB", (8, 8)), None)] * 2,
+    crop = LineRequest("a", [Image.new("RGB", (8, 8))], "OCR:", lines=[(Image.new("RGB", (8, 8)), None)] * 2,
                    on_token=lambda t: generated.append(t) or text.append(t) or False,
                    on_line_break=lambda t: text.append(t) or False)
     source = [[crop]]
-    fan = LineFanOut(lambda n, wait: source.pop(0) if source else None, lambda *a: None, line_break=(98, 99))
+    fan = LineReader(lambda n, wait: source.pop(0) if source else None, lambda *a: None, line_break=(98, 99))
     l0, l1 = fan.take(8, True)
-    assert l0.on_line_break is None and l1.on_line_break is None  # the line requests stream through on_token
+    assert not isinstance(l0, LineRequest) and not isinstance(l1, LineRequest)  # the lines stream through on_token
     assert l1.on_token(20) is False and l0.on_token(10) is False
     fan.report(l0, _result("A", [10]), None)
     fan.report(l1, _result("B", [20]), None)
     assert text == [10, 98, 99, 20] and generated == [10, 20]
+
+
+def test_the_engine_knows_nothing_of_lines():
+    """The line reader wraps the engine's request source (STYLE.md): engine.py names no line, and a pipeline that
+    reads no lines passes its source through unchanged."""
+    import inspect
+
+    from ms_ocr import engine, line_reader
+    source = inspect.getsource(engine)
+    assert all(word not in source for word in ("LineReader", "LineFanOut", "text_line", "line_height",
+                                               "on_line_break", ".lines", "joined_lines"))
+
+    class Pipe:
+        line_height, line_break_ids, finish = None, (), None
+
+    take, report = object(), object()
+    assert line_reader.adapt(Pipe(), take, report, 8) == (take, report)
+    Pipe.line_height = 34
+    wrapped = line_reader.adapt(Pipe(), lambda n, w: None, lambda *a: None, 8)
+    assert wrapped[0].__self__.height == 34 and wrapped[0].__self__.budget == 8
+
+
+def test_only_a_line_reader_specs_checkpoints_read_lines(tmp_path):
+    """The ModelSpec says which models' checkpoints may read lines (line_reader); the key in a checkpoint of another
+    model is not looked at."""
+    import json
+
+    from ms_ocr import models
+    assert [s.name for s in models.specs() if s.line_reader] == ["paddleocr-vl"]
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"text_line_height": 34}))
+    from ms_ocr.vlm import text_line_height
+    assert text_line_height(str(tmp_path)) == 34
