@@ -4,7 +4,7 @@ from ms_ocr.ops.activation import gelu_erf, gelu_tanh, get_activation, quick_gel
 from ms_ocr.ops.attention import (attention, attention_mask, attention_rows, attention_with_new, causal_attention,
                                   native_causal_ok)
 from ms_ocr.ops.backend import configure, configured_target
-from ms_ocr.ops.conv import conv2d
+from ms_ocr.ops.conv import conv2d, conv2d_affine, conv_affine_native, deformable_native
 from ms_ocr.ops.linear import (dequant_q8, embedding_rows, embedding_rows_q8, expert_rows, interp_rows, keeps_bf16,
                               epilogue_role, linear_bias, linear_conv, matmul_t, matmul_t_q8, widen)
 from ms_ocr.ops.moe import (expert_ends, experts_decode, experts_native, grouped_matmul, token_permute,
@@ -13,7 +13,9 @@ from ms_ocr.ops.norm import layer_norm, rms_norm
 from ms_ocr.ops.rope import apply_rope, vit_heads
 
 __all__ = ["attention", "attention_mask", "attention_rows", "attention_with_new", "causal_attention",
-           "native_causal_ok", "apply_rope", "vit_heads", "conv2d", "dequant_q8", "embedding_rows",
+           "native_causal_ok", "apply_rope", "vit_heads", "conv2d", "conv2d_affine", "conv_affine_native",
+           "deformable_native",
+           "dequant_q8", "embedding_rows",
            "embedding_rows_q8", "epilogue_role", "expert_rows", "interp_rows", "keeps_bf16", "linear_bias",
            "linear_conv", "matmul_t", "matmul_t_q8", "widen", "rms_norm", "layer_norm", "token_permute", "expert_ends",
            "experts_decode",

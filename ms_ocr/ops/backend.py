@@ -1,5 +1,6 @@
 """Which kernel family runs: fused Ascend operators or composed fallbacks, decided once per process."""
 
+import functools
 import os
 import sys
 
@@ -26,7 +27,7 @@ NATIVE_LAYER_NORM = None    # LayerNorm over the last axis, fp32 (ops/norm.py)
 NATIVE_ATTENTION_ROWS = None
 # Weights kept in bf16 (device.bf16_resident): the embedding lookup of a bf16 table (ops/linear.py embedding_rows;
 # MindSpore's CPU Gather has no bfloat16 kernel) and bf16 -> fp32 widening (ops/linear.py widen; MindSpore's CPU
-# Cast from bfloat16 is scalar, ~12x slower). Not in the route table (no composed path to measure against, or an
+# Cast from bfloat16 is scalar). Not in the route table (no composed path to measure against, or an
 # exact copy); set wherever the library is loaded on the CPU.
 NATIVE_GATHER_ROWS = None
 NATIVE_WIDEN = None
@@ -58,20 +59,28 @@ AMX_ENV = "MS_OCR_AMX"  # "0": no AMX tiles (the decode step stays fp32; the vis
 # (MatMulTQ8, DequantQ8): --quantize int8's products (ops/linear.py matmul_t_q8, dequant_q8); set wherever the
 # library is loaded on the CPU, like the bf16 ops.
 NATIVE_Q8 = None
+# Conv2dAffine (a convolution with its per-channel affine, activation and residual: the layout models' convolutions,
+# ops/conv.py conv2d_affine): a function (stride, padding, dilation) -> its Custom op, where the library has MindSpore's
+# oneDNN fp32 gemm and its level is in CONV_ROUTES. Measured on an Intel Xeon (family 6 model 167, 2 threads,
+# AVX-512 build), PP-DocLayoutV4 at its real config, 800x800: docs in ms_ocr/layout/README.md ("Speed").
+NATIVE_CONV = None
+CONV_ROUTES = ("avx512",)
+# DeformableSample (multi-scale deformable attention's sampling: the layout decoders, ms_ocr/layout/deformable.py),
+# routed with NATIVE_CONV (the same levels): one kernel where the composed sampler is ~100 gathers and products per
+# decoder layer.
+NATIVE_DEFORMABLE = None
 _native_ops = {}  # library path -> its Custom ops, made once per process
 _configured = None
 
 # The native kernels routed at each SIMD level of the built library (native.NativeKernels.isa_level): only those
 # measured faster than MindSpore's composed path at that level, each route in its own process on real-size
-# shapes (scripts/bench_kernels.py; figures of 2026-11-24 on an AMD EPYC Zen 5, 2 threads, in
-# docs/native-kernels.md). VisionAttention is not routed below AVX-512: at AVX2 it measured 0.67-0.99x the
-# composed attention (whose MindSpore kernels ran AVX-512 on that machine), at SSE2 0.29x. A level without
-# measurements (neon: only run for correctness under qemu-user so far; scalar) routes none. CausalAttention (the
-# prefill's attention, which keeps no score buffers in the layer graph) measured on an Intel Xeon (family 6 model
-# 167), 2026-11-26, PaddleOCR-VL page through `infer`: AVX2 build prefill 3.57 s against 3.82 composed, the whole
-# run's peak RSS 1.90 against 2.40 GB; AVX-512 build the same route; SSE2 not measured. MoeExperts (DeepSeek's
-# routed experts in decode; docs/native-kernels.md, "MoE experts"). ViTHeads (a ViT layer's bias adds, head
-# transposes and rope in one pass) and LayerNormRows (docs/native-kernels.md, "ViT layer epilogues").
+# shapes (scripts/bench_kernels.py; the figures: docs/native-kernels.md, every run in docs/journal/native-kernels.md).
+# VisionAttention is not routed below AVX-512: at AVX2 and SSE2 it measured slower than the composed attention
+# (whose MindSpore kernels ran AVX-512 on that machine). A level without measurements (neon: only run for
+# correctness under qemu-user so far; scalar) routes none. CausalAttention (the prefill's attention, which keeps
+# no score buffers in the layer graph) measured faster, and the run's peak memory lower, at AVX2 and AVX-512; SSE2
+# not measured. MoeExperts (DeepSeek's routed experts in decode), ViTHeads (a ViT layer's bias adds, head
+# transposes and rope in one pass) and LayerNormRows: docs/journal/native-kernels.md.
 # MS_OCR_NATIVE_ROUTES ("all", "none" or a comma list of KERNELS) overrides the table, e.g. to measure a level.
 KERNELS = ("matmul_t", "decode_layer", "attention", "gelu", "causal_attention", "moe_experts", "vit_heads",
            "layer_norm")
@@ -114,7 +123,7 @@ BF16_NAMES = ("BF16_PRODUCTS", "BF16_EPILOGUES", "BF16_DECODE", "BF16_ATTENTION"
 # every native op above: what `without_native` clears
 _NATIVE_NAMES = ("NATIVE_MATMUL_T", "NATIVE_DECODE_LAYER", "NATIVE_ATTENTION", "NATIVE_CAUSAL_ATTENTION", "NATIVE_GELU",
                  "NATIVE_MOE_EXPERTS", "NATIVE_VIT_HEADS", "NATIVE_LAYER_NORM", "NATIVE_ATTENTION_ROWS",
-                 "NATIVE_GATHER_ROWS", "NATIVE_WIDEN", "NATIVE_INTERP_ROWS", "NATIVE_Q8") + BF16_NAMES
+                 "NATIVE_GATHER_ROWS", "NATIVE_WIDEN", "NATIVE_INTERP_ROWS", "NATIVE_Q8", "NATIVE_CONV", "NATIVE_DEFORMABLE") + BF16_NAMES
 
 
 class without_native:
@@ -156,7 +165,7 @@ def configure(device_target=None):
     """
     global FUSED, NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_GATHER_ROWS, NATIVE_WIDEN
     global NATIVE_CAUSAL_ATTENTION, NATIVE_MOE_EXPERTS, NATIVE_INTERP_ROWS, NATIVE_Q8, NATIVE_VIT_HEADS
-    global NATIVE_ATTENTION_ROWS, NATIVE_LAYER_NORM, _configured
+    global NATIVE_ATTENTION_ROWS, NATIVE_LAYER_NORM, NATIVE_CONV, NATIVE_DEFORMABLE, _configured
     target = device_target or ms.get_context("device_target")
     FUSED = target == "Ascend"
     kernels = native.load() if target == "CPU" else None
@@ -169,6 +178,11 @@ def configure(device_target=None):
     (NATIVE_MATMUL_T, NATIVE_DECODE_LAYER, NATIVE_ATTENTION, NATIVE_GELU, NATIVE_CAUSAL_ATTENTION,
      NATIVE_MOE_EXPERTS, NATIVE_VIT_HEADS, NATIVE_LAYER_NORM) = chosen
     NATIVE_ATTENTION_ROWS = attention_rows_op(kernels) if NATIVE_ATTENTION is not None else None
+    NATIVE_CONV = NATIVE_DEFORMABLE = None
+    if kernels is not None and kernels.isa_level in CONV_ROUTES and os.environ.get(ROUTES_ENV) != "none":
+        NATIVE_DEFORMABLE = deformable_op(kernels)
+        if kernels.load_dnnl() and kernels.has_sgemm:
+            NATIVE_CONV = functools.partial(conv_affine_op, kernels)
     _configured = target
     return target
 
@@ -313,6 +327,29 @@ def native_ops(kernels):
             custom("ViTHeads", _vit_heads_shape, lambda *dtypes: (dtypes[0],) * 3),
             custom("LayerNormRows", _first))
     return _native_ops[kernels.path]
+
+
+def conv_affine_op(kernels, stride, padding, dilation):
+    """The Conv2dAffine Custom op of a kernel library for one (stride, padding, dilation), made once: x [B, C, H, W],
+    w [O, C / groups, kh, kw], scale [O], shift [O], geometry int32 [6] [, res] -> [B, O, OH, OW]."""
+    key = (kernels.path, "conv", stride, padding, dilation)
+    if key not in _native_ops:
+        def shape(x, w, *rest):
+            return [x[0], w[0], (x[2] + 2 * padding - dilation * (w[2] - 1) - 1) // stride + 1,
+                    (x[3] + 2 * padding - dilation * (w[3] - 1) - 1) // stride + 1]
+
+        _native_ops[key] = ops.Custom(kernels.func("Conv2dAffine"), out_shape=shape, out_dtype=_first, func_type="aot")
+    return _native_ops[key]
+
+
+def deformable_op(kernels):
+    """The DeformableSample Custom op of a kernel library, made once: value [B, S, C], loc [B, Q, heads, L, P, 2],
+    weight [B, Q, heads, L, P], shapes int32 [L, 2] -> [B, Q, C]."""
+    key = (kernels.path, "deformable")
+    if key not in _native_ops:
+        _native_ops[key] = ops.Custom(kernels.func("DeformableSample"), out_shape=lambda v, loc, w, hw: [v[0], loc[1], v[2]],
+                                      out_dtype=_first, func_type="aot")
+    return _native_ops[key]
 
 
 def _gather_rows_shape(table, ids):

@@ -1,36 +1,79 @@
 """2-D convolution kernel: MindSpore's Conv2D on Ascend (and for ONNX export), unfold + matmul elsewhere.
 
-MindSpore 2.10's CPU Conv2D kernel is slow for k x k kernels: a 3x3 48->48 convolution on a 200x200 map took
-1.7 s where unfold + one matmul took 33 ms (torch: 22 ms); depthwise 5x5 on 192x50x50 took 53 ms (torch 0.9 ms).
+MindSpore 2.10's CPU Conv2D kernel is slow for k x k kernels: many times slower than unfold + one matmul (and
+than torch), depthwise ones included (docs/journal/architecture.md, "MindSpore CPU pitfalls").
 The composed form computes the same sums (zero padding, stride, groups) in a different order (fp32 rounding)."""
 
-from mindspore import ops
+import numpy as np
+from mindspore import Tensor, ops
 
 from ms_ocr.ops import backend
+from ms_ocr.ops.activation import get_activation
 
 
 def _pair(v):
     return (v, v) if isinstance(v, int) else tuple(v)
 
 
-def conv2d(x, weight, stride=1, padding=0, groups=1):
-    """NCHW x, weight [O, C / groups, kh, kw], symmetric zero `padding` (int or (ph, pw)), no bias."""
+def conv2d(x, weight, stride=1, padding=0, groups=1, dilation=1):
+    """NCHW x, weight [O, C / groups, kh, kw], symmetric zero `padding` (int or (ph, pw)), `dilation`, no bias."""
     if backend.FUSED or backend.PORTABLE:
-        return ops.conv2d(x, weight, stride=stride, pad_mode="pad", padding=padding, groups=groups)
+        return ops.conv2d(x, weight, stride=stride, pad_mode="pad", padding=padding, dilation=dilation, groups=groups)
     b, c, h, w = x.shape
     o, cg, kh, kw = weight.shape
-    (sh, sw), (ph, pw) = _pair(stride), _pair(padding)
-    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+    oh, ow = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
     if kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and groups == 1:
         return ops.matmul(weight.reshape(o, c), x.reshape(b, c, h * w)).reshape(b, o, h, w)
-    cols = ops.unfold(x, (kh, kw), 1, (ph, pw), (sh, sw))  # [B, C * kh * kw, L], rows in (c, i, j) order
+    cols = ops.unfold(x, (kh, kw), (dh, dw), (ph, pw), (sh, sw))  # [B, C * kh * kw, L], rows in (c, i, j) order
     k = kh * kw
     if groups == 1:
         y = ops.matmul(weight.reshape(o, c * k), cols)
     elif groups == c and o == c:  # depthwise: per channel, its taps' weights times its taps (a batched matmul
-        # over channels: 6x faster than multiply + reduce over the tap axis, measured on 192 x 5x5 x 50x50)
+        # over channels: faster than multiply + reduce over the tap axis)
         y = ops.matmul(weight.reshape(1, c, 1, k), cols.reshape(b, c, k, oh * ow))
     else:
         og = o // groups
         y = ops.matmul(weight.reshape(groups, og, cg * k), cols.reshape(b, groups, cg * k, oh * ow))
     return y.reshape(b, o, oh, ow)
+
+
+# Conv2dAffine's codes (kernels.cc): the activation, and where a residual is added
+ACTIVATIONS = (None, "relu", "silu")
+RESIDUALS = (None, "after", "before")
+
+
+def conv_affine_native(stride=1, padding=0, dilation=1, groups=1, act=None, residual=None):
+    """(op, geometry) of the native Conv2dAffine for a convolution's settings where it is routed
+    (backend.NATIVE_CONV), else (None, None): decided once, when the Cell is built."""
+    if backend.NATIVE_CONV is None or backend.FUSED or backend.PORTABLE or act not in ACTIVATIONS:
+        return None, None
+    geometry = Tensor(np.array([stride, padding, dilation, groups, ACTIVATIONS.index(act), RESIDUALS.index(residual)],
+                               np.int32))
+    return backend.NATIVE_CONV(stride, padding, dilation), geometry
+
+
+def conv2d_affine(native, geometry, x, weight, scale, shift, stride=1, padding=0, groups=1, dilation=1, act=None,
+                  res=None, residual=None):
+    """act(conv(x, weight) * scale + shift [+ res]) [+ res]: a convolution (no bias) with a per-channel affine (a
+    frozen batch norm's, or scale 1 and a bias), an activation (a get_activation name; natively None, "relu" or
+    "silu") and an optional residual added
+    "before" or "after" the activation. `native`, `geometry`: conv_affine_native's for these settings (one kernel,
+    no unfolded map), or None for the composed ops."""
+    if native is not None:
+        return native(x, weight, scale, shift, geometry) if res is None else native(x, weight, scale, shift, geometry,
+                                                                                     res)
+    y = conv2d(x, weight, stride, padding, groups, dilation) * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1)
+    if residual == "before":
+        y = y + res
+    if act is not None:
+        y = get_activation(act)(y)
+    return y + res if residual == "after" else y
+
+
+def deformable_native():
+    """The native DeformableSample (multi-scale deformable attention's sampling) where routed, else None: decided
+    once, when the Cell is built."""
+    if backend.NATIVE_DEFORMABLE is None or backend.FUSED or backend.PORTABLE:
+        return None
+    return backend.NATIVE_DEFORMABLE

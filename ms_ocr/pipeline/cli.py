@@ -1,5 +1,7 @@
 """python -m ms_ocr.pipeline --image page.png | --pdf doc.pdf --out DIR: layout analysis + region recognition ->
-Markdown, JSON (every block: label, box in page pixels, reading order, text) and a drawing of the numbered blocks."""
+Markdown, JSON (every block: label, box in page pixels, outline, reading order, text; the layout model's detections)
+and a drawing of the numbered blocks. The layout checkpoint's model_type picks the PaddleOCR-VL pipeline version
+(PP-DocLayoutV2: 1.0, V3: 1.6, V4: 1.8), or --pipeline-version does."""
 
 import argparse
 import os
@@ -15,8 +17,10 @@ REGION_TOKENS = 4096  # a region's default token budget (PaddleX's VLM default i
 
 
 def build_parser():
+    from ms_ocr.pipeline.versions import VERSIONS
     p = Parser(prog="python -m ms_ocr.pipeline",
-                description="Parse document pages: PP-DocLayoutV2 layout + a VLM per region -> Markdown and JSON.")
+               description="Parse document pages as PaddleOCR-VL's pipeline does: PP-DocLayoutV2/V3/V4 layout + a VLM "
+                           "per region -> Markdown and JSON.")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--image", nargs="+", help="page image file(s)")
     src.add_argument("--pdf", help="a PDF: every page (or --pages) is parsed")
@@ -26,7 +30,17 @@ def build_parser():
     p.add_argument("--recognizer", default=models.names()[0], choices=models.names(),
                    help="VLM that reads the regions")
     p.add_argument("--model-path", help="recogniser checkpoint folder")
-    p.add_argument("--layout-model-path", help="PP-DocLayoutV2 checkpoint folder (PP-DocLayoutV2_safetensors)")
+    p.add_argument("--layout-model-path",
+                   help="layout checkpoint folder (PP-DocLayoutV2/V3/V4_safetensors or a transformers save); its "
+                        "model_type picks the pipeline version (default: PP-DocLayoutV2_safetensors, or the one of "
+                        "--pipeline-version)")
+    p.add_argument("--pipeline-version", choices=list(VERSIONS),
+                   help="PaddleOCR-VL pipeline rules: 1.0 (PP-DocLayoutV2), 1.5 and 1.6 (PP-DocLayoutV3, the same "
+                        "rules), 1.8 (PP-DocLayoutV4, partly assumed: docs/deployment.md); default: the layout "
+                        "checkpoint's")
+    p.add_argument("--layout-threshold", type=float,
+                   help="one layout score threshold for every label, instead of the version's (1.0: 0.4-0.5 by "
+                        "label, 1.5/1.6: 0.3)")
     p.add_argument("--layout-mode", default="auto", choices=["auto", "graph", "eager"],
                    help="layout model as one compiled graph (faster per page after a 35-60 s compile, ~7 GB on CPU) "
                         "or op by op (no compile, ~1.4 GB, ~3x slower per page); auto: eager on the CPU for fewer "
@@ -102,7 +116,8 @@ def load(args, pages=None):
                                  args.threads, sampling=sampling,
                                  layout_mode=args.layout_mode, pages=pages, quantize=args.quantize,
                                  kv_cache_dtype=args.kv_cache_dtype, charts=args.charts,
-                                 max_batch_size=args.max_batch_size,
+                                 max_batch_size=args.max_batch_size, version=args.pipeline_version,
+                                 layout_threshold=args.layout_threshold,
                                  ignore=() if args.keep_all_labels else IGNORED_LABELS)
 
 
@@ -110,11 +125,13 @@ def job_identity(args):
     """The settings that decide the results (batch/job.py): a page in OUT counts as done only for the same."""
     from ms_ocr.batch import job as J
     from ms_ocr.batch.job import checkpoint_fingerprint
-    from ms_ocr.weights import locate, locate_layout
-    layout_dir = locate_layout(args.layout_model_path)
+    from ms_ocr.pipeline.document import locate_layout
+    from ms_ocr.weights import locate
+    layout_dir, version = locate_layout(args.layout_model_path, args.pipeline_version)
     model_dir = locate(args.recognizer, args.model_path)
     return {"tool": "ms_ocr.pipeline", "recognizer": models.canonical(args.recognizer),
             "checkpoint": checkpoint_fingerprint(model_dir), "layout_checkpoint": checkpoint_fingerprint(layout_dir),
+            "pipeline_version": version.name, "layout_threshold": args.layout_threshold,
             "charts": args.charts, "keep_all_labels": args.keep_all_labels, "dpi": args.dpi,
             "max_new_tokens": args.max_new_tokens or REGION_TOKENS, "temperature": args.temperature,
             "top_p": args.top_p, "top_k": args.top_k, "repetition_penalty": args.repetition_penalty,
@@ -142,6 +159,8 @@ def run(argv, state=None):
     args = build_parser().parse_args(argv)
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise CliError("--max-new-tokens must be at least 1")
+    if args.layout_threshold is not None and not 0 <= args.layout_threshold <= 1:
+        raise CliError(f"--layout-threshold must be in 0..1, not {args.layout_threshold}")
     pages = _inputs(args)
     identity = job_identity(args)
     with J.FolderLock(args.out):

@@ -28,7 +28,8 @@ def _font(size):
 
 def draw_boxes(image, items, numbered=False):
     """RGB copy of `image` with each item's box ([x1, y1, x2, y2] in pixels) outlined, lightly filled and
-    labelled with its text (or its 1-based number when `numbered`)."""
+    labelled with its text (or its 1-based number when `numbered`); an item with "points" (a polygon in pixels) is
+    drawn as that polygon, labelled at its box's corner."""
     base = image.convert("RGB")
     overlay = Image.new("RGBA", base.size, (0, 0, 0, 0))
     draw = ImageDraw.Draw(overlay)
@@ -38,7 +39,11 @@ def draw_boxes(image, items, numbered=False):
         x1, x2 = sorted((x1, x2))
         y1, y2 = sorted((y1, y2))
         color = _PALETTE[i % len(_PALETTE)]
-        draw.rectangle([x1, y1, x2, y2], outline=color + (255,), fill=color + (28,), width=2)
+        if item.get("points") is not None:
+            draw.polygon([(float(x), float(y)) for x, y in item["points"]], outline=color + (255,),
+                         fill=color + (28,), width=2)
+        else:
+            draw.rectangle([x1, y1, x2, y2], outline=color + (255,), fill=color + (28,), width=2)
         label = str(i + 1) if numbered else str(item.get("text", ""))
         if label:
             draw.text((x1, max(0, y1 - font.size - 2) if hasattr(font, "size") else max(0, y1 - 12)), label,

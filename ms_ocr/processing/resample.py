@@ -99,3 +99,55 @@ def resize_bicubic_uint8(img, out_h, out_w):
     if img.shape[0] != out_h:
         img = _uint8_pass(img, out_h, 0)
     return img
+
+
+def _fma(a, b, c):
+    """float32 a * b + c rounded once (a fused multiply-add; the exact product fits a float64)."""
+    return (np.asarray(a, np.float64) * np.asarray(b, np.float64) + np.asarray(c, np.float64)).astype(np.float32)
+
+
+def _cubic_taps_float(in_size, out_size, a=-0.75):
+    """PyTorch's float bicubic (antialias=False, align_corners=False) taps along one axis: (index [out, 4] clamped
+    to the edges, float32 weights [out, 4]). The CPU kernel's float32 arithmetic, with the multiply-adds its build
+    fuses (found by matching its weights bit for bit: the source position, and the middle step of the outer
+    polynomial)."""
+    f = np.float32
+    a = f(a)
+    scale = f(in_size) / f(out_size)
+    src = _fma(scale, np.arange(out_size, dtype=f) + f(0.5), f(-0.5))
+    first = np.minimum(np.floor(src).astype(np.int64), in_size - 1)
+    t = np.clip(src - first.astype(f), f(0), f(1)).astype(f)
+
+    def near(x):  # |x| <= 1
+        return (_fma(a + f(2), x, -(a + f(3))) * x) * x + f(1)
+
+    def far(x):  # 1 < |x| < 2
+        return _fma(_fma(a, x, -(f(5) * a)), x, f(8) * a) * x - f(4) * a
+
+    one_minus = f(1) - t
+    w = np.stack([far(t + f(1)), near(t), near(one_minus), far(one_minus + f(1))], 1).astype(f)
+    idx = np.clip(first[:, None] - 1 + np.arange(4)[None], 0, in_size - 1)
+    return idx, w
+
+
+def _float_pass(x, out_size, axis):
+    idx, w = _cubic_taps_float(x.shape[axis], out_size)
+    x = np.moveaxis(x, axis, 0)
+    shape = (-1,) + (1,) * (x.ndim - 1)
+    # the kernel's order, found as the weights were: the second tap's product, then the others fused in
+    acc = x[idx[:, 1]] * w[:, 1].reshape(shape)
+    for k in (0, 2, 3):
+        acc = _fma(x[idx[:, k]], w[:, k].reshape(shape), acc)
+    return np.moveaxis(acc, 0, axis)
+
+
+def resize_bicubic_float(img, out_h, out_w):
+    """HxWxC -> out_h x out_w x C float32 as torch F.interpolate(float, "bicubic", antialias=False) on the CPU
+    computes it: four taps per output with edge reads clamped, along the width, then the height, in float32 with
+    the multiply-adds the kernel's build fuses (torch 2.13's CPU wheel; equal bit for bit on the sizes tested)."""
+    x = np.asarray(img, np.float32)
+    if x.shape[1] != out_w:
+        x = _float_pass(x, out_w, 1)
+    if x.shape[0] != out_h:
+        x = _float_pass(x, out_h, 0)
+    return x

@@ -190,5 +190,59 @@ def make_pp_doclayout_v2(out_dir, seed=0):
     return out_dir
 
 
-BUILDERS = {"paddleocr-vl": make_paddleocr_vl, "pp-doclayout-v2": make_pp_doclayout_v2, "hunyuan-ocr": make_hunyuan_ocr,
-            "deepseek-ocr2": make_deepseek_ocr2, "deepseek-ocr": make_deepseek_ocr}
+def make_pp_doclayout(out_dir, version, seed=0, stats=False):
+    """PP-DocLayoutV2 ("v2": the hub's thresholds and class order), V3 ("v3") or V4 ("v4", with its page-geometry
+    head) at the reference's default (real) architecture with the hub's 25 labels, fp32, saved by transformers, and
+    an 800x800 preprocessor config. Weights: the
+    reference's initialisation (seeded), or with `stats` every tensor random (tests/helpers/parity.py
+    randomize_with_stats_: no zeroed layer, every batch-norm statistic counts). Returns the reference model."""
+    import torch
+    import transformers
+    from tests.helpers.parity import randomize_with_stats_
+    from tests.helpers.tiny_layout import CLASS_ORDER, LABELS, PREPROCESSOR, THRESHOLDS
+    n = version[-1]
+    torch.manual_seed(seed)
+    extra = {"deform_pred": True} if n == "4" else {"class_thresholds": THRESHOLDS,
+                                                    "class_order": CLASS_ORDER} if n == "2" else {}
+    cfg = getattr(transformers, f"PPDocLayoutV{n}Config")(id2label=dict(enumerate(LABELS)), **extra)
+    model = getattr(transformers, f"PPDocLayoutV{n}ForObjectDetection")(cfg).eval()
+    if stats:
+        randomize_with_stats_(model, seed)
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir)
+    with open(os.path.join(out_dir, "preprocessor_config.json"), "w") as f:
+        json.dump(dict(PREPROCESSOR, image_processor_type=f"PPDocLayoutV{n}ImageProcessor",
+                       size={"height": 800, "width": 800}), f)
+    return model
+
+
+def make_pp_doclayout_scored(out_dir, version, seed=1):
+    """make_pp_doclayout with every tensor random, and V3's mask logits x16 (masks pass a threshold in parts): scores
+    spread over the queries as a trained model's do, where the reference's initialisation scores every query alike
+    (the pipeline benchmark's layout checkpoints: its post-processing sees a page's worth of detections). Returns the
+    reference model."""
+    import torch
+    model = make_pp_doclayout(out_dir, version, seed, stats=True)
+    if version[-1] == "3":
+        with torch.no_grad():
+            for t in model.model.mask_query_head.layers[-1].parameters():
+                t.mul_(16.0)
+        model.save_pretrained(out_dir)
+    return model
+
+
+def make_pp_doclayout_v3(out_dir, seed=0):
+    make_pp_doclayout(out_dir, "v3", seed)
+    return out_dir
+
+
+def make_pp_doclayout_v4(out_dir, seed=0):
+    make_pp_doclayout(out_dir, "v4", seed)
+    return out_dir
+
+
+BUILDERS = {"paddleocr-vl": make_paddleocr_vl, "pp-doclayout-v2": make_pp_doclayout_v2,
+            "pp-doclayout-v3": make_pp_doclayout_v3, "pp-doclayout-v4": make_pp_doclayout_v4, "hunyuan-ocr": make_hunyuan_ocr,
+            "deepseek-ocr2": make_deepseek_ocr2, "deepseek-ocr": make_deepseek_ocr,
+            **{f"pp-doclayout-{v}-scored": (lambda out_dir, v=v: make_pp_doclayout_scored(out_dir, v))
+               for v in ("v2", "v3", "v4")}}

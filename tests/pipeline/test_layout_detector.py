@@ -59,8 +59,8 @@ def test_detect_matches_reference(layout_detector, size, monkeypatch):
 def test_eager_mode_gives_the_graph_outputs(layout_detector, layout_dir):
     """`mode="eager"` (op by op, no compiled pool) computes the same outputs and leaves graph mode on."""
     import mindspore as ms
-    from ms_ocr.models.pp_doclayout_v2 import LayoutDetector
-    from ms_ocr.models.pp_doclayout_v2.processor import preprocess
+    from ms_ocr.layout import LayoutDetector
+    from ms_ocr.layout.processor import preprocess
     eager = LayoutDetector(layout_dir, mode="eager")
     pixels = preprocess(_page(612, 792), eager.pcfg)
     want = layout_detector.raw(pixels)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from ms_ocr.models.pp_doclayout_v2 import LayoutBlock
+from ms_ocr.layout import LayoutBlock
 from ms_ocr.pipeline import regions
 from tests.helpers.pages import layout_page
 
@@ -53,7 +53,10 @@ def parsed(vlm):
 
     line_reader.run = spy
     try:
-        doc = DocumentPipeline(None, vlm, paddleocr_vl, SamplingConfig(max_new_tokens=6), max_batch_size=8)
+        # the tiny checkpoint's own image bounds (region_pixels=None) keep its regions small; the bounds PaddleX asks
+        # for are test_versions.py's subject
+        doc = DocumentPipeline(None, vlm, paddleocr_vl, SamplingConfig(max_new_tokens=6), max_batch_size=8,
+                               region_pixels=None)
         page = draw_page()
         result = doc.parse(page, layout_blocks=_blocks())
     finally:
@@ -67,9 +70,12 @@ def test_blocks_json_and_reading_numbers(parsed):
     assert (record["width"], record["height"]) == (W, H)
     assert [b["label"] for b in record["blocks"]] == [label for label, _ in BLOCKS]
     assert [b["box"] for b in record["blocks"]] == [list(box) for _, box in BLOCKS]
-    # numbered: text-like blocks and headers/footers; pictures, tables and captions are not
-    assert [b["order"] for b in record["blocks"]] == [1, 2, 3, 4, 5, 6, None, None, None, 7]
+    # numbered as PaddleX 3.7.2 numbers (result.py): not pictures, tables, captions, headers/footers, nor the labels
+    # the Markdown leaves out (PaddleOCR 3.3 numbered the header and the page number: 1 and 7 before 2026-12)
+    assert [b["order"] for b in record["blocks"]] == [None, 1, 2, 3, 4, 5, None, None, None, None]
     assert [b["block_id"] for b in record["blocks"]] == list(range(len(BLOCKS)))
+    assert [b["group_id"] for b in record["blocks"]] == list(range(len(BLOCKS)))  # nothing merges here
+    assert record["pipeline_version"] == "1.0" and all("points" not in b for b in record["blocks"])
     assert record["blocks"][7]["image"] == "imgs/img_in_image_box_60_720_400_930.jpg"
     assert all(b["content"] for b in record["blocks"] if b["label"] != "image")
     assert result.timings["regions"] == {"text": 7, "formula": 1, "table": 1}
@@ -103,8 +109,9 @@ def test_markdown_assembly(parsed, tmp_path):
     assert "<table border=1" in md or "\n" + blocks[6].content in md
     assert '<img src="imgs/img_in_image_box_60_720_400_930.jpg" alt="Image" width="44%" />' in md
     assert '<div style="text-align: center;">' in md
-    pos = [md.index(s) for s in ("# ", "## ", "$$", "<img")]
-    assert pos == sorted(pos)
+    title, picture = md.index("## "), md.index("<img")
+    formula = md.index("\n\n" + blocks[5].content + "\n\n", title)  # as the recogniser wrote it (no $$ added)
+    assert blocks[5].label == "display_formula" and blocks[5].content and md.index("# ") < title < formula < picture
     result.save_pictures(str(tmp_path))
     with Image.open(tmp_path / "imgs" / "img_in_image_box_60_720_400_930.jpg") as pic:
         assert pic.size == (340, 210)
@@ -138,7 +145,7 @@ def test_cli_image(tiny_dir, layout_dir, layout_detector, vlm, tmp_path, monkeyp
     """Detector + filters + recognition from the command line: files written, JSON blocks are the filtered
     detections in reading order with their text. The loaders hand back the session's compiled tiny models (loading
     is the subject of the model tests) after checking what they were asked to load."""
-    from ms_ocr.models import pp_doclayout_v2
+    from ms_ocr import layout as pp_doclayout_v2
     from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     from ms_ocr.pipeline import layout_filter
     calls = []
@@ -148,8 +155,9 @@ def test_cli_image(tiny_dir, layout_dir, layout_detector, vlm, tmp_path, monkeyp
     monkeypatch.setattr(pp_doclayout_v2, "LayoutDetector",
                         lambda path, mode: calls.append((path, mode)) or layout_detector)
     detections = []  # the detector's blocks at full precision (page.json rounds boxes and scores, which can tie)
-    real_detect = layout_detector.detect
-    monkeypatch.setattr(layout_detector, "detect", lambda *a: detections.append(real_detect(*a)) or detections[-1])
+    real_analyze = layout_detector.analyze
+    monkeypatch.setattr(layout_detector, "analyze",
+                        lambda *a: detections.append(real_analyze(*a)) or detections[-1])
     page = tmp_path / "page.png"
     draw_page().save(page)
     out = tmp_path / "out"
@@ -159,9 +167,10 @@ def test_cli_image(tiny_dir, layout_dir, layout_detector, vlm, tmp_path, monkeyp
                                                                                "page.md", "page_layout.png"]
     record = json.loads((out / "page.json").read_text())
     assert record["layout"], "the tiny random detector finds boxes on the drawn page"
-    assert [b.as_dict() for b in detections[0]] == record["layout"]
-    kept = layout_filter.filter_blocks(detections[0], W, H)
-    assert [b["label"] for b in record["blocks"]] == [b.label for b in kept]
+    assert [b.as_dict() for b in detections[0].blocks] == record["layout"]
+    kept = layout_filter.filter_blocks(detections[0].blocks, W, H)
+    # the version's rules (1.0 for PP-DocLayoutV2); merging may move a picture or table after a text group
+    assert sorted((b["label"], tuple(b["box"])) for b in record["blocks"]) == sorted((b.label, b.box) for b in kept)
     assert [d["order"] for d in record["layout"]] == sorted(d["order"] for d in record["layout"])
     for b in record["blocks"]:
         assert ("image" in b) == (regions.region_task(b["label"]) is None)
@@ -178,7 +187,7 @@ def test_cli_image(tiny_dir, layout_dir, layout_detector, vlm, tmp_path, monkeyp
 
 
 def test_layout_mode_auto_is_eager_for_a_few_pages_on_the_cpu():
-    from ms_ocr.models.pp_doclayout_v2.runner import EAGER_BELOW_PAGES, layout_mode_for
+    from ms_ocr.layout.runner import EAGER_BELOW_PAGES, layout_mode_for
     assert EAGER_BELOW_PAGES == 5
     assert [layout_mode_for("auto", "CPU", n) for n in (1, 4, 5, 40)] == ["eager", "eager", "graph", "graph"]
     assert layout_mode_for("auto", "Ascend", 1) == "graph" and layout_mode_for("auto", "CPU", None) == "graph"

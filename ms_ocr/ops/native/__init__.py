@@ -1,15 +1,15 @@
 """CPU kernels of our own (kernels.cc beside this file) as MindSpore Custom AOT operators.
 
-MindSpore 2.10's CPU MatMul reads a very large matrix-vector product's weight at ~15-20 GB/s on this machine
-(the 424 MB PaddleOCR-VL head: 22-27 ms per token), where a plain vector loop over 8 weight rows at a time
-on both cores reads 29-41 GB/s. The library is compiled on first use with the machine's C++ compiler
-(`$CXX`, default g++; `-O3 -march=native -fopenmp`; MS_OCR_NATIVE_ARCH=<target> builds for another -march, e.g.
-x86-64-v3 for AVX2/FMA) into a cache folder keyed by the source, the compiler, the flags and the CPU, and loaded
-once. kernels.cc is one source over a vector width: the library reports the SIMD level it was compiled for
-(`isa_level`: "avx512", "avx2", "neon", "sse2" or "scalar"), and ops/backend.py routes to each kernel only at
-the levels where it was measured faster than MindSpore's composed path (docs/native-kernels.md). Where it
-cannot be built (no compiler, a failing build) or MS_OCR_NATIVE=0 is set, `load` returns None and the ops keep
-MindSpore's kernels; nothing else changes.
+MindSpore 2.10's CPU MatMul reads a very large matrix-vector product's weight (a VLM's head, every decode step) well
+below the rate a plain vector loop over a block of weight rows on every core reaches, and its runtime's launches
+between small kernels cost more than their arithmetic (docs/native-kernels.md). The library is compiled on first use
+with the machine's C++ compiler (`$CXX`, default g++; `-O3 -march=native -fopenmp`; MS_OCR_NATIVE_ARCH=<target>
+builds for another -march, e.g. x86-64-v3 for AVX2/FMA) into a cache folder keyed by the source, the compiler, the
+flags and the CPU, and loaded once. kernels.cc is one source over a vector width: the library reports the SIMD level
+it was compiled for (`isa_level`: "avx512", "avx2", "neon", "sse2" or "scalar"), and ops/backend.py routes to each
+kernel only at the levels where it was measured faster than MindSpore's composed path (docs/native-kernels.md).
+Where it cannot be built (no compiler, a failing build) or MS_OCR_NATIVE=0 is set, `load` returns None and the ops
+keep MindSpore's kernels; nothing else changes.
 """
 
 import ctypes
@@ -46,6 +46,8 @@ class NativeKernels:
         self.lib.ms_ocr_moe_experts_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_isa_level.restype = ctypes.c_char_p
         self.lib.ms_ocr_gemm_bf16_calls.restype = ctypes.c_int64
+        self.lib.ms_ocr_conv_calls.restype = ctypes.c_int64
+        self.lib.ms_ocr_deformable_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_load_dnnl.argtypes = [ctypes.c_char_p]
         self.lib.ms_ocr_amx_init.argtypes = [ctypes.c_int]
         self.lib.ms_ocr_dpbf16_init.argtypes = [ctypes.c_int]
@@ -99,6 +101,21 @@ class NativeKernels:
     def moe_experts_calls(self):
         """How many MoeExperts kernels ran in this process."""
         return self.lib.ms_ocr_moe_experts_calls()
+
+    @property
+    def conv_calls(self):
+        """How many Conv2dAffine kernels ran in this process."""
+        return self.lib.ms_ocr_conv_calls()
+
+    @property
+    def deformable_calls(self):
+        """How many DeformableSample kernels ran in this process."""
+        return self.lib.ms_ocr_deformable_calls()
+
+    @property
+    def has_sgemm(self):
+        """Whether Conv2dAffine has oneDNN's fp32 gemm (after load_dnnl)."""
+        return bool(self.lib.ms_ocr_has_sgemm())
 
     @property
     def gemm_bf16_calls(self):
