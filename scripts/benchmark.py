@@ -34,7 +34,7 @@ from tests.helpers.bench_report import (median_result, process_report, round_rat
                                         tokens_agreement, write_json)
 
 # The decode roofline: the decoder's weights read once per token at the measured two-thread read bandwidth, at
-# 4 bytes a weight (fp32) and at 2 (a bf16 checkpoint kept in bf16: --dtype auto/bf16, docs/native-kernels.md).
+# 4 bytes a weight (fp32) and at 2 (a bf16 checkpoint kept in bf16: --dtype auto/bf16, docs/precision.md).
 READ_BANDWIDTH_GBS = 30.0
 # --isa levels of the process table and the -march ms_ocr's native kernels are built for at each
 ISA_ARCH = {"avx2": "x86-64-v3"}
@@ -62,7 +62,7 @@ def add_run_args(p, region=None):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default="auto",
                    help="ms_ocr's --dtype: auto keeps a bf16 checkpoint's text weights in bf16 on the CPU, as users "
-                        "run it (docs/native-kernels.md); fp32 widens every weight at load (transformers always runs "
+                        "run it (docs/precision.md); fp32 widens every weight at load (transformers always runs "
                         "fp32)")
     p.add_argument("--quantize", choices=QUANT_MODES, default="none", help="ms_ocr's --quantize")
     p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto", help="ms_ocr's --kv-cache-dtype")
@@ -207,13 +207,13 @@ def worker_transformers(args):
         t0 = time.perf_counter()
         out = model(**text_inputs, mm_encoder_outputs={"image": vision}, use_cache=True)
         prefill_s = time.perf_counter() - t0
-        past = out.past_key_values
+        past = out.cache
         nxt = int(out.logits[0, -1].argmax())
         tokens = [nxt]
         t0 = time.perf_counter()
         for _ in range(1, args.new_tokens):
-            out = model(input_ids=torch.tensor([[nxt]]), past_key_values=past, use_cache=True)
-            past = out.past_key_values
+            out = model(input_ids=torch.tensor([[nxt]]), cache=past, use_cache=True)
+            past = out.cache
             nxt = int(out.logits[0, -1].argmax())
             tokens.append(nxt)
         decode_s = time.perf_counter() - t0

@@ -1,9 +1,13 @@
 """A sentencepiece `tokenizer.model` encoded the way transformers' TokenizersBackend converts and runs it.
 
-transformers (5.x) turns a bare `tokenizer.model` into a `tokenizers` BPE/Unigram over the same pieces with
-the model's precompiled character map, `" " -> "▁"`, no dummy-prefix space and no whitespace collapsing, then
-splits the text on added tokens first. We load the same proto with those normaliser settings and split on the
-added tokens ourselves; decoding mirrors its `Replace("▁", " ") -> ByteFallback -> Fuse` decoder.
+transformers (5.25, `SpmConverter.build_tokenizer_from_spm_proto`) turns a bare `tokenizer.model` into a
+`tokenizers` BPE/Unigram that follows the model's own normaliser spec (precompiled character map, extra-space
+removal, `" " -> "▁"`, dummy prefix), so each span between added tokens encodes as `SentencePieceProcessor.encode`
+encodes it. `legacy` (tokenizer_config.json, default true) gives every span its dummy prefix; otherwise only a span
+at the start of the text gets one, and not when it starts with a space or normalising removed its first character.
+Added tokens are matched on the raw text first (we split on them ourselves); user-defined pieces stay
+sentencepiece's, emitted whole. Decoding mirrors its `Replace("▁", " ") -> ByteFallback -> Fuse -> Strip(one
+leading space, with a dummy prefix)` decoder.
 """
 
 import re
@@ -11,7 +15,7 @@ import re
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
 
-_CONTROL, _USER_DEFINED = 3, 4  # ModelProto.SentencePiece.Type
+_CONTROL = 3  # ModelProto.SentencePiece.Type
 _BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
 
@@ -25,19 +29,20 @@ def _load_proto(path):
 class SentencePieceBackend:
     """Pieces from sentencepiece, added tokens matched before it (leftmost, longest first)."""
 
-    def __init__(self, path):
+    def __init__(self, path, legacy=True):
         proto = _load_proto(path)
-        # The converted tokenizer prepends no "▁" and keeps runs of spaces; the char map still applies.
-        proto.normalizer_spec.add_dummy_prefix = False
-        proto.normalizer_spec.remove_extra_whitespaces = False
+        self._dummy_prefix = proto.normalizer_spec.add_dummy_prefix
+        self._legacy = bool(legacy)
         self._sp = spm.SentencePieceProcessor(model_proto=proto.SerializeToString())
+        proto.normalizer_spec.add_dummy_prefix = False  # the same normaliser without the prefix
+        self._sp_bare = spm.SentencePieceProcessor(model_proto=proto.SerializeToString())
         self._added = {}  # content -> id
         self._added_by_id = {}
         self._special = set()
-        # Control pieces (<s>, </s>) become special added tokens and user-defined pieces plain ones.
-        self.proto_added = [(p.piece, p.type == _CONTROL) for p in proto.pieces if p.type in (_CONTROL, _USER_DEFINED)]
-        for piece, special in self.proto_added:
-            self.add_token(piece, special, self._sp.piece_to_id(piece))
+        # Control pieces (<s>, </s>) become special added tokens; user-defined pieces are left to sentencepiece
+        self.proto_added = [p.piece for p in proto.pieces if p.type == _CONTROL]
+        for piece in self.proto_added:
+            self.add_token(piece, True, self._sp.piece_to_id(piece))
         self._pattern = None
 
     def __len__(self):
@@ -77,17 +82,28 @@ class SentencePieceBackend:
         pattern = self._splitter()
         for match in pattern.finditer(text) if pattern else ():
             if match.start() > start:
-                ids.extend(self._sp.encode(text[start:match.start()]))
+                ids.extend(self._encode_span(text[start:match.start()], start == 0))
             ids.append(self._added[match.group()])
             start = match.end()
         if start < len(text):
-            ids.extend(self._sp.encode(text[start:]))
+            ids.extend(self._encode_span(text[start:], start == 0))
         return ids
+
+    def _encode_span(self, span, first):
+        if not self._dummy_prefix or self._legacy:
+            return self._sp.encode(span)
+        # Metaspace(prepend_scheme="first") prefixes a span whose normalised text starts at offset 0 of the text
+        # and not with "▁": so not when normalising dropped its first character (leading spaces removed)
+        bare = self._sp_bare.normalize(span)
+        if first and bare and not bare.startswith("▁") and bare != self._sp_bare.normalize(span[1:]):
+            return self._sp.encode(span)
+        return self._sp_bare.encode(span)
 
     def decode(self, ids, skip_special_tokens):
         tokens = [self.id_to_token(int(i)) for i in ids]
         tokens = [t for t in tokens if t is not None and not (skip_special_tokens and t in self._special)]
-        return "".join(_byte_fallback([t.replace("▁", " ") for t in tokens]))
+        text = "".join(_byte_fallback([t.replace("▁", " ") for t in tokens]))
+        return text[1:] if self._dummy_prefix and text.startswith(" ") else text
 
 
 def _byte_fallback(tokens):

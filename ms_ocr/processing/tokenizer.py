@@ -119,17 +119,17 @@ class Tokenizer:
         """Load from a checkpoint folder: tokenizer.json if present, else sentencepiece tokenizer.model."""
         json_path = os.path.join(model_dir, "tokenizer.json")
         spm_path = os.path.join(model_dir, "tokenizer.model")
-        if os.path.isfile(json_path):
-            backend = _JsonBackend(json_path)
-        elif os.path.isfile(spm_path):
-            backend = SentencePieceBackend(spm_path)
-        else:
+        is_spm = not os.path.isfile(json_path)
+        if is_spm and not os.path.isfile(spm_path):
             raise CheckpointError(f"no tokenizer.json or tokenizer.model in {model_dir}")
         config, named, extras, fallback, added = read_token_config(model_dir)
-        is_spm = isinstance(backend, SentencePieceBackend)
+        if is_spm:  # transformers' conversion reads `legacy` from the tokenizer config (default true)
+            backend = SentencePieceBackend(spm_path, legacy=config.get("legacy", True))
+        else:
+            backend = _JsonBackend(json_path)
         if extras is None:
-            # transformers' sentencepiece conversion supplies the model's control/user-defined pieces here
-            extras = [piece for piece, _ in backend.proto_added] if is_spm else fallback
+            # transformers' sentencepiece conversion supplies the model's control pieces here
+            extras = list(backend.proto_added) if is_spm else fallback
         for token_id, content, special in added:
             backend.add_token(content, special, token_id)
         for content in [*named.values(), *extras]:

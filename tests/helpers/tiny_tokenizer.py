@@ -90,13 +90,15 @@ def corpus(seed):
     return lines
 
 
-def train_spm(seed):
-    """Serialized sentencepiece BPE model (identity normalisation, byte fallback): deterministic for a seed."""
+def train_spm(seed, **options):
+    """Serialized sentencepiece BPE model (identity normalisation, byte fallback, dummy prefix): deterministic for
+    a seed. `options` override trainer settings (model_type, normalization_rule_name, user_defined_symbols, ...)."""
     out = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(corpus(seed)), model_writer=out, model_type="bpe", vocab_size=SPM_VOCAB,
-        byte_fallback=True, character_coverage=1.0, normalization_rule_name="identity",
-        remove_extra_whitespaces=False, unk_id=0, bos_id=1, eos_id=2, pad_id=-1, num_threads=1, minloglevel=2)
+    settings = dict(model_type="bpe", vocab_size=SPM_VOCAB, byte_fallback=True, character_coverage=1.0,
+                    normalization_rule_name="identity", remove_extra_whitespaces=False, unk_id=0, bos_id=1, eos_id=2,
+                    pad_id=-1, num_threads=1, minloglevel=2)
+    settings.update(options)
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus(seed)), model_writer=out, **settings)
     return out.getvalue()
 
 

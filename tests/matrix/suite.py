@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.cli_util import run_module
+from tests.cli_util import ROOT, run_module
 from tests.helpers.pages import text_page
 from tests.helpers.quant import quantized_params, write_dequantised_copy
 from tests.matrix import layouts
@@ -42,10 +42,14 @@ def pytest_generate_tests(metafunc):
                                  [(model, g, c) for g in GRIDS for c in (512, 7)] if components else [],
                                  ids=lambda v: v if isinstance(v, str) else
                                  "+".join(f"{h}x{w}" for _, h, w in v) if isinstance(v, list) else str(v))
+    elif "g64_refused_model" in metafunc.fixturenames:  # models whose tiny matrices int8-g64 cannot group
+        own = MATRICES[model].reference_model is not None
+        metafunc.parametrize("g64_refused_model", [model] if own and model not in G64_MODELS else [])
     elif "bf16_model" in metafunc.fixturenames:  # the reduced-precision gates: models with a transformers class
         own = MATRICES[model].reference_model is not None  # (DeepSeek-OCR v1's: test_v1_reduced_precision.py)
         if "head" in metafunc.fixturenames:  # int8 modes over the head kinds the model's variants have
-            cases = [(model, q, h) for q, h in INT8_CASES if own and _head_variant(model, h) is not None]
+            cases = [(model, q, h) for q, h in INT8_CASES if own and _head_variant(model, h) is not None
+                     and (q != "int8-g64" or model in G64_MODELS)]
             metafunc.parametrize("bf16_model,quantize,head", cases, ids=[f"{m}-{q}-{h}" for m, q, h in cases])
         else:
             metafunc.parametrize("bf16_model", [model] if own else [])
@@ -323,6 +327,24 @@ KV16_TOKENS = 12
 KV16_LOGIT_TOL = 1e-3
 
 
+def _unpicked_id(matrix, folder, image, prompt):
+    """The highest id that transformers' greedy run, stopping on it, does not reach in KV16_TOKENS steps."""
+    import torch
+
+    model, inputs = matrix.reference_model(folder, [image], prompt)
+    picked = set()
+    for eos in range(model.config.get_text_config().vocab_size - 1, -1, -1):
+        if eos in picked:
+            continue
+        with torch.no_grad():
+            out = model.generate(**inputs, max_new_tokens=KV16_TOKENS, do_sample=False, eos_token_id=eos)
+        tokens = out[0, inputs["input_ids"].shape[1]:].tolist()
+        if len(tokens) == KV16_TOKENS and eos not in tokens:
+            return eos
+        picked.update(tokens)
+    raise AssertionError("the reference picks every id")
+
+
 @pytest.mark.gate
 @pytest.mark.parametrize("cache_mode", ["kv_bf16", "int8_auto"])
 def test_bf16_kv_cache_matches_transformers_with_a_rounded_cache(bf16_model, cache_mode, matrix_checkpoint,
@@ -347,10 +369,9 @@ def test_bf16_kv_cache_matches_transformers_with_a_rounded_cache(bf16_model, cac
     shutil.copytree(matrix_checkpoint(bf16_model, variant), folder)
     path = matrix_images(matrix.images[spec["images"][0]])
     prompt = matrix.prompts[spec["prompt"]]
-    # both runtimes stop on generation_config.json's eos only: the vocabulary's last id, which these random models
-    # do not pick, so that every run decodes KV16_TOKENS steps over the cache (DeepSeek-OCR-2's ends at once)
-    model, _ = matrix.reference_model(folder, [Image.open(path).convert("RGB")], prompt)
-    layouts.set_eos(folder, [model.config.get_text_config().vocab_size - 1])
+    # both runtimes stop on generation_config.json's eos only: an id the random model does not pick, so that every
+    # run decodes KV16_TOKENS steps over the cache (DeepSeek-OCR-2's own eos ends at once)
+    layouts.set_eos(folder, [_unpicked_id(matrix, folder, Image.open(path).convert("RGB"), prompt)])
     ref_folder, options = folder, ("--kv-cache-dtype", "bf16")
     if cache_mode == "int8_auto":
         spec_of = models.get(matrix.cli)
@@ -406,6 +427,9 @@ HEADS = {"own": ("untied", "own_head_flag_tied"), "tied": ("tied",)}  # the vari
 
 
 INT8_CASES = (("int8", "own"), ("int8", "tied"), ("int8-g64", "tied"), ("int8-g32", "tied"))
+# the tiny configs whose quantised matrices all have a multiple of 64 columns; DeepSeek-OCR-2's MoE experts have 32,
+# which --quantize int8-g64 refuses (test_int8_groups_that_do_not_fit_are_refused)
+G64_MODELS = ("paddleocr-vl", "hunyuan-ocr")
 
 
 def _head_variant(model, head):
@@ -461,3 +485,15 @@ def test_int8_matches_transformers_on_the_dequantised_weights(bf16_model, quanti
     err = np.abs(first - want_first).max() / np.abs(want_first).max()
     assert err <= 1e-4, (err, names, got["token_ids"], want)
     assert got["token_ids"] == want
+
+
+@pytest.mark.gate
+def test_int8_groups_that_do_not_fit_are_refused(g64_refused_model, matrix_checkpoint):
+    """`infer --quantize int8-g64` on a matrix of columns that are no multiple of 64 is refused naming the matrix (one
+    line, the mode to use instead), never run with a group cut short."""
+    from tests.cli_util import assert_one_line_error
+    matrix = MATRICES[g64_refused_model]
+    folder = matrix_checkpoint(g64_refused_model, _head_variant(g64_refused_model, "tied"))
+    proc = run_module("ms_ocr.infer", "--model", matrix.cli, "--model-path", folder, "--image",
+                      os.path.join(ROOT, "examples", "note.png"), "--quantize", "int8-g64", *matrix.cli_args)
+    assert_one_line_error(proc, "--quantize int8-g64: ", "columns, not a multiple of 64 (use --quantize int8)")

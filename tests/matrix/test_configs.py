@@ -1,4 +1,4 @@
-"""Config audit: every field ms_ocr reads from config.json has the value transformers 5.23's config class gives
+"""Config audit: every field ms_ocr reads from config.json has the value transformers 5.25's config class gives
 it, for the hub's flat files and transformers' nested ones, with every field set away from its default."""
 
 import copy

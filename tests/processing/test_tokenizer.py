@@ -8,7 +8,7 @@ import pytest
 
 from ms_ocr.config_utils import CheckpointError
 from ms_ocr.processing.tokenizer import Tokenizer
-from tests.helpers.tiny_tokenizer import TOKEN_IDS, copy_tokenizer, write_tokenizer
+from tests.helpers.tiny_tokenizer import TOKEN_IDS, copy_tokenizer, train_spm, write_tokenizer
 
 STRINGS = [
     "Hello world", "OCR:", "", " ", "   leading and trailing   ", "a  b   c", "line one\nline two\n\n",
@@ -42,9 +42,9 @@ def _pair(folder):
     return AutoTokenizer.from_pretrained(folder), Tokenizer.from_dir(folder)
 
 
-def _assert_parity(folder):
+def _assert_parity(folder, strings=STRINGS):
     ref, ours = _pair(folder)
-    for text in STRINGS:
+    for text in strings:
         ids = ref(text)["input_ids"]
         assert ours.encode(text) == ids, text
         for skip in (True, False):
@@ -81,11 +81,12 @@ def test_split_multibyte_decodes_to_replacement_chars(tokenizer_dirs):
     for kind in ("json", "sentencepiece"):
         ref, ours = _pair(tokenizer_dirs[kind, "hub"])
         ids = ours.encode("é中")
-        assert len(ids) == 5  # byte fallback: 2 + 3 UTF-8 bytes
+        # the dummy prefix "▁", then byte fallback: 2 + 3 UTF-8 bytes
+        assert ours.id_to_token(ids[0]) == "▁" and len(ids) == 6
         for cut in range(len(ids) + 1):
             assert ours.decode(ids[:cut] + [341]) == ref.decode(ids[:cut] + [341], skip_special_tokens=True)
         # a byte run that is not valid UTF-8 becomes one U+FFFD per byte, the complete "é" included
-        assert ours.decode(ids[:4]) == "\ufffd" * 4 and ours.decode(ids[:2]) == "é"
+        assert ours.decode(ids[1:5]) == "\ufffd" * 4 and ours.decode(ids[1:3]) == "é"
         assert ours.decode([99999, 341]) == "H"
 
 
@@ -95,6 +96,28 @@ def test_sentencepiece_honours_add_bos_and_eos(tokenizer_dirs, tmp_path):
     ref, ours = _assert_parity(folder)
     assert ours.encode("OCR:")[0] == 1 and ours.encode("OCR:")[-1] == 2
     assert ours.encode("OCR:", add_special_tokens=False) == ours.encode("OCR:")[1:-1]
+
+
+@pytest.mark.parametrize("legacy, options", [
+    (False, {}),
+    (False, {"normalization_rule_name": "nmt_nfkc", "remove_extra_whitespaces": True}),
+    (True, {"normalization_rule_name": "nmt_nfkc", "remove_extra_whitespaces": True,
+            "user_defined_symbols": ["USR1", "USR2"]}),
+    (False, {"model_type": "unigram", "user_defined_symbols": ["USR1", "USR2"]}),
+    (True, {"add_dummy_prefix": False}),
+])
+def test_sentencepiece_model_settings(tokenizer_dirs, tmp_path, legacy, options):
+    """transformers converts a bare tokenizer.model by its own normaliser spec (character map, extra-space removal,
+    dummy prefix) and the config's `legacy` (each span between added tokens prefixed, or only the first);
+    user-defined pieces stay the model's, emitted whole."""
+    folder = copy_tokenizer(tokenizer_dirs["sentencepiece", "hub"], str(tmp_path), legacy=legacy)
+    with open(os.path.join(folder, "tokenizer.model"), "wb") as f:
+        f.write(train_spm(0, **options))
+    extra = ["  x", " USR1 hello<|IMAGE_START|>USR2", "xUSR1y", " <|IMAGE_START|>b", "a <|IMAGE_START|> b ",
+             "\u3000full width\u3000space ｆｕｌｌ", "<|LOC_0|>  <|LOC_1|>  "]
+    ref, ours = _assert_parity(folder, STRINGS + extra)
+    if "user_defined_symbols" in options:
+        assert ref.convert_ids_to_tokens(ours.encode("xUSR1y")) == ["▁", "x", "USR1", "y"]
 
 
 def test_tokenizer_json_ignores_add_bos_token(tokenizer_dirs, tmp_path):

@@ -108,7 +108,7 @@ class HunyuanOCRConfig:
             text_raw["num_key_value_heads"] = text_raw["num_attention_heads"]
         if text_raw.get("head_dim") is None and "hidden_size" in text_raw and "num_attention_heads" in text_raw:
             text_raw["head_dim"] = text_raw["hidden_size"] // text_raw["num_attention_heads"]
-        # transformers 5.23 ties lm_head to embed_tokens for the flat layout whatever the flag says (the flag
+        # transformers 5.25 ties lm_head to embed_tokens for the flat layout whatever the flag says (the flag
         # moves into the text config and the root keeps its default True), and for the nested layout when
         # either level asks for it; mirror that (a stored lm_head that differs still wins at load:
         # models/loading.resolve_tied_head).

@@ -54,7 +54,7 @@ class PaddleOCRVLConfig:
             text_raw["head_dim"] = text_raw["hidden_size"] // text_raw["num_attention_heads"]
         vision_raw = dict(raw.get("vision_config") or {})
         vision_raw.update(normalise_rope(vision_raw))
-        # transformers 5.23's config asks for a tied head for the hub's flat layout whatever the flag says, and
+        # transformers 5.25's config asks for a tied head for the hub's flat layout whatever the flag says, and
         # for the nested layout when either level asks for it; mirror that. Its loader still loads a stored
         # lm_head that differs from the embeddings (the hub file's case): models/loading.resolve_tied_head.
         if raw.get("text_config") is None:

@@ -93,7 +93,10 @@ def test_prompt_text_and_layout(setups):
                                   [[start] * 4 + [start + 2], [start, start, start + 1, start + 1, start + 2],
                                    [start, start + 1, start, start + 1, start + 2]])
     assert hub["rope_delta"] == -2
-    assert setups["hub"][1].decode(hub["input_ids"]) == "User: Table Recognition:\nAssistant: "
+    # the sentencepiece model gives each span between added tokens its dummy prefix ("▁User", "▁Table"); decoding
+    # drops only the text's first space, as transformers' does
+    want = setups["hub"][2].tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    assert setups["hub"][1].decode(hub["input_ids"]) == want == "User:  Table Recognition:\nAssistant: "
 
 
 def test_two_images_match_reference(setups, rope_model):
