@@ -5,6 +5,11 @@ from setuptools import find_packages, setup
 here = os.path.dirname(os.path.abspath(__file__))
 
 
+# The demo checkpoint's files (ms_ocr/demo/paddleocr_vl)
+DEMO_FILES = ("config.json", "generation_config.json", "preprocessor_config.json", "special_tokens_map.json",
+              "tokenizer.json", "tokenizer_config.json", "model.safetensors")
+
+
 def reqs(name):
     with open(os.path.join(here, name)) as f:
         return [line.strip() for line in f if line.strip() and not line.startswith("#")]
@@ -15,8 +20,12 @@ setup(
     version="0.2.0",
     description="MindSpore-native inference for open OCR vision-language models (PaddleOCR-VL, ...)",
     packages=find_packages(include=["ms_ocr", "ms_ocr.*"]),
-    # kernels.cc is compiled on first use (ms_ocr/ops/native); the demo checkpoint is the no-weights fallback
-    package_data={"ms_ocr.ops.native": ["kernels.cc"], "ms_ocr": ["demo/README.md", "demo/paddleocr_vl/*"]},
+    # kernels.cc is compiled on first use (ms_ocr/ops/native); the demo checkpoint is the no-weights fallback (its
+    # files by name: a training run's log beside it, training.json / .png, is not package data; the committed run's
+    # is docs/journal/demo-training-log.json); the server's browser page is plain HTML, CSS and JavaScript (no build
+    # step)
+    package_data={"ms_ocr.ops.native": ["kernels.cc"],
+                  "ms_ocr": ["demo/README.md", "serve/static/*", *("demo/paddleocr_vl/" + f for f in DEMO_FILES)]},
     python_requires=">=3.10",
     install_requires=reqs("requirements.txt"),
     extras_require={"test": reqs("requirements-test.txt"), "download": ["huggingface_hub"]},

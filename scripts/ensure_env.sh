@@ -32,8 +32,9 @@ fi
 # System packages some tests need, installed where this runs as root with apt-get (otherwise those tests skip and
 # name the packages; under CI=true a skipped gate fails the run, tests/conftest.py): the aarch64 (NEON) build of the native kernels is checked under qemu-user with the cross
 # compiler (tests/ops/test_native_isa.py); jemalloc, which run_tests.sh puts under the test processes (MindSpore's
-# graph compiler allocates a lot: 5-27 % less time on the files measured, docs/benchmarks.md "Test suite"; without
-# it the tests run on glibc's malloc, slower; "installed" as the launchers see it, scripts/jemalloc.sh). One
+# graph compiler allocates a lot: 5-27 % less time on the files measured, docs/journal/benchmarks.md "Test suite";
+# without it the tests run on glibc's malloc, slower; "installed" as the launchers see it, scripts/jemalloc.sh);
+# Debian's chromium, the browser tests/serve/test_page.py drives through Playwright (which fails, naming it, without it). One
 # package index update; each set installs (or fails) alone.
 if [ "$kind" = test ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   cross=""
@@ -41,9 +42,14 @@ if [ "$kind" = test ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; th
   alloc=""
   source "$repo/scripts/jemalloc.sh"
   [ -n "$(ms_ocr_jemalloc)" ] || alloc="libjemalloc2"
-  if [ -n "$cross$alloc" ]; then
-    echo "[ms_ocr] installing for the aarch64 kernel tests and the tests' allocator (apt-get):" $cross $alloc >&2
+  browser=""
+  [ -x /usr/bin/chromium ] || browser="chromium"
+  if [ -n "$cross$alloc$browser" ]; then
+    echo "[ms_ocr] installing for the aarch64 kernel tests, the tests' allocator and the page tests (apt-get):" \
+      $cross $alloc $browser >&2
     if apt-get update -qq >&2; then
+      [ -z "$browser" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $browser >&2 \
+        || echo "[ms_ocr] chromium install failed; the page tests will fail naming it" >&2
       [ -z "$cross" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $cross >&2 \
         || echo "[ms_ocr] aarch64 tools install failed; the aarch64 kernel test will skip" >&2
       [ -z "$alloc" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $alloc >&2 \
@@ -51,6 +57,7 @@ if [ "$kind" = test ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; th
     else
       echo "[ms_ocr] apt-get update failed; the aarch64 kernel tests will skip" >&2
       [ -z "$alloc" ] || echo "[ms_ocr] (and the tests run on glibc's malloc, slower)" >&2
+      [ -z "$browser" ] || echo "[ms_ocr] (and the page tests fail: no chromium)" >&2
     fi
   fi
 fi

@@ -17,7 +17,7 @@ from ms_ocr.engine import Cancelled
 from ms_ocr.line_reader import prepared
 from ms_ocr.errors import user_error_message
 from ms_ocr.generate import SamplingConfig
-from ms_ocr.serve import media
+from ms_ocr.serve import media, page
 from ms_ocr.serve.metrics import Metrics
 from ms_ocr.serve.prompt import prepare
 from ms_ocr.serve.protocol import ApiError, decode_body, parse_chat_request, read_messages
@@ -26,9 +26,9 @@ from ms_ocr.textstream import TextStream
 
 
 # Threads that decode and prepare requests' images. Few, and their own: the allocator keeps freed memory per thread
-# (glibc's arenas, jemalloc's thread caches), so a page's ~1 GB of transient decoding memory stayed resident once per
-# thread that had decoded one (8 clients sending 8000x8000 pages: 4.3 GB with the event loop's default pool of
-# 6 threads). The decode budget (media.DecodeBudget) bounds how many pixels they hold at once.
+# (glibc's arenas, jemalloc's thread caches), so a page's transient decoding memory stayed resident once per thread
+# that had decoded one (with the event loop's default pool of 6 threads). The decode budget (media.DecodeBudget)
+# bounds how many pixels they hold at once.
 DECODE_THREADS = 2
 
 
@@ -134,6 +134,7 @@ def create_app(state):
         except Cancelled:  # the client went away: nobody reads an answer, and it is no server error to log
             return Response(status_code=499)
 
+    page.install(app, state)  # the browser page at / and the endpoints it uses (serve/page.py)
     return app
 
 

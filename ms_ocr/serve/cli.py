@@ -166,7 +166,8 @@ def run(argv):
         pipe.processor.set_mode(args.mode)
     t0 = time.perf_counter()
     state, app, worker = build_server(args, pipe, spec)
-    print(f"ms_ocr serving {state.model_name} on http://{args.host}:{args.port}/v1 (loaded in "
+    print(f"ms_ocr serving {state.model_name} on http://{args.host}:{args.port}/v1, its page at "
+          f"http://{args.host}:{args.port}/ (loaded in "
           f"{pipe.load_seconds:.1f} s, warm-up {time.perf_counter() - t0:.1f} s, max-num-seqs {args.max_num_seqs}, "
           f"max-model-len {state.max_model_len})", file=sys.stderr, flush=True)
     if args.api_key is None and not _loopback(args.host):
