@@ -17,10 +17,10 @@ class CliError(Exception):
 
 
 MAX_DPI = 600  # PDF pages: past this the models' own pixel limits resize the page down again; each DPI step
-# up costs memory per page in flight (3,000 DPI held ~1.1 GB a page)
+# up costs memory per page in flight
 
 MAX_BATCH = 256  # sequences decoded together (--max-batch-size, --max-num-seqs): each is a KV cache row and a page
-# in flight (2,000 took 9 GB in 12 s for 4 images); the engine also refuses a cache larger than the memory there is
+# in flight; the engine also refuses a cache larger than the memory there is
 
 # bounds every entry point's shared options obey: (flag, test, what it must be)
 _BOUNDS = (
@@ -52,7 +52,7 @@ class Parser(argparse.ArgumentParser):
                 raise CliError(f"--{name.replace('_', '-')} must be {must}, not {value}")
         threads = getattr(parsed, "threads", None)
         if threads is not None and threads > usable_cores():
-            # more threads than cores only makes them wait for each other (--threads 1000 on 2 cores: 17x slower)
+            # more threads than cores only makes them wait for each other
             print(f"note: --threads {threads} is more than the {usable_cores()} cores this process may use; "
                   f"using {usable_cores()}", file=sys.stderr)
             parsed.threads = usable_cores()

@@ -22,21 +22,20 @@ from mindspore import Tensor
 from mindspore.nn import cell as _cell_module
 
 # Vision/prefill graphs of shapes that this many consecutive requests did not use are freed (each kept shape
-# holds its compiled graphs and activation memory: ~0.5 GB per PaddleOCR-VL page size of ~1,000 patches, ~0.3
-# GB per 128-token prefill bucket). A freed shape that comes back compiles again (~3 s vision, ~5 s prefill).
+# holds its compiled graphs and activation memory). A freed shape that comes back compiles again.
 KEEP_GRAPHS_REQUESTS = 2
 # ... except that idle graphs whose per-call inputs (Parameters not counted: they are resident anyway) sum to
 # at most this many bytes stay compiled, the most recently used first. A page's graphs exceed it on their own
 # (PaddleOCR-VL at ~1,000 patches: the block step's keys and values alone are ~9 MB), so pages are freed as
 # before; small images of a few recurring sizes - line crops, the demo model - no longer recompile whenever a
-# size comes back after two others (the demo's 150 gate lines in 3 sizes: ~60 recompiles of ~1.8 s each).
+# size comes back after two others.
 IDLE_GRAPH_BYTES = 8 << 20
 # Prefill graphs are counted by what they hold instead: the resident memory that a shape's first call added
-# (activation buffers kept with the graph; PaddleOCR-VL ~55 MB per prompt of a 256-token bucket, whatever the
-# weights), and idle ones stay, the most recently used first, while that sums to at most this. The runtime
-# prefills a group in power-of-two chunks (runtime/core.py prefill_batch), so the server's groups of 1-8 crops
-# make four shapes a prompt bucket, ~0.9 GB in all: they stay, where "two requests" recompiled a size that came
-# back after two others (1.3-2.4 s each time). Pages' buckets are larger and are freed as before.
+# (activation buffers kept with the graph, whatever the weights), and idle ones stay, the most recently used first,
+# while that sums to at most this. The runtime prefills a group in power-of-two chunks (runtime/core.py
+# prefill_batch), so the server's groups of 1-8 crops make four shapes a prompt bucket: they stay, where "two
+# requests" recompiled a size that came back after two
+# others. Pages' buckets are larger and are freed as before.
 IDLE_PREFILL_RESIDENT = 1 << 30
 
 class CompileTimer:
@@ -44,18 +43,16 @@ class CompileTimer:
     the compiled graph again without Cell.__call__'s per-call bookkeeping.
 
     Cell.__call__ re-enters Cell.compile on every call, which re-assigns compile_phase on every sub-cell of the
-    step; for a decode step that owns the whole model that walk cost ~7 ms per token (cProfile, PaddleOCR-VL,
-    ~10,000 setattr calls) - 8 % of the step. Once a shape key is compiled, call() remembers the executor phase
+    step; for a decode step that owns the whole model that walk is ~10,000 setattr calls a token (cProfile,
+    PaddleOCR-VL), a measurable share of the step. Once a shape key is compiled, call() remembers the executor phase
     MindSpore gave it and hands later calls straight to the graph executor, as compile_and_run does after its
     compile. If this MindSpore lacks those internals, every call goes through Cell.__call__ as before.
 
     Every compiled shape keeps its graph and its activation memory until it is freed. Groups named in
     `evictable` are freed by next_request() once `keep_requests` requests have not used them, except the most
     recently used of them while their per-call inputs sum to at most `idle_bytes` - or, for a group named in
-    `resident_budgets`, while the resident memory their first calls added sums to at most its budget. PaddleOCR-VL at
-    real size over five page sizes of ~1,000 patches: RSS after each prefill 4.82, 5.74, 5.91, 5.95, 5.87 GB
-    (peak 6.27) with vision and prefill evictable and keep_requests 2, against 4.82, 5.74, 6.19, 6.72, 7.28
-    while every shape stayed."""
+    `resident_budgets`, while the resident memory their first calls added sums to at most its budget (what that
+    saves over many page sizes: docs/journal/architecture.md, "Compile once")."""
 
     def __init__(self, evictable=(), keep_requests=KEEP_GRAPHS_REQUESTS, idle_bytes=IDLE_GRAPH_BYTES,
                  resident_budgets=None):
@@ -155,9 +152,9 @@ _NO_FAST_PATH = "no fast path"
 @contextlib.contextmanager
 def collector_skips_older_objects():
     """Every graph compile starts with a full gc.collect() (MindSpore's graph/api.py), which walks every object of
-    the process: ~0.065 s a graph beside ms_ocr's ~160,000 objects, ~0.35 s in a process that has imported torch
-    and transformers as well (a test worker), for the ~25-60 graphs of a run (a real-size PaddleOCR-VL page,
-    compiled afresh: 10.5 -> 8.2 s of compiling, docs/benchmarks.md "Start-up"). Inside this block the objects
+    the process, the longer the more it holds (a test worker, beside torch and transformers, most), for each of
+    the ~25-60 graphs of a run (docs/journal/benchmarks.md, "Compiling without walking the process"). Inside this
+    block the objects
     that exist when it starts are kept out of the collector's sight (gc.freeze), and are put back into its oldest
     generation at the end (gc.unfreeze), to be collected as before. A process that has frozen objects of its own
     (gc.get_freeze_count() > 0) is left as it is."""

@@ -24,9 +24,9 @@ def ascend_available():
 def setup(device="auto", threads=None):
     """Set graph mode on the chosen device and pick the kernel family once. Returns "Ascend" or "CPU".
 
-    MindSpore's persistent compile cache (enable_compile_cache) is deliberately not used: measured here it cut
-    the tiny PaddleOCR-VL's compile time from 5.9 to 1.0 s, but on reload it mixed up the graphs one step had
-    compiled for different input shapes (a batch run then failed with out-of-range gather indices)."""
+    MindSpore's persistent compile cache (enable_compile_cache) is not switched on here: on its own, on reload, it
+    mixed up the graphs one step had compiled for different input shapes (a batch run then failed with out-of-range
+    gather indices); compiler.CompileCache uses it behind a manifest of every graph."""
     if device not in ("auto", "cpu", "ascend"):
         raise ValueError(f"unknown device {device!r} (auto, cpu or ascend)")
     if device == "auto":
@@ -56,9 +56,9 @@ def lower_launcher_priority():
 
     MindSpore runs a graph's kernels from the calling thread, and ThreadPool::ParallelLaunch hands every task
     of a parallel kernel to the pool's workers (ActorThread_0, KernelThread_0, ... — as many as cores) and then
-    busy-waits with sched_yield until they finish. On this 2-core machine that third, spinning thread took
-    ~35 % of the CPU samples during the vision encoder (perf), and a HunyuanOCR ViT layer ran 20 % faster once
-    the launcher was niced. So: create the pool now (one eager op; its threads inherit the current nice
+    busy-waits with sched_yield until they finish. On a 2-core machine that third, spinning thread took a large
+    share of the CPU samples during the vision encoder (perf), and the ViT layers ran faster once the launcher was
+    niced. So: create the pool now (one eager op; its threads inherit the current nice
     value), then raise this thread's nice value alone (Linux nice is per thread). Set MS_OCR_CPU_MAIN_NICE=0
     to keep it (e.g. when the process shares the machine with other busy processes); the default is 19."""
     nice = int(os.environ.get(MAIN_NICE_ENV, "19"))

@@ -187,7 +187,7 @@ class CacheWriteStep(nn.Cell):
     A graph, not eager scatter_updates: MindSpore 2.10's eager kernel keeps the cache's first size and fails
     ("kernel mod output size not equal to device_address size") once the cache is resized. One graph holding
     all caches as attributes, not one call per layer with the caches as inputs: each new Parameter input
-    compiles a new graph (measured 165 ms per layer and prompt bucket). `rows` = arange(B*Hkv*T) keys the graph
+    compiles a new graph (per layer and prompt bucket). `rows` = arange(B*Hkv*T) keys the graph
     on the cache size, which a graph does not notice when the Parameters are resized."""
 
     def __init__(self, model):
@@ -200,7 +200,7 @@ class CacheWriteStep(nn.Cell):
     def construct(self, write_idx, ks, vs, rows):
         d = ks.shape[-1]
         # split, not ks[i]: MindSpore's CPU StridedSlice is slow on an index that keeps other axes whole
-        # (12.7 ms per layer tensor at an 822-token HunyuanOCR prompt; Split copies each part in one pass)
+        # (Split copies each part in one pass)
         k_parts, v_parts = ops.split(ks, 1, 0), ops.split(vs, 1, 0)
         for i in range(self.count):
             ops.scatter_update(self.k_caches[i], write_idx, k_parts[i].reshape(-1, d).astype(self.k_caches[i].dtype))
@@ -255,11 +255,11 @@ class ReadOnlyRowsDecodeStep(_Wrap):
 
 # ---- decode with host-routed experts (MoE models off Ascend, one sequence) ---------------------------------
 # The whole-model DecodeStep gathers each token's k experts' weights in the graph (MoE.construct): on CPU
-# that gather copies ~83 MB per DeepSeek layer per token, and the copies plus the products over them took 143
-# of 250 ms per token (profiler). Routed on the host instead, the selected experts' weights go into a graph
+# that gather copies the chosen experts' weights per layer and token, and the copies plus the products over them
+# were most of a token's time (profiler). Routed on the host instead, the selected experts' weights go into a graph
 # as zero-copy views of the stacked Parameters, and the products read them in place. The layers share two
 # graphs (dense, MoE up to the router) with weights and KV caches as inputs: one graph per layer, owning its
-# cache Parameters, compiled 13 s longer at DeepSeek-OCR-2's 12 layers.
+# cache Parameters, compiled far longer.
 
 class DecodePrepStep(_Wrap):
     """Embedding, rope tables and mask of one read-only decode step (ReadOnlyDecodeStep's inputs)."""
@@ -334,9 +334,8 @@ class ExpertsDecodeStep(nn.Cell):
 class ExpertsMoELayerDecodeStep(MoELayerDecodeStep):
     """One MoE layer's experts (experts_ffn) and the next MoE layer up to its router in one graph, shared by
     every such pair: inputs x, h, weights, the 3k + 3 expert weights, then MoELayerDecodeStep's inputs after x.
-    The host-routed decode made two graph calls per MoE layer (25 per DeepSeek-OCR-2 token, ~30 ms of the step
-    outside its kernels); pairing them leaves 14 calls: 183.4 vs 195.2 and 217.7 vs 223.4 ms/token (medians,
-    the two forms alternating in one process), logits bit-identical."""
+    The host-routed decode made two graph calls per MoE layer (25 per DeepSeek-OCR-2 token, each with its launch
+    cost); pairing them leaves 14 calls, a shorter step with bit-identical logits."""
 
     def __init__(self, heads, kv_heads, dim, eps, top_k, scaling, act, paired=True):
         super().__init__(heads, kv_heads, dim, eps, top_k, scaling, paired)

@@ -11,7 +11,7 @@ The composed route runs MindSpore's own kernels, which pick their SIMD level at 
 the median and the best (minimum) of the timed calls, over rounds: on a machine shared with other jobs the
 best is the steadier of the two. Prints a table with the CPU model and each build's SIMD level and writes JSON (bench_out/bench_kernels.json).
 ops/backend.py's NATIVE_ROUTES routes a kernel at a level only where it measured faster here
-(docs/native-kernels.md keeps the figures).
+(docs/journal/native-kernels.md keeps the figures).
 """
 
 import argparse

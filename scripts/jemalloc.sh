@@ -1,6 +1,6 @@
 # Sourced by ocr.sh, run_tests.sh and scripts/ensure_env.sh. MindSpore's runtime and graph compiler allocate and
 # free many small blocks: with jemalloc a PaddleOCR-VL decode step is ~10 % shorter and the test suite ~23 %
-# (docs/benchmarks.md, "jemalloc under ocr.sh" and "Test suite").
+# (docs/journal/benchmarks.md, "jemalloc under ocr.sh" and "Test suite").
 
 # Prints the system's jemalloc (Debian/Ubuntu: apt-get install libjemalloc2), nothing where it has none: of the
 # copies ldconfig lists (a multiarch system may list another architecture's too), the first that preloads into

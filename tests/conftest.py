@@ -86,7 +86,7 @@ SLOW_VARIANTS = (
 # worker and the command lines it starts ran as many threads as the machine has cores, twice as many threads as
 # cores in all, and the kernels' thread teams waited on threads the other worker had descheduled. The whole
 # suite, 2026-11-29 on a 2-core AMD Zen 3: 21.1 min unpinned, 18.4 pinned (user time 38.0 -> 34.1 min, system
-# 3.3 -> 1.9; docs/benchmarks.md, "Test suite"). A worker whose siblings have finished takes their cores back
+# 3.3 -> 1.9; docs/journal/benchmarks.md, "Test suite"). A worker whose siblings have finished takes their cores back
 # (_take_back_freed_cores). MS_OCR_TEST_PIN=0 leaves the workers unpinned.
 PIN_ENV = "MS_OCR_TEST_PIN"
 

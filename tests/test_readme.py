@@ -1,11 +1,16 @@
-"""The documents' command lines use options their programs accept.
+"""The documents' command lines use options their programs accept; the documents keep their sizes; every
+MS_OCR_* environment variable is documented.
 
-Every command shown in README.md, docs/**/*.md and the model READMEs — `python -m ms_ocr.X ...`, `./ocr.sh [sub]
-...` (the subcommand's module is read from ocr.sh itself), `python scripts/X.py ...`, `msrun ... scripts/X.py ...`
-— is split into tokens; every `--flag` after the program must be an option of that program's argparse parser
+Every command shown in README.md, the guides in docs/ and the model READMEs — `python -m ms_ocr.X ...`, `./ocr.sh
+[sub] ...` (the subcommand's module is read from ocr.sh itself), `python scripts/X.py ...`, `msrun ... scripts/X.py
+...` — is split into tokens; every `--flag` after the program must be an option of that program's argparse parser
 (taken from the module's build_parser(), or captured from its main() at parse time, without running it), and a
-literal value given to an option with choices must be one of them. Every `--flag` elsewhere in README.md must
-be an option of some ms_ocr program or of the external tools the README shows (msrun, huggingface-cli).
+literal value given to an option with choices must be one of them. Every `--flag` elsewhere in README.md must be an
+option of some ms_ocr program or of the external tools the README shows (msrun, huggingface-cli). The journal
+(docs/journal/) is left out: it records the commands as they were run on its dates.
+README.md stays within 200 lines and each guide in docs/ within 300 (dated measurements go to the journal). Every
+MS_OCR_* name the code reads or mentions (ms_ocr/, scripts/, tests/, training/, the launchers) has a row in the
+environment-variable table of docs/usage.md, and every row names one the code uses.
 Nothing heavy is imported (no MindSpore), so the whole file runs in about a second.
 """
 
@@ -34,9 +39,19 @@ FLAG = re.compile(r"(?<![\w-])(--[a-zA-Z][\w-]*)")
 PLACEHOLDER = re.compile(r"^[A-Z0-9_.\-*<>/\[\]]+$|[<>{}$]")  # DIR, OUT.png, N, <model>: not a literal value
 
 
+README_LINES = 200
+GUIDE_LINES = 300
+ENV_TABLE = os.path.join(REPO, "docs", "usage.md")  # its "Environment variables" table
+ENV_NAME = re.compile(r"\bMS_OCR_[A-Z0-9_]*[A-Z0-9]")
+
+
+def guide_files():
+    """docs/*.md: the guides (the journal in docs/journal/ is not one)."""
+    return sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))
+
+
 def doc_files():
-    files = [os.path.join(REPO, "README.md")]
-    files += sorted(glob.glob(os.path.join(REPO, "docs", "**", "*.md"), recursive=True))
+    files = [os.path.join(REPO, "README.md")] + guide_files()
     files += sorted(glob.glob(os.path.join(REPO, "ms_ocr", "**", "README.md"), recursive=True))
     return [f for f in files if os.path.exists(f)]
 
@@ -244,3 +259,37 @@ def test_ocr_sh_subcommands_map_to_modules():
     assert {"pipeline", "batch", "serve"} <= set(table)
     for module in table.values():
         assert importlib.util.find_spec(module) is not None
+
+
+def test_readme_and_guides_stay_short():
+    lines = {os.path.relpath(path, REPO): len(open(path, encoding="utf-8").read().splitlines())
+             for path in [os.path.join(REPO, "README.md")] + guide_files()}
+    assert lines["README.md"] <= README_LINES, f"README.md has {lines['README.md']} lines"
+    long = {name: n for name, n in lines.items() if name != "README.md" and n > GUIDE_LINES}
+    assert long == {}, f"guides over {GUIDE_LINES} lines (dated measurements go to docs/journal/): {long}"
+
+
+def env_names_in_code():
+    """{MS_OCR_* name: first file naming it} over the Python and shell sources and the launchers."""
+    paths = [os.path.join(REPO, name) for name in ("ocr.sh", "run_tests.sh", "setup.py")]
+    for folder in ("ms_ocr", "scripts", "tests", "training"):
+        for ext in ("py", "sh"):
+            paths += glob.glob(os.path.join(REPO, folder, "**", "*." + ext), recursive=True)
+    found = {}
+    for path in sorted(paths):
+        for name in ENV_NAME.findall(open(path, encoding="utf-8").read()):
+            found.setdefault(name, os.path.relpath(path, REPO))
+    return found
+
+
+def env_names_documented(path=ENV_TABLE):
+    """The names in the first column of the environment-variable table."""
+    return set(re.findall(r"^\| `(MS_OCR_[A-Z0-9_]+)` \|", open(path, encoding="utf-8").read(), re.M))
+
+
+def test_every_environment_variable_is_documented_in_one_table():
+    used, documented = env_names_in_code(), env_names_documented()
+    missing = {name: where for name, where in used.items() if name not in documented}
+    assert missing == {}, f"MS_OCR_* names without a row in {os.path.relpath(ENV_TABLE, REPO)}: {missing}"
+    assert documented - set(used) == set(), "rows for names no code uses"
+    assert {"MS_OCR_HOME", "MS_OCR_OFFLINE", "MS_OCR_STAGED", "MS_OCR_DEBUG"} <= documented  # the check finds rows

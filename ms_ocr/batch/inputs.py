@@ -12,7 +12,7 @@ from ms_ocr.processing.image import ImageError, load_image, max_image_pixels, to
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
 # A rendered PDF page has at most this many pixels (its DPI lowered to fit): more than any model reads (their
 # processors resize a page to at most ~17 Mpx), and a page in flight costs ~3 bytes a pixel plus pdfium's 4 while
-# it renders (a poster-sized page at --dpi held ~1.7 GB, once per page decoding at once).
+# it renders (a poster-sized page at the full --dpi would hold gigabytes, once per page decoding at once).
 PDF_PAGE_PIXELS = 36 * 10 ** 6
 
 

@@ -23,8 +23,8 @@ _PAGE = mmap.PAGESIZE
 
 def _prefault(ptr, nbytes):
     """Map the pages of a fresh pool allocation before the weights are copied in (one madvise instead of a page
-    fault per page inside the copy; a fault is costly in a virtual machine). DeepSeek-OCR-2 (6.8 GB of bf16)
-    loaded in 5-10 s instead of ~23 s on a 2-core KVM guest; PaddleOCR-VL 1.05-1.10 s against 1.13-1.29 s."""
+    fault per page inside the copy; a fault is costly in a virtual machine): a shorter load, most for large
+    checkpoints (DeepSeek-OCR-2)."""
     if _LIBC is None or nbytes < (1 << 20):
         return
     lo = ptr - ptr % _PAGE
@@ -77,8 +77,8 @@ def device_tensor(arr, dtype):
     """A Tensor in MindSpore's memory pool holding `arr`'s bytes as `dtype`, made with one copy (from the
     checkpoint's memory map, or the one buffer a widening made). The weight must live in the pool: a Tensor
     that only wraps host memory (Tensor(ndarray), Tensor.from_numpy) is copied into the pool by every graph that
-    uses it, measured on PaddleOCR-VL as +1.5 GB RSS and 2.4x slower decode; Tensor(ndarray).astype(...) gets
-    there through a MindSpore cast (bf16: a scalar kernel, ~10 s of a 0.9B model's load). So: an uninitialised
+    uses it (measured on PaddleOCR-VL: more memory and a much slower decode); Tensor(ndarray).astype(...) gets
+    there through a MindSpore cast (bf16: a scalar kernel, most of a model's load). So: an uninitialised
     pool tensor (pool_array) and one copy into it. Older MindSpore without mint.empty: the cast route."""
     arr = np.ascontiguousarray(arr)
     if _HAVE_EMPTY:
@@ -105,8 +105,8 @@ def pool_array(shape, dtype, np_dtype):
 
 def adopt(param, tensor):
     """Make `tensor` the Parameter's data as it is. Parameter.set_data would cast to the Parameter's declared
-    dtype (a copy through a MindSpore op) and set_dtype materialises the lazy zeros first (~4 s of PaddleOCR-VL's
-    load); assign_value (what set_data ends in) takes the tensor as it is. Older MindSpore: set_data."""
+    dtype (a copy through a MindSpore op) and set_dtype materialises the lazy zeros first (seconds of a load);
+    assign_value (what set_data ends in) takes the tensor as it is. Older MindSpore: set_data."""
     if hasattr(param, "_update_tensor_data") and hasattr(param, "assign_value"):
         param._update_tensor_data(tensor)
     else:
@@ -143,7 +143,7 @@ def _quantize_into(arr, out, round_to, group):
 class _Stack:
     """The slices of one stacked (per-expert) Parameter as they arrive from the checkpoint. Raw bf16 slices of a
     Parameter kept in bf16 go straight into its pool tensor at their offset: no buffer, no widening and
-    rounding back (DeepSeek-OCR-2's load spent ~13 of ~23 s there). Otherwise, or from the first slice that is
+    rounding back (where DeepSeek-OCR-2's load spent most of its time). Otherwise, or from the first slice that is
     not raw bf16, a float32 buffer is filled and stored when complete. A stack quantised by --quantize int8
     (`int8_group`: columns per scale, 0 one per row): each slice quantised into the int8 pool tensor as it
     arrives, its scales beside."""

@@ -28,7 +28,7 @@ def quantize_rows(w, out=None, group=0):
     w = np.array(w, np.float32)  # a copy, worked on in place
     n, k = w.shape
     runs = w.reshape(n * k // group, group) if group else w  # a scale's columns per row of `runs`
-    # max |w| per run: one pass over |w| for short runs (groups: ~2x faster than max and min), two for long rows
+    # max |w| per run: one pass over |w| for short runs (groups: faster than max and min), two for long rows
     peak = np.abs(runs).max(1) if group else np.maximum(runs.max(1), -runs.min(1))
     scale = peak / np.float32(127)
     scale[scale == 0] = 1

@@ -13,7 +13,7 @@ class KVCacheAttention(nn.Cell):
 
     Cache layout [B * Hkv * T, D]: one `scatter_update` writes rows (b*Hkv + h)*T + pos and a reshape reads
     [B, Hkv, T, D], so no per-step transpose of the cache (on CPU the reshape of the updated cache still runs
-    as a copy, ~0.1 ms per layer tensor at 1k slots). Queries attend over all T slots; the
+    as a copy). Queries attend over all T slots; the
     mask hides slots after each query's cache position (stale rows included).
     """
 

@@ -19,15 +19,13 @@ def graph_input(param):
     objects compiles a new executable per Parameter set, each with its own activation pool).
 
     Off Ascend: a zero-copy view of the Parameter's own host buffer (Tensor.from_numpy of asnumpy()). Not
-    `Parameter.value()`: the CPU runtime copies a value() input (an Identity kernel, ~0.4 ms per 6 MB weight)
-    on every call whose inputs changed — every call of a layer graph shared by several layers. On Ascend the
-    device tensor, value().
+    `Parameter.value()`: the CPU runtime copies a value() input (an Identity kernel) on every call whose inputs
+    changed — every call of a layer graph shared by several layers. On Ascend the device tensor, value().
 
     The view is made once per Parameter buffer and kept on the Parameter (rebuilt if set_data replaced the
     buffer): a graph call that gets a new Tensor object for an input costs more than one that gets the same
-    Tensor again. Measured on DeepSeek-OCR-2's host-routed MoE decode (14 graph calls per token, ~100 weight
-    inputs): 174.6 vs 195.2 and 200.0 vs 208.0 ms/token, medians of blocks of 6 tokens alternating in one
-    process."""
+    Tensor again (measured on DeepSeek-OCR-2's host-routed MoE decode, 14 graph calls per token:
+    docs/journal/architecture.md, "Compile once")."""
     if backend.FUSED:
         return param.value()
     ptr = param.data_ptr() if hasattr(param, "data_ptr") else None

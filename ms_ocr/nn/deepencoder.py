@@ -21,7 +21,7 @@ def moe_decoder(t):
 
 
 # Tiles per vision call: on CPU each compiled graph keeps a static activation pool sized for its batch, so
-# tiles go one at a time (the 6-tile batch of a 768x1024 page did not fit in 24 GB beside the 3B model).
+# tiles go one at a time (a page's batch of tiles did not fit in memory beside the 3B model).
 VISION_BATCH = 1
 
 

@@ -3,7 +3,7 @@
 Parameter-holding Cells (nn/blocks.py) call these with their own Parameters; the shared layer steps
 (ms_ocr/steps.py) call them with one layer's weights passed as graph inputs, so a single compiled graph
 serves every layer. On the CPU backend each compiled graph keeps a static pool for all its activations
-(measured: ~5 GB per SigLIP layer at 4k patches, never reused across layers), so one graph reused for all
+(never reused across layers), so one graph reused for all
 layers bounds memory to one layer's activations and compiles once; vision attention additionally runs in
 query chunks (its own graph) so the [H, N, N] scores never exist whole.
 """
@@ -37,8 +37,8 @@ def layer_norm(x, w, b, eps):
 
 def rows(t, start, end, axis):
     """Rows [start, end) of `t` along `axis` (0 or -2); `t` itself when that is all of them. MindSpore's CPU
-    StridedSlice is slow on a slice spanning a whole axis (~17 ms for a [1, 8, 822, 128] key tensor vs ~0.1 ms
-    for a part of it), and a whole range needs no copy anyway."""
+    StridedSlice is slow on a slice spanning a whole axis (far slower than on a part of it), and a whole range
+    needs no copy anyway."""
     if start == 0 and end == t.shape[axis]:
         return t
     return t[start:end] if axis == 0 else t[..., start:end, :]

@@ -66,7 +66,7 @@ def sam_qkv_rel(x, qkv_w, qkv_b, rel_pos_h, rel_pos_w, resize, index, heads):
 def sam_attend(q, k, v, rel_h, rel_w):
     """softmax(q k^T / sqrt(D) + rel_h (+) rel_w) v for a block of query rows: q, rel_* [B, H, r, .]."""
     b, heads, r, d = q.shape
-    # expand_dims, not rel_h[..., :, None]: the ':' in an index is a full StridedSlice copy (~10 ms each here)
+    # expand_dims, not rel_h[..., :, None]: the ':' in an index is a full StridedSlice copy
     bias = (ops.expand_dims(rel_h, -1) + ops.expand_dims(rel_w, -2)).reshape(b, heads, r, -1)
     scores = _bmm_t(q * (d ** -0.5), k) + bias
     return _bmm(ops.softmax(scores, -1), v)
@@ -90,7 +90,7 @@ def window_unpartition(y, s, b, h, w):
     hp, wp = h + (s - h % s) % s, w + (s - w % s) % s
     c = y.shape[-1]
     y = y.reshape(b, hp // s, wp // s, s, s, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, hp, wp, c)
-    # one axis per slice: MindSpore's CPU StridedSlice over two axes at once is ~15x slower (62 vs 4 ms here)
+    # one axis per slice: MindSpore's CPU StridedSlice over two axes at once is many times slower
     return y[:, :h][:, :, :w]
 
 
@@ -312,7 +312,8 @@ class SamGlobalOutStep(nn.Cell):
 class SamLayerwise:
     """Runs a SamEncoder block by block through shared graphs (weights as inputs), global attention in
     query-row chunks, so activation memory is one block's (the CPU backend gives each graph a static pool
-    with no reuse across ops: the 12-block graph at 1024 px needs more than 24 GB)."""
+    with no reuse across ops: the whole 12-block graph at 1024 px would hold every block's activations at
+    once)."""
 
     def __init__(self, sam, chunk=1024):
         self.sam, self.chunk = sam, chunk

@@ -59,9 +59,8 @@ def attention_rows(q, k, v, scale, bf16_ok=False):
 # The native kernel (VisionAttention in ms_ocr/ops/native/kernels.cc) serves unmasked fp32 attention with as many
 # kv heads as query heads and head_dim a multiple of 8 up to 256: the vision encoders. It keeps each 32 query
 # rows' scores in L2 instead of writing and re-reading the [H, S, T] scores and probabilities three times
-# (BatchMatMul, Softmax, BatchMatMul): a PaddleOCR-VL 512-row block (16 heads x 3,996 keys, head_dim 72)
-# measured 48-51 ms against 66-82 ms composed and ~60 ms for torch's SDPA. That is its AVX-512 build: at AVX2 and
-# SSE2 it measured slower than the composed path, and backend.NATIVE_ROUTES leaves it out there.
+# (BatchMatMul, Softmax, BatchMatMul): faster than the composed path, and than torch's SDPA, in its AVX-512 build;
+# at AVX2 and SSE2 it measured slower than the composed path, and backend.NATIVE_ROUTES leaves it out there.
 def _kernel_takes(q, k, v):
     """What both native attention kernels read: 4-D fp32 q, k, v, head_dim a multiple of 8 up to 256."""
     ok = q.ndim == 4 and k.ndim == 4 and q.shape[-1] % 8 == 0 and q.shape[-1] <= 256
@@ -90,8 +89,8 @@ def causal_attention(q, k, v, scale):
     """Causal softmax(q k^T * scale) v of the last S positions over T keys (query row i sees keys j <= T - S + i),
     grouped-query heads, by the native kernel (CausalAttention in ms_ocr/ops/native/kernels.cc): no [S, T] scores
     are written, so a prefill graph keeps no score-sized buffers (a compiled CPU graph holds one buffer per
-    intermediate: PaddleOCR-VL's 1,024-token prompt kept ~0.24 GB of block scores and probabilities per layer
-    graph). Only where `native_causal_ok`; elsewhere nn.functional.causal_block_attention composes it."""
+    intermediate, and the composed blocks' scores and probabilities grow with the prompt's square). Only where
+    `native_causal_ok`; elsewhere nn.functional.causal_block_attention composes it."""
     return backend.NATIVE_CAUSAL_ATTENTION(q, k, v, Tensor(np.array([scale], np.float32)))
 
 
@@ -124,9 +123,9 @@ def attention_with_new(q, k_cache, v_cache, k_new, v_new, mask, scale):
     q [B, Hq, 1, D]; k_cache, v_cache [B, Hkv, T, D] (read only); k_new, v_new [B, Hkv, 1, D]; mask from
     `attention_mask` over the T cache slots ([B|1, 1, 1, T]); the new key is always visible. Returns
     [B, Hq, 1, D]. Composed only: it serves the off-Ascend decode, whose caches the host writes (on CPU the
-    in-graph scatter_update of a cache copies all of it, ~0.3 ms per 5 MB layer tensor). Caches in a narrower
-    dtype than q (--kv-cache-dtype bf16 with fp32 compute) are widened (the native WidenBf16 where loaded:
-    MindSpore's CPU Cast from bf16 made a HunyuanOCR page's composed decode step 3.5x slower), and the token's own
+    in-graph scatter_update of a cache copies all of it). Caches in a narrower dtype than q (--kv-cache-dtype bf16
+    with fp32 compute) are widened (the native WidenBf16 where loaded: MindSpore's CPU Cast from bf16 is a scalar
+    kernel), and the token's own
     k, v rounded to that dtype first, as the cache will hold them (what the native DecodeLayer does). Widening
     copies the whole cache each step, so this path reads more with a bf16 cache than with an fp32 one.
     """

@@ -5,9 +5,9 @@ What it computes is F.decoder_attention_decode followed by F.gated_mlp with SiLU
 products, rope (the general rotate-half form), optional per-head q/k RMSNorm, GQA softmax attention over the
 cache slots the additive mask leaves visible plus the token's own key, o_proj and residual, post-attention
 RMSNorm, the gated MLP and residual. Composed from MindSpore kernels that is ~45 kernels per layer, and on
-the CPU the launches between them cost more than their arithmetic (measured: 807 kernels and 20-30 ms of gaps
-per PaddleOCR-VL token); the kernel does the layer in one OpenMP region whose matrix-vector products read
-each weight once at the bandwidth the native head reaches. Decode only: prefill products are compute bound
+the CPU the launches between them cost more than their arithmetic (MindSpore's profiler); the kernel does the
+layer in one OpenMP region whose matrix-vector products read each weight once at the bandwidth the native head
+reaches. Decode only: prefill products are compute bound
 and stay on MindSpore's MatMul.
 """
 

@@ -10,15 +10,16 @@ from ms_ocr.ops.activation import gelu_erf, gelu_tanh
 _mm = ops.MatMul(transpose_b=True)
 
 # The native kernel serves x [M, K] with M <= NATIVE_MAX_ROWS (a decode step's rows) and weights of at least
-# NATIVE_MIN_WEIGHT elements: measured in graph mode here, it read the 103,424 x 1,024 PaddleOCR-VL head in
-# 15-19 ms against MatMul's 26-28 ms, while for the decoder's 1-12 MB layer weights MatMul was as fast or faster
-# (0.39 vs 0.47 ms at 2,048 x 1,024): MindSpore's kernel threads and the OpenMP pool share the two cores, and
+# NATIVE_MIN_WEIGHT elements: measured in graph mode, it reads a head-sized weight (PaddleOCR-VL's 103,424 x 1,024)
+# faster than MatMul, while for the decoder's 1-12 MB layer weights MatMul was as fast or faster: MindSpore's kernel
+# threads and the OpenMP pool share the two cores, and
 # only a long product amortises handing work over.
 NATIVE_MAX_ROWS = 8
 NATIVE_MIN_WEIGHT = 1 << 25
 # A bf16 weight (kept bf16 on the CPU) has no MatMul of its own: the alternative to the native kernel is a widened
 # fp32 copy written and read back per call. From this size on the native kernel serves it (DeepSeek-OCR-2's
-# 896 x 1,280 experts and 1,280 x 1,280 attention projections: decode 215 -> see docs/native-kernels.md); below it
+# 896 x 1,280 experts and 1,280 x 1,280 attention projections: docs/journal/native-kernels.md, "AVX-512 and the MoE
+# decoder in bf16"); below it
 # (the tiny test models) the widened copy, bit-identical to the fp32 path's MatMul.
 NATIVE_MIN_WEIGHT_BF16 = 1 << 20
 
@@ -156,7 +157,7 @@ def expert_rows(stack, ids, dtype):
 
 def widen(w, dtype):
     """w in `dtype`: a bf16 weight widened to fp32 by the native WidenBf16 where the library is loaded (exact, as
-    Cast; MindSpore's CPU Cast from bf16 is ~12x slower), anything else by astype (a no-op when w is `dtype`)."""
+    Cast; MindSpore's CPU Cast from bf16 is a scalar kernel), anything else by astype (a no-op when w is `dtype`)."""
     if w.dtype == ms.bfloat16 and dtype == ms.float32 and backend.NATIVE_WIDEN is not None:
         return backend.NATIVE_WIDEN(w)
     return w if w.dtype == dtype else w.astype(dtype)

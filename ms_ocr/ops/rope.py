@@ -9,10 +9,9 @@ from ms_ocr.ops import backend
 
 # Up to this many positions per sequence (decode steps) the composed rope swaps halves with one Gather and
 # multiplies by a sign-folded sin table: 4 ops per tensor instead of 9. Decode is dominated by per-op dispatch
-# (~15-20 us per op on the CPU runtime, measured with MindSpore's profiler on the PaddleOCR-VL decode step), so
-# op count matters there; long sequences keep the half-width form, which moves less memory. A graph compiled for
-# a dynamic length (MindIR export) always takes the long form: a shape-dependent branch there becomes control
-# flow, which MindSpore's export path fails on.
+# (MindSpore's profiler on the PaddleOCR-VL decode step), so op count matters there; long sequences keep the
+# half-width form, which moves less memory. A graph compiled for a dynamic length (MindIR export) always takes the
+# long form: a shape-dependent branch there becomes control flow, which MindSpore's export path fails on.
 SHORT_SEQ = 4
 
 
@@ -46,7 +45,7 @@ def apply_rope(x, cos, sin, paired=True):
 
 def swap_halves(x):
     """concat(x[..., D/2:], x[..., :D/2]) as one Gather over a constant index (built with numpy at compile time:
-    the same index as arange + modulo ran a FloorMod kernel every decode step, 2.5 ms of it in the profile)."""
+    the same index as arange + modulo ran a FloorMod kernel every decode step)."""
     d = x.shape[-1]
     return ops.gather(x, Tensor(np.concatenate((np.arange(d // 2, d), np.arange(d // 2))).astype(np.int32)), x.ndim - 1)
 

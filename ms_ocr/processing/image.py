@@ -14,7 +14,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
 # The widest width:height (or height:width) an input may have: the Qwen2-VL-style processors (PaddleOCR-VL,
 # HunyuanOCR) refuse more in smart_resize, and DeepSeek-OCR's fixed views would shrink such a strip to a few
-# pixels across. Checked from the header, before decoding (a 64,000,000x1 PNG took 4.75 s and 1.4 GB to decode).
+# pixels across. Checked from the header, before decoding (a 64,000,000x1 PNG is slow and large to decode).
 MAX_ASPECT_RATIO = 200
 
 

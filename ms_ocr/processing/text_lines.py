@@ -60,7 +60,7 @@ def ink_mask(img):
 
     Memory: one float32 copy of the grey levels at a time (|grey - paper| in place, its percentile taken in place)
     and the mask from the uint8 grey levels through a table of the same float32 differences, so the values compared
-    are those of the plain expression while a 64-Mpx page holds ~0.4 GB here instead of ~0.9."""
+    are those of the plain expression while a large page holds less than half the plain expression's memory."""
     grey = np.asarray(img.convert("L"))
     paper = np.median(_border(grey).astype(np.float32))
     diff = grey.astype(np.float32)

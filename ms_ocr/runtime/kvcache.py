@@ -2,7 +2,7 @@
 
 Off Ascend the host writes the caches (numpy views of the cache Parameters' own buffers) and the decode graphs
 only read them: in a CPU graph a scatter_update into a cache Parameter, and a reshape of one, each copy the whole
-tensor (~0.3 ms per 5 MB layer tensor; 15 of 122 ms per HunyuanOCR token). On Ascend (and in the exported text
+tensor. On Ascend (and in the exported text
 graph) the graphs write them in place ([batch*kv_heads*slots, head_dim], see docs/architecture.md)."""
 
 from mindspore import Tensor

@@ -72,8 +72,8 @@ class HostMoE:
             rows[:len(tok)] = tok
             y = self.compiler.call("prefill", self.expert_step, h2, Tensor(rows), gates[e], ups[e], downs[e],
                                    *(views[e] for views in scales)).asnumpy()
-            # a token picks an expert at most once, so `tok` has no repeats: a plain indexed add (np.add.at,
-            # the unbuffered form, took 0.9 s of a 9.6 s DeepSeek-OCR-2 prefill) does the same additions
+            # a token picks an expert at most once, so `tok` has no repeats: a plain indexed add does the same
+            # additions as np.add.at, the unbuffered (and much slower) form
             out[tok] += y[:len(tok)] * weights[tok, slot, None]
         y = self.compiler.call("prefill", self.shared_mlp_step, h2, *shared)
         return (y + Tensor(out, y.dtype)).reshape(b, s, d)

@@ -12,23 +12,21 @@ from ms_ocr.steps import VisionEmbedStep, VisionHeadStep, ViTAttentionInNoRopeSt
     WidenStep
 
 # Query rows per vision block call (attention + out projection + MLP of those rows): scores [H, 512, N]
-# instead of [H, N, N] (0.8 GB instead of 2.5 GB at 4k patches) and MLP temporaries that fit the cache.
+# instead of [H, N, N] and MLP temporaries that fit the cache.
 VISION_ATTENTION_CHUNK = 512
 # The same with the products in bf16 on the CPU (--dtype bf16, backend.BF16_PRODUCTS: oneDNN's bf16 GEMMs, the
-# native attention, which keeps no score buffers): oneDNN's products run faster on longer blocks. Measured on an AMX
-# Xeon (model 207, 2026-12-02, docs/benchmarks.md): a 448x224 crop's ~800 patches in one block instead of two, vision
-# 1.36-1.70 s against 1.95-2.18 s (medians of six crops, four alternating rounds); a 768x1,024 page in four blocks
-# instead of eight, 11.9-15.2 s against 16.1-16.5 s (2,048 rows: 15.4 s), the same peak RSS.
+# native attention, which keeps no score buffers): oneDNN's products run faster on longer blocks, at the same peak
+# RSS (docs/journal/benchmarks.md, "`--dtype bf16` with its bf16 KV cache on an AMX Xeon").
 VISION_ATTENTION_CHUNK_BF16 = 1024
 
 
 class VisionEncoder:
     """The vision side of a runtime. `release_graphs`: free the vision graphs (compiled code and activation
     memory) as soon as a request's images are encoded, so that they and the prefill graphs are never resident
-    together (for a request whose image size will not come back; PaddleOCR-VL, bf16, one 768 x 1,024 page on the
-    CPU: peak RSS 3.84 -> 3.32 GB). `release_layers`: free each ViT layer's weights once it has run (a
-    one-request process: PaddleOCR-VL's 0.8 GB of bf16 ViT weights are gone before the vision head's activations
-    and the text weights are allocated); with stream_layers each is also read only when it is about to run."""
+    together (for a request whose image size will not come back: a lower peak). `release_layers`: free each ViT
+    layer's weights once it has run (a one-request process: the ViT weights are gone before the vision head's
+    activations and the text weights are allocated); with stream_layers each is also read only when it is about
+    to run."""
 
     def __init__(self, model, compiler, compute_dtype):
         self.model, self.compiler, self.compute_dtype = model, compiler, compute_dtype
@@ -49,8 +47,7 @@ class VisionEncoder:
     def stream_layers(self, layers, load):
         """The ViT layers' weights are not loaded (models/loading.py, staged): each layer's are read by
         `load(names)` right before it runs, and read again if release_layers freed them. A one-request process
-        then holds one layer's weights with the vision activations instead of the whole tower's (PaddleOCR-VL:
-        0.8 GB of bf16)."""
+        then holds one layer's weights with the vision activations instead of the whole tower's."""
         self._load_layer, self._unloaded = load, {id(layer) for layer in layers}
 
     def _ensure_layer(self, layer):
@@ -83,8 +80,8 @@ class VisionEncoder:
 
         Every image of every request goes through the ViT layers packed into one row block: the layer graphs
         (norms, projections, MLP) run once over all images; attention runs per image on its exact rows (no
-        mask, no cross-image scores). Rows are not padded to buckets: measured at 3,996 patches, padding to
-        4,096 plus slicing each image's keys out of the padded block made the vision tower ~15 % slower. Towers
+        mask, no cross-image scores). Rows are not padded to buckets: padding plus slicing each image's keys out of
+        the padded block made the vision tower slower. Towers
         that are not a ViTLayer stack (DeepSeek-OCR) encode each request through the model's encode_views."""
         if hasattr(self.model, "encode_views"):
             out = [self.model.encode_views(self, v) if v else None for v in requests]
@@ -133,8 +130,8 @@ class VisionEncoder:
             xs.append(x)
             offset += count * size
         if self.release_graphs:
-            # The embedding graph runs once per image, and its activation memory (0.55 GB for PaddleOCR-VL at
-            # 3,996 patches: the [N, 4, C] position taps) would stay resident through every ViT layer: its
+            # The embedding graph runs once per image, and its activation memory (the [N, 4, C] position taps)
+            # would stay resident through every ViT layer: its
             # outputs were copied out above, and the graph is freed now.
             self.compiler.free_cell(self.embed_step)
         x = xs[0] if len(xs) == 1 else ops.concat(xs, 0)
@@ -168,9 +165,8 @@ class VisionEncoder:
         Every step runs per block of rows, one graph call each: norm + q/k/v + rope, then (once the image's
         keys and values are gathered) the block's attention over them, out projection and MLP. A block's
         activations stay small (at 512 rows the MLP's [rows, 4C] temporaries fit the CPU's cache) and no
-        attention output is concatenated. Measured on PaddleOCR-VL at 3,996 patches against attention
-        chunks between whole-image norm/projection and MLP graphs: vision 59.8 -> 50.6 s, peak RSS at vision
-        5.84 -> 4.99 GB, features bit-identical."""
+        attention output is concatenated. Against attention chunks between whole-image norm/projection and MLP
+        graphs this is faster and holds less memory, with bit-identical features."""
         in_weights, out_weights = layer.weights(layer.attn_in_names), layer.weights(layer.out_names)
         if self.compute_dtype == ms.float32 and any(w.dtype == ms.bfloat16 for w in in_weights + out_weights):
             # bf16-resident weights (device.bf16_resident): widened once for all of this layer's blocks, but for
@@ -180,7 +176,7 @@ class VisionEncoder:
         for _, n, blocks in images:
             qkv = [self.call(self.in_step, rows(x, s, e, 0), *rope, *in_weights) for s, e, rope in blocks]
             # the keys and values of the image's rows (not of its padding rows), contiguous: a sliced view as a
-            # graph input made the blocks' attention 1.6x slower
+            # graph input made the blocks' attention slower
             last = n - blocks[-1][0] + blocks[0][0]  # real rows of the last block
             k, v = ([t[i] for t in qkv[:-1]] + [rows(qkv[-1][i], 0, last, -2)] for i in (1, 2))
             k, v = (k[0] if len(k) == 1 else ops.concat(k, 2)), (v[0] if len(v) == 1 else ops.concat(v, 2))

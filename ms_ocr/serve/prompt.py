@@ -11,7 +11,7 @@ from ms_ocr.serve.protocol import ApiError
 def clamp_pixels(settings, pixels, top=None):
     """A request's min_pixels / max_pixels within the checkpoint's own bounds (its preprocessor config, or `top`:
     the bound of the task the request is, e.g. PaddleOCR-VL spotting's 1,605,632): a page is never resized to more
-    pixels than that, whatever a client asks (a 448x64 line asked to be 1e8 pixels took 5 GB), nor below one patch
+    pixels than that, whatever a client asks (a line asked to be 1e8 pixels would take gigabytes), nor below one patch
     merge; min_pixels stays <= max_pixels. Done before any pixel work."""
     top = settings.max_pixels if top is None else top
     floor = (settings.patch_size * settings.merge_size) ** 2

@@ -85,9 +85,9 @@ def reduced(request, tmp_path_factory):
     that --kv-cache-dtype auto gives it) or --kv-cache-dtype bf16 alone, or by the batch runner with --dtype bf16
     and BATCH sequences decoded together. `infer` decodes one sequence at a time, which keeps exact products in the
     decode step; a step of two sequences or more rounds its
-    rows to bf16 on a CPU with AMX (docs/native-kernels.md, "AMX tiles for the decode step"), so only the batched
-    run gates that rounding. Where --dtype bf16 computes in bf16 its cache is bf16 too (--kv-cache-dtype auto), so
-    the bf16 cache alone is read only on a CPU without bf16 dot products."""
+    rows to bf16 on a CPU with AMX (docs/journal/native-kernels.md, "AMX tiles for the decode step"), so only the
+    batched run gates that rounding. Where --dtype bf16 computes in bf16 its cache is bf16 too (--kv-cache-dtype
+    auto), so the bf16 cache alone is read only on a CPU without bf16 dot products."""
     mode, *options = request.param
     return mode, _read(tmp_path_factory, PRECISION_SETS, *options,
                        batch_size=BATCH if mode == "bf16_batched" else None)

@@ -212,3 +212,23 @@ def test_the_committed_checkpoints_tokenizer_is_the_generators():
     if demo_checkpoint() is None:
         pytest.skip("no committed demo checkpoint")
     assert loop.tokenizer_changes(train_tokenizer(), demo_checkpoint()) == 0
+
+
+def test_the_package_ships_the_checkpoint_and_not_its_training_log():
+    """setup.py's package data names every file of the committed checkpoint and nothing a training run writes beside
+    it (training.json, 1.8 MB, and training.png: the committed run's are docs/journal/demo-training-log.*)."""
+    import ast
+
+    from ms_ocr.models import DEMO_DIR
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    tree = ast.parse(open(os.path.join(root, "setup.py"), encoding="utf-8").read())
+    shipped = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                   and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["DEMO_FILES"])
+    log = {"training.json", "training.png"}
+    assert not log & set(shipped)
+    assert set(shipped) == set(os.listdir(DEMO_DIR)) - log
+    with open(os.path.join(root, "docs", "journal", "demo-training-log.json"), encoding="utf-8") as f:
+        committed = json.load(f)
+    assert (committed["steps_done"], committed["init_log"]["steps_done"]) == (3600, 9365)  # the two stages
+    assert os.path.isfile(os.path.join(root, "docs", "journal", "demo-training-log.png"))

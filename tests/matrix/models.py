@@ -241,7 +241,7 @@ DEEPSEEK_V2 = ModelMatrix(
     cli="deepseek-ocr2", package="deepseek_ocr2", build=_ds2_build, reference=transformers_reference(_ds2_reference),
     reference_model=_ds2_reference,
     # a page under one 768-px tile: the 1024-px global view only (SAM at full size); "auto" keeps the 3B model's
-    # bf16 weights bf16 (computing what fp32 copies would, docs/native-kernels.md) so that it fits beside nothing
+    # bf16 weights bf16 (computing what fp32 copies would, docs/precision.md) so that it fits beside nothing
     full_size=dict(page=(600, 450), prompt="Free OCR.", dtype="auto"),
     # global view only below a 768-px tile (300x140: 257 image tokens), tiles beyond, 6 in a row / column
     images={"small": (300, 140), "wide": (2000, 150), "tall": (150, 2000), "large": (1000, 700)},

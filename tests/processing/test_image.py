@@ -165,7 +165,8 @@ def _gradient16(h=16, w=64):
 @pytest.mark.parametrize("fmt,suffix,dtype", [("PNG", "png", "<u2"), ("TIFF", "tif", "<u2"), ("TIFF", "tif", ">u2")])
 def test_16bit_grayscale_is_scaled_not_clipped(tmp_path, fmt, suffix, dtype):
     """PIL's convert (the reference's convert_to_rgb) clips 16-bit values at 255: a 16-bit scan came out 99.6 %
-    white. We scale v -> round(v * 255 / 65535) on purpose (a deviation from the reference, README)."""
+    white. We scale v -> round(v * 255 / 65535) on purpose (a deviation from the reference,
+    docs/batch-and-pipeline.md)."""
     from transformers.image_transforms import convert_to_rgb
     values = _gradient16()
     path = tmp_path / f"g16.{suffix}"

@@ -414,7 +414,7 @@ def main(argv=None):
                    "(fresh optimizer, schedule and --aux head: use with --aux 0)")
     p.add_argument("--text-layers", type=int, default=TEXT["num_hidden_layers"],
                    help="decoder layers (the committed checkpoint: 3 with --text-intermediate 512, 0.85x the step of "
-                   "the default 4 and 768, see docs/demo-training.md)")
+                   "the default 4 and 768, see docs/journal/demo-training.md)")
     p.add_argument("--text-intermediate", type=int, default=TEXT["intermediate_size"], help="decoder MLP width")
     p.add_argument("--eval-every", type=int, default=1000)
     p.add_argument("--eval-lines", type=int, default=64)
@@ -426,7 +426,7 @@ def main(argv=None):
                    help="compute of the training steps: bf16 = autocast (fp32 master weights, optimizer and losses; "
                    "evaluation stays fp32), auto = bf16 where the CPU has bf16 dot products (AVX512_BF16, AMX, Arm "
                    "BF16). On the 2-core Zen 4 a two-process step took 0.61 s against 0.66 s in fp32: see "
-                   "docs/demo-training.md. The committed checkpoint was trained in bf16")
+                   "docs/journal/demo-training.md. The committed checkpoint was trained in bf16")
     p.add_argument("--seed", type=int, default=SEEDS["train"])
     p.add_argument("--resume", action="store_true", help=f"go on from <out>/{STATE_FILE}, which every evaluation "
                    "writes (same options)")

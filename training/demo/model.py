@@ -9,8 +9,8 @@ from training.demo.tokenizer import TOKEN_IDS, VOCAB_SIZE, _write_json, prompt_t
 
 MIN_PIXELS, MAX_PIXELS = 28 * 28, 28 * 28 * 96  # a line up to 28 x 2688 px keeps its size
 # --data crops: up to 48 image tokens. The vision tower's patches dominate a crop step: at 128 tokens a step of 32
-# crops took ~1.4 s on the 2-core Xeon, at 80 ~1.0 s, at 48 about half of that (docs/demo-training.md); a block of
-# four lines at 20 px keeps ~0.75 of its size
+# crops took ~1.4 s on the 2-core Xeon, at 80 ~1.0 s, at 48 about half of that (docs/journal/demo-training.md); a
+# block of four lines at 20 px keeps ~0.75 of its size
 MAX_PIXELS_CROPS = 28 * 28 * 48
 VISION = dict(hidden_size=192, intermediate_size=576, num_hidden_layers=4, num_attention_heads=4, num_channels=3,
               image_size=224, patch_size=14, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6,
