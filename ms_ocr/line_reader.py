@@ -207,7 +207,8 @@ def adapt(pipe, take, on_result, budget):
 
 def serve(engine, take, on_result):
     """BatchEngine.serve over a source a line reader's requests may come from."""
-    engine.serve(*adapt(engine.pipe, take, on_result, engine.sampling.max_new_tokens))
+    pipe = engine.pipe
+    engine.serve(*adapt(pipe, take, on_result, engine.sampling.max_new_tokens if pipe.line_height else None))
 
 
 def run(engine, requests, on_result):

@@ -12,6 +12,12 @@ from ms_ocr.engine import Cancelled
 from ms_ocr.errors import user_error_message
 
 
+# Faults of the engine loop itself (not of one request) survived: more than MAX_FAULTS within FAULT_WINDOW seconds and
+# the loop stops, /health says 503 (a restart that fails again at once would spin)
+MAX_FAULTS = 5
+FAULT_WINDOW = 10.0
+
+
 class ShuttingDown(Cancelled):
     """A request ended because the server is stopping (SIGTERM / Ctrl-C): answered 503, a stream's error chunk."""
 
@@ -21,14 +27,15 @@ class Job:
     ("delta", text) / ("done", finish_reason) / ("error", exception)."""
 
     def __init__(self, key, prep, sampling, stream, loop, events, metrics, arrival, ignore_eos=False,
-                 postprocess=True, lines=None):
-        """`prep`: the request's Prepared; a line reader's request has `lines` instead (line_reader.LineRequest)."""
+                 postprocess=True, lines=None, task=None):
+        """`prep`: the request's Prepared; a line reader's request has `lines` instead (line_reader.LineRequest);
+        `task`: the model's task the request's prompt is (its answer's post-processing), or None."""
         self.key, self.prep, self.stream, self.loop, self.events = key, prep, stream, loop, events
         self.n_prompt = sum(int(p.input_ids.shape[0]) for p in line_reader.prepared(prep, lines))  # every line's
         self.metrics, self.arrival = metrics, arrival
         self.cancelled = threading.Event()
         extra = {} if lines is None else {"on_line_break": self._add}
-        self.request = line_reader.request(key, [], "", prep=prep, lines=lines, sampling=sampling,
+        self.request = line_reader.request(key, [], "", prep=prep, lines=lines, sampling=sampling, task=task,
                                            on_token=self.on_token, cancelled=self.cancelled, ignore_eos=ignore_eos,
                                            **extra)
         self.n_tokens, self.t_last, self.finish_reason = 0, None, None  # n_tokens: set with the result
@@ -156,14 +163,25 @@ class EngineWorker:
             self.ready.set()
             return
         self.ready.set()
+        faults = []
         while True:
             try:
                 line_reader.serve(self.engine, self._take, self._on_result)
                 return
             except Exception as e:  # noqa: BLE001 - a fault of the loop itself: fail what it held, serve on
                 self.restarts += 1
-                print(f"ms_ocr: engine loop error, restarted ({user_error_message(e)})", file=sys.stderr, flush=True)
+                now = time.monotonic()
+                faults = [t for t in faults if now - t < FAULT_WINDOW] + [now]
                 self._fail_taken(e)
+                if len(faults) > MAX_FAULTS:  # a loop that fails as it starts would spin and fill the log
+                    print(f"ms_ocr: engine loop failed {len(faults)} times within {FAULT_WINDOW:g} s; stopped "
+                          f"({user_error_message(e)})", file=sys.stderr, flush=True)
+                    self.dead = True
+                    self.closing = True
+                    for job in self._drain():
+                        self._on_result(job.request, None, e)
+                    return
+                print(f"ms_ocr: engine loop error, restarted ({user_error_message(e)})", file=sys.stderr, flush=True)
             except BaseException:
                 self.dead = True
                 raise

@@ -91,6 +91,9 @@ def test_health_reports_a_dead_engine_loop():
     class Engine:  # a loop that ends by something no request can cause (the thread dies)
         batch = 1
 
+        class pipe:  # a model that reads whole images (no line reader around the source)
+            line_height = None
+
         def serve(self, take, on_result):
             raise SystemExit("engine thread gone")
 
@@ -282,3 +285,32 @@ def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_an_engine_loop_that_fails_as_it_starts_stops_instead_of_spinning(capfd):
+    """A loop fault restarts the loop; one that recurs at once (a broken engine) restarted for ever, a line of log
+    each time. More than MAX_FAULTS within FAULT_WINDOW seconds now stop it, and /health says 503."""
+    from ms_ocr.serve import worker as W
+    from ms_ocr.serve.app import ServerState, create_app
+    from ms_ocr.serve.metrics import Metrics
+
+    class Engine:
+        batch, calls = 1, 0
+
+        class pipe:
+            line_height = None
+
+        def serve(self, take, on_result):
+            Engine.calls += 1
+            raise RuntimeError("broken at start")
+
+    worker = W.EngineWorker(Engine(), 0)
+    worker.start()
+    worker.thread.join(10)
+    assert not worker.thread.is_alive() and Engine.calls == W.MAX_FAULTS + 1 and not worker.alive()
+    err = capfd.readouterr().err
+    assert err.count("restarted") == W.MAX_FAULTS and "stopped (RuntimeError: broken at start)" in err
+    state = ServerState(None, worker, "m", 16, MediaLimits(), Metrics("m"))
+    from fastapi.testclient import TestClient
+    with TestClient(create_app(state)) as client:
+        assert client.get("/health").status_code == 503
