@@ -1,4 +1,4 @@
-"""MindSpore context set-up: device choice, execution mode, threads, kernel family."""
+"""MindSpore context set-up: device choice, execution mode, threads (the kernels a model runs: ms_ocr/plan.py)."""
 
 import contextlib
 import os
@@ -8,10 +8,7 @@ import threading
 import mindspore as ms
 import numpy as np
 
-from ms_ocr import ops
-
-DTYPES = {"fp32": ms.float32, "float32": ms.float32, "bf16": ms.bfloat16, "bfloat16": ms.bfloat16,
-          "fp16": ms.float16, "float16": ms.float16}
+from ms_ocr.ops import kernels as routes, native
 
 
 def ascend_available():
@@ -22,11 +19,12 @@ def ascend_available():
 
 
 def setup(device="auto", threads=None):
-    """Set graph mode on the chosen device and pick the kernel family once. Returns "Ascend" or "CPU".
+    """Set graph mode on the chosen device and, on the CPU, the threads of the native kernels where any is routed.
+    Returns "Ascend" or "CPU" (the target the plans of the models loaded next are made for).
 
     MindSpore's persistent compile cache (enable_compile_cache) is not switched on here: on its own, on reload, it
     mixed up the graphs one step had compiled for different input shapes (a batch run then failed with out-of-range
-    gather indices); compiler.CompileCache uses it behind a manifest of every graph."""
+    gather indices); compile_cache.CompileCache uses it behind a manifest of every graph."""
     if device not in ("auto", "cpu", "ascend"):
         raise ValueError(f"unknown device {device!r} (auto, cpu or ascend)")
     if device == "auto":
@@ -38,11 +36,10 @@ def setup(device="auto", threads=None):
     ms.set_context(mode=ms.GRAPH_MODE, device_target=target)
     if threads:
         ms.set_context(runtime_num_threads=threads)
-    ops.configure(target)
     if target == "CPU":
-        kernels = ops.backend.native_kernels()
-        if kernels is not None:  # its OpenMP pool starts before this thread's priority is lowered
-            kernels.set_threads(threads or len(os.sched_getaffinity(0)))
+        library = native.load()
+        if library is not None and routes.choose(target).routes:  # its OpenMP pool starts before this thread's
+            library.set_threads(threads or len(os.sched_getaffinity(0)))  # priority is lowered
         lower_launcher_priority()
     return target
 
@@ -85,69 +82,3 @@ def eager():
         yield
     finally:
         ms.set_context(mode=mode)
-
-
-def resolve_dtype(dtype, target, checkpoint_tags):
-    """(compute dtype, rounding of weights: "bf16" | "fp16" | None) for the requested --dtype.
-
-    CPU computes in fp32 (MindSpore has no fast CPU bf16/fp16 kernels): bf16 means bf16-rounded weights
-    with fp32 compute. Ascend computes in the requested half precision; auto follows the checkpoint.
-    """
-    if dtype not in ("auto", "fp32", "bf16", "fp16"):
-        raise ValueError(f"unknown dtype {dtype!r} (auto, fp32, bf16 or fp16)")
-    if target != "Ascend":
-        return ms.float32, (dtype if dtype in ("bf16", "fp16") else None)
-    if dtype == "auto":
-        dtype = "bf16" if "BF16" in checkpoint_tags else ("fp16" if "F16" in checkpoint_tags else "fp32")
-    return DTYPES[dtype], None
-
-
-_NOTICES = set()
-
-
-def bf16_products(dtype, target):
-    """Whether --dtype `dtype` computes its products in bf16 on `target`: on Ascend always for bf16 (the device's
-    own); on the CPU for --dtype bf16 where the CPU has bf16 dot products (ops.backend.enable_bf16_products: the
-    matrices of vision and prefill, rounded activations, fp32 accumulation; norms, softmax, rope, residuals and a
-    decode step's products stay fp32). Elsewhere --dtype bf16 keeps the exact path on bf16-rounded weights and says
-    so once on stderr."""
-    if dtype != "bf16":
-        return False
-    if target == "Ascend":
-        return True
-    reason = ops.backend.enable_bf16_products()
-    if reason is not None and reason not in _NOTICES:
-        _NOTICES.add(reason)
-        print(f"[ms_ocr] --dtype bf16: products stay fp32 on bf16-rounded weights ({reason})", file=sys.stderr)
-    return reason is None
-
-
-def resolve_kv_dtype(kv_cache_dtype, compute_dtype, auto_bf16):
-    """The KV caches' dtype for --kv-cache-dtype: fp32 or bf16 as asked; auto is bf16 where `auto_bf16` (--dtype
-    bf16 computes in bf16, or --quantize int8, and the native decode layer reads the cache; torch's bf16 autocast
-    and llama.cpp's default f16 cache, beside its Q8_0 weights too, hold K/V in 16 bits) and the compute dtype
-    otherwise (fp32 on the CPU: the exact path).
-    A bf16 cache halves the bytes a decode step reads per cached position (HunyuanOCR: 96 KB a position instead
-    of 192) and the cache's memory; the new token's k and v are rounded to bf16 as they are stored, and attention
-    widens them again (fp32 sums)."""
-    from ms_ocr.models.quantize import KV_CACHE_DTYPES
-    if kv_cache_dtype not in KV_CACHE_DTYPES:
-        raise ValueError(f"unknown --kv-cache-dtype {kv_cache_dtype!r} ({', '.join(KV_CACHE_DTYPES)})")
-    if kv_cache_dtype == "auto":
-        return ms.bfloat16 if auto_bf16 else compute_dtype
-    return DTYPES[kv_cache_dtype]
-
-
-def bf16_resident(dtype, target, checkpoint_tags):
-    """Whether the text weights a model names (VLMCell.bf16_weight_names) stay bf16 in memory: on the CPU, for
-    --dtype bf16 or auto on a checkpoint holding bf16 tensors, where the native decode kernels (which read bf16
-    weights and widen them in registers) are routed. Widening bf16 to fp32 is exact, so this computes bit for
-    bit what the fp32 path computes on the same checkpoint, reading half the bytes per decode step. --dtype fp32
-    keeps every weight fp32 (the A/B); Ascend computes in bf16 already."""
-    if target == "Ascend" or dtype not in ("auto", "bf16"):
-        return False
-    if dtype == "auto" and "BF16" not in checkpoint_tags:
-        return False
-    b = ops.backend
-    return (b.NATIVE_DECODE_LAYER is not None and b.NATIVE_MATMUL_T is not None and b.NATIVE_GATHER_ROWS is not None
-            and b.NATIVE_WIDEN is not None)

@@ -46,7 +46,7 @@ class TextStream:
         return self.stopped
 
     def _byte_token(self, token):
-        piece = self.tok.id_to_token(token) if hasattr(self.tok, "id_to_token") else None
+        piece = self.tok.id_to_token(token)
         return isinstance(piece, str) and len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">")
 
     def final_text(self):

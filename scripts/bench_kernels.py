@@ -10,7 +10,7 @@ The composed route runs MindSpore's own kernels, which pick their SIMD level at 
 (on an AVX-512 machine an x86-64-v3 build is compared with MindSpore's AVX-512 kernels). Each figure is given as
 the median and the best (minimum) of the timed calls, over rounds: on a machine shared with other jobs the
 best is the steadier of the two. Prints a table with the CPU model and each build's SIMD level and writes JSON (bench_out/bench_kernels.json).
-ops/backend.py's NATIVE_ROUTES routes a kernel at a level only where it measured faster here
+ms_ocr/ops/kernels.py's ROUTES routes a kernel at a level only where it measured faster here
 (docs/journal/native-kernels.md keeps the figures).
 """
 
@@ -71,35 +71,31 @@ def _inputs(kernel):
     return [f(1, 1, hidden), np.cos(angles), np.sin(angles), mask, f(1, hkv, t, d), f(1, hkv, t, d)] + weights
 
 
-def _cell(kernel):
+def _cell(kernel, kn):
     from mindspore import nn, ops
     from ms_ocr import ops as K
     from ms_ocr.nn import functional as F
-    from ms_ocr.ops import decode_layer, linear
 
     class Apply(nn.Cell):
         def construct(self, *args):
             if kernel == "attention":
-                return K.attention(args[0], args[1], args[2], None, 72 ** -0.5)
+                return K.attention(kn, args[0], args[1], args[2], None, 72 ** -0.5)
             if kernel == "matmul_t":
-                return linear.matmul_t(args[0], args[1])
+                return K.matmul_t(kn, args[0], args[1])
             if kernel == "gelu_tanh":
-                return K.gelu_tanh(args[0])
+                return K.gelu_tanh(kn, args[0])
             if kernel == "gelu_erf":
-                return K.gelu_erf(args[0])
+                return K.gelu_erf(kn, args[0])
             if kernel == "vit_heads":
-                return K.vit_heads(*args, 16)
+                return K.vit_heads(kn, *args, 16)
             if kernel == "layer_norm":
-                return K.layer_norm(args[0], args[1], args[2], 1e-6)
+                return K.layer_norm(kn, args[0], args[1], args[2], 1e-6)
             x, cos, sin, mask, kc, vc = args[:6]
             weights = args[6:]
             ks = []
             for _ in range(DECODER_LAYERS):  # what nn.blocks.DecoderLayer.read_only_step runs, layer after layer
-                if decode_layer.available(x, kc, weights, True):
-                    x, k, _ = decode_layer.decoder_layer_decode(x, cos, sin, mask, kc, vc, weights, 1e-5)
-                else:
-                    x, h, k, _ = F.decoder_attention_decode(x, cos, sin, mask, kc, vc, weights[:6], 16, 2, 128, 1e-5)
-                    x = x + F.gated_mlp(h, *weights[6:], ops.silu)
+                x, k, _ = F.decoder_layer_decode(kn, x, cos, sin, mask, kc, vc, weights, 16, 2, 128, 1e-5, K.silu,
+                                                 True, True)
                 ks.append(k)
             return x, ops.concat(ks, 2)
 
@@ -110,9 +106,10 @@ def worker(kernel, threads):
     """Time one kernel on the route MS_OCR_NATIVE_ROUTES selects (set by the parent); prints one JSON line."""
     from mindspore import Tensor
     from ms_ocr.device import setup
-    from ms_ocr.ops import backend, native
+    from ms_ocr.ops import choose, native
     setup("cpu", threads)
-    cell = _cell(kernel)
+    kn = choose("CPU")
+    cell = _cell(kernel, kn)
     args = [Tensor(a) for a in _inputs(kernel)]
     kernels = native.load()
     out = cell(*args)
@@ -123,7 +120,7 @@ def worker(kernel, threads):
         out = cell(*args)
         (out[0] if isinstance(out, tuple) else out).asnumpy()
         times.append(1000 * (time.perf_counter() - t0))
-    return {"kernel": kernel, "routed": list(backend.routed()), "ms": statistics.median(times),
+    return {"kernel": kernel, "routed": list(kn.routes), "ms": statistics.median(times),
             "ms_min": min(times), "isa_level": kernels.isa_level if kernels else None}
 
 

@@ -28,7 +28,7 @@ sys.path.insert(0, REPO)
 
 os.environ.setdefault("GLOG_v", "3")
 
-from ms_ocr.models.quantize import KV_CACHE_DTYPES, MODES as QUANT_MODES  # noqa: E402 - tuples, no framework
+from ms_ocr.plan import KV_CACHE_DTYPES, QUANTIZE as QUANT_MODES  # noqa: E402 - tuples, no framework
 from ms_ocr.proc import peak_rss_gb  # noqa: E402 - plain /proc reads, no framework
 from tests.helpers.bench_report import (median_result, process_report, round_ratios,  # noqa: E402
                                         tokens_agreement, write_json)
@@ -105,7 +105,7 @@ def build_checkpoint(model, out_dir):
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
 
 
-# The native kernels each figure's stage can run (ops/backend.KERNELS); the others in it are MindSpore's.
+# The native kernels each figure's stage can run (ops/kernels.py KERNELS); the others in it are MindSpore's.
 STAGE_KERNELS = {"vision_ms": ("attention", "gelu", "vit_heads", "layer_norm"),
                  "prefill_ms": ("matmul_t", "causal_attention"),
                  "decode_ms_per_token": ("decode_layer", "matmul_t"), "decode_tokens_per_s": ("decode_layer", "matmul_t")}
@@ -126,16 +126,16 @@ def worker_ms_ocr(args):
     import numpy as np
     from ms_ocr.device import setup
     from ms_ocr.models import get as model_spec
-    from ms_ocr.ops import backend, native
+    from ms_ocr.ops import native
     from ms_ocr.runtime import Buckets
     setup("cpu", args.threads)
     kernels = native.load()
-    simd = {"isa_level": kernels.isa_level if kernels else None,
-            "march": native.build_arch() if kernels else None, "routed": list(backend.routed())}
     t0 = time.perf_counter()
     pipe = model_spec(args.model).load(args.ckpt, "CPU", args.dtype, Buckets(), quantize=args.quantize,
                                        kv_cache_dtype=args.kv_cache_dtype)
     load_s = time.perf_counter() - t0
+    simd = {"isa_level": kernels.isa_level if kernels else None,
+            "march": native.build_arch() if kernels else None, "routed": list(pipe.runtime.plan.kernels.routes)}
     import mindspore as ms
     bf16_weights = any(p.dtype == ms.bfloat16 for p in pipe.runtime.model.get_parameters())
     img = Image.open(args.image).convert("RGB")

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create (once) the virtualenv ms_ocr runs in and install its requirements; prints the venv path.
+# Create (once) the virtualenv ms_ocr runs in, install its requirements and build the native CPU kernels; prints the
+# venv path.
 #   scripts/ensure_env.sh runtime|test
 # The venv lives outside the clone (MS_OCR_VENV, default ~/.cache/ms_ocr/venv) so fresh clones and CI
 # reuse it; a stamp of the requirement files decides whether pip needs to run again.
@@ -29,6 +30,11 @@ if [ ! -f "$stamp" ]; then
   "$venv/bin/pip" install -q $compile $args >&2
   touch "$stamp"
 fi
+# The native CPU kernels, one library per ISA level (ms_ocr/ops/native/libraries.py): compiled here, at the set-up,
+# where they are missing or were built from other sources, so that no run compiles them (a few milliseconds when they
+# are all there). Without a C++ compiler this says so in one line and ms_ocr runs on MindSpore's kernels.
+"$venv/bin/python" "$repo/ms_ocr/ops/native/libraries.py" --check --hint "./ocr.sh (or ./run_tests.sh) again" >&2 \
+  || true
 # System packages some tests need, installed where this runs as root with apt-get (otherwise those tests skip and
 # name the packages; under CI=true a skipped gate fails the run, tests/conftest.py): the aarch64 (NEON) build of the native kernels is checked under qemu-user with the cross
 # compiler (tests/ops/test_native_isa.py); jemalloc, which run_tests.sh puts under the test processes (MindSpore's

@@ -161,6 +161,19 @@ def pytest_unconfigure(config):
             pass
 
 
+def pytest_sessionstart(session):
+    """The native kernels' libraries built as the set-up builds them (scripts/ensure_env.sh, which run_tests.sh runs)
+    where pytest runs without it and finds none built from these sources: once, under a lock (a check of a few
+    milliseconds when they are there). libraries.py is loaded by its path: nothing heavy is imported here."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "ms_ocr_kernel_libraries", os.path.join(ROOT, "ms_ocr", "ops", "native", "libraries.py"))
+    libraries = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(libraries)
+    if libraries.missing():
+        libraries.install()
+
+
 def pytest_runtest_setup(item):
     _take_back_freed_cores()
 
@@ -280,11 +293,12 @@ def tiny_dir(tiny_checkpoint):
 
 @pytest.fixture(scope="session")
 def graph_mode():
+    """Graph mode on the CPU; the kernels a process on this machine chooses (ops.kernels.choose)."""
     import mindspore as ms
 
-    from ms_ocr import ops as K
+    from ms_ocr.ops import choose
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
-    K.configure("CPU")
+    return choose("CPU")
 
 
 @pytest.fixture(scope="session")

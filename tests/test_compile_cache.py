@@ -1,4 +1,4 @@
-"""The persistent compile cache (ms_ocr/compiler.py CompileCache) across real processes of the CLI on the tiny
+"""The persistent compile cache (ms_ocr/compile_cache.py CompileCache) across real processes of the CLI on the tiny
 PaddleOCR-VL (bf16, as the hub ships it): a second process compiles nothing the first compiled and answers the
 same; another image size, another checkpoint's weights, a changed key, a corrupt entry, two processes at once
 and a batch of several sizes (what mixed graphs up with MindSpore's cache alone) all answer as without it."""
@@ -136,7 +136,7 @@ def test_two_batch_processes_at_once_over_several_sizes(bf16_dir, pages, tmp_pat
 def test_a_folder_that_cannot_be_written_turns_the_cache_off(tmp_path, capsys):
     """A full disk or a read-only folder while a graph is recorded: a warning and no cache from then on, never a
     failed request (the bookkeeping itself, without compiling anything)."""
-    from ms_ocr.compiler import CompileCache
+    from ms_ocr.compile_cache import CompileCache
     cache = CompileCache({"k": 1}, root=str(tmp_path))
     os.makedirs(os.path.join(cache.dir, "rank_0", "graph_cache"))
     cache.enabled = True  # as after activation, without touching this process's MindSpore context
@@ -157,7 +157,7 @@ def test_a_folder_that_cannot_be_written_turns_the_cache_off(tmp_path, capsys):
 
 
 def test_only_the_most_recent_folders_are_kept(tmp_path):
-    from ms_ocr.compiler import _prune
+    from ms_ocr.compile_cache import _prune
     for i in range(5):
         folder = tmp_path / f"k{i}"
         (folder / "rank_0").mkdir(parents=True)

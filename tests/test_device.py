@@ -61,7 +61,7 @@ def test_kv_cache_dtype_resolution():
     """--kv-cache-dtype: fp32 and bf16 as asked; auto bf16 where --dtype bf16 computes in bf16, else the compute
     dtype (fp32 on the CPU: the exact path keeps an fp32 cache); anything else a clear error."""
     import mindspore as ms
-    from ms_ocr.device import resolve_kv_dtype
+    from ms_ocr.plan import resolve_kv_dtype
     assert resolve_kv_dtype("auto", ms.float32, False) == ms.float32
     assert resolve_kv_dtype("auto", ms.float32, True) == ms.bfloat16
     assert resolve_kv_dtype("auto", ms.bfloat16, True) == ms.bfloat16  # Ascend, --dtype bf16
@@ -79,11 +79,12 @@ def test_auto_kv_cache_is_bf16_under_bf16_compute_for_dense_decoders(tiny_dir, t
     exact path, and for a MoE decoder (DeepSeek-OCR-2), whose composed attention widens the whole cache each step;
     asked for, as asked (a MoE decoder's bf16 cache said to cost decode time)."""
     import mindspore as ms
-    from ms_ocr.models import loading
+    from ms_ocr import plan
     from ms_ocr.models.deepseek_ocr2 import SPEC as deepseek_ocr2
     from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     from tests.helpers.tiny_deepseek import make_tiny_checkpoint
-    monkeypatch.setattr(loading, "bf16_products", lambda dtype, target: dtype == "bf16")
+    # products in bf16 stood in for: the plan says so, its kernels stay the exact ones
+    monkeypatch.setattr(plan, "bf16_products", lambda dtype, target, kernels: kernels if dtype == "bf16" else None)
     cache = lambda spec, folder, *args, **kw: spec.load(folder, "CPU", *args, **kw).runtime.cache.dtype
     assert cache(paddleocr_vl, tiny_dir, "bf16") == ms.bfloat16
     assert cache(paddleocr_vl, tiny_dir, "auto") == ms.float32

@@ -1,12 +1,12 @@
-"""--quantize int8's load-time quantisation (ms_ocr/models/quantize.py) and where it is refused. Its agreement with
-transformers on the dequantised weights is tests/matrix/suite.py's, its accuracy on trained weights the demo gate's
-(tests/demo/test_gate.py), its kernels tests/ops/test_int8_kernels.py's."""
+"""--quantize int8's load-time quantisation (ms_ocr/convert/quantize.py, ms_ocr/models/quantize.py) and where it is
+refused. Its agreement with transformers on the dequantised weights is tests/matrix/suite.py's, its accuracy on trained
+weights the demo gate's (tests/demo/test_gate.py), its kernels tests/ops/test_int8_kernels.py's."""
 
 import numpy as np
 import pytest
 
 from ms_ocr.models.loading import load_pipeline
-from ms_ocr.models.quantize import quantize_rows
+from ms_ocr.convert.quantize import quantize_rows
 from tests.cli_util import assert_one_line_error, run_module
 
 
@@ -44,6 +44,8 @@ def test_groups_are_symmetric_int8_within_half_a_step(group):
 
 def test_a_group_that_does_not_divide_a_matrix_is_refused():
     from ms_ocr.models.quantize import prepare_int8
+    from ms_ocr.ops import COMPOSED
+    from ms_ocr.plan import Plan
 
     class Linear:
         def __init__(self, name, shape):
@@ -56,9 +58,12 @@ def test_a_group_that_does_not_divide_a_matrix_is_refused():
         def text_layers(self):
             return []
 
+    def plan(quantize):
+        return Plan("CPU", COMPOSED, None, quantize=quantize)
+
     with pytest.raises(ValueError, match="96 columns, not a multiple of 64"):
-        prepare_int8(Net(), 64)
-    assert prepare_int8(Net(), 32).group == 32
+        prepare_int8(Net(), plan("int8-g64"))
+    assert prepare_int8(Net(), plan("int8-g32")).group == 32
 
 
 def test_array_quantised_in_chunks_into_a_given_buffer_is_the_whole_matrix_quantised(monkeypatch):
@@ -66,7 +71,7 @@ def test_array_quantised_in_chunks_into_a_given_buffer_is_the_whole_matrix_quant
     tensor's memory) gives what
     quantize_rows gives for the whole widened matrix, across chunk boundaries and a short last chunk."""
     from ms_ocr.convert.safetensors_io import widen_bf16
-    from ms_ocr.models import quantize
+    from ms_ocr.convert import quantize
     monkeypatch.setattr(quantize, "CHUNK_ROWS", 16)
     monkeypatch.setattr(quantize, "_native_kernels", lambda: None)  # NumPy's chunks (the native path: test_int8_kernels)
     rng = np.random.default_rng(5)
@@ -91,7 +96,7 @@ def test_expert_stack_quantised_slice_by_slice_is_the_whole_stack_quantised(grou
 
     from ms_ocr.convert.loader import _Stack
     from ms_ocr.convert.safetensors_io import widen_bf16
-    from ms_ocr.models.quantize import quantize_array
+    from ms_ocr.convert.quantize import quantize_array
     rng = np.random.default_rng(group + 1)
     words = (rng.standard_normal((5, 24, 64), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
     stack = _Stack(words.shape, True, group)
@@ -131,14 +136,14 @@ def int8_paddle(graph_mode, tiny_checkpoint):
 def test_more_sequences_than_the_kernel_takes_decode_the_same(int8_paddle):
     """9 sequences decode through the composed layers over the dequantised matrices, 3 through DecodeLayer over the
     int8 ones: the same logits for the same sequences (to fp32 summation order), step after step."""
-    from ms_ocr.ops import backend
     from tests.helpers.pages import text_page
     pipe = int8_paddle
     rt = pipe.runtime
     assert all(layer.quantized for layer in rt.model.text_layers()) and str(rt.model.text_layers()[0]
                                                                               .mlp.up_proj.weight.dtype) == "Int8"
     preps = [pipe.prepare([text_page(84, 112, f"row {i % 3}")], "OCR:")[0] for i in range(9)]
-    kernels = backend.native_kernels()
+    kn = rt.plan.kernels
+    kernels = kn.library if kn.decode_layer is not None else None
     out = {}
     for batch in (9, 3):
         group = preps[:batch]

@@ -109,7 +109,6 @@ def test_graph_input_is_the_parameters_own_buffer_off_ascend(graph_mode, monkeyp
     """Layer graphs take weights and host-written KV caches as graph_input views: the graph reads the
     Parameter's current buffer (host writes through asnumpy() included), with no copy taken at the call."""
     from ms_ocr.nn.blocks import graph_input
-    from ms_ocr.ops import backend
     timer, cell = CompileTimer(), _Scale()
     p = Parameter(Tensor(np.array([1.0, 2.0, 3.0], np.float32)), name="p")
     q = Parameter(Tensor(np.array([-1.0, 0.5, 4.0], np.float32)), name="q")
@@ -127,9 +126,8 @@ def test_graph_input_is_the_parameters_own_buffer_off_ascend(graph_mode, monkeyp
     assert fresh is not view and fresh.asnumpy().ctypes.data == p.asnumpy().ctypes.data
     np.testing.assert_array_equal(timer.call("s", cell, x, fresh).asnumpy(), [5.0, 6.0, 8.0])
     assert graph_input(p) is fresh
-    monkeypatch.setattr(backend, "FUSED", True)  # Ascend: the device tensor, Parameter.value()
-    device_tensor = object()
-    assert graph_input(type("P", (), {"value": lambda self: device_tensor})()) is device_tensor
+    device_tensor = object()  # Ascend (fused kernels): the device tensor, Parameter.value()
+    assert graph_input(type("P", (), {"value": lambda self: device_tensor})(), fused=True) is device_tensor
 
 
 def test_next_request_frees_graphs_the_last_requests_did_not_use(graph_mode):
@@ -247,7 +245,6 @@ def test_vision_blocks_are_longer_where_the_products_run_in_bf16(monkeypatch):
     path's blocks, and so its results, are unchanged); a chunk set on the encoder wins over both."""
     from types import SimpleNamespace
 
-    from ms_ocr.ops import backend
     from ms_ocr.runtime import vision as V
 
     class Layers:
@@ -264,9 +261,9 @@ def test_vision_blocks_are_longer_where_the_products_run_in_bf16(monkeypatch):
     item = SimpleNamespace(embed=[np.zeros((1300, 4), np.float32)])  # 1,300 patches
     enc.tensor = lambda a: Tensor(a)
 
-    monkeypatch.setattr(backend, "BF16_PRODUCTS", None)
+    enc.plan = SimpleNamespace(bf16_products=False)
     enc.packed_tower([item])
-    monkeypatch.setattr(backend, "BF16_PRODUCTS", object())
+    enc.plan = SimpleNamespace(bf16_products=True)
     enc.packed_tower([item])
     enc.attention_chunk = 300
     enc.packed_tower([item])

@@ -8,6 +8,7 @@ import mindspore as ms
 from mindspore import Tensor, mint
 
 from ms_ocr.config_utils import CheckpointError
+from ms_ocr.convert.quantize import Int8Plan, quantize_array
 from ms_ocr.convert.safetensors_io import widen_bf16
 
 
@@ -133,8 +134,7 @@ def _store(param, arr, dtype):
 
 def _quantize_into(arr, out, round_to, group):
     """--quantize int8: checkpoint tensor `arr` (raw bf16 words, or values to round as `round_to` says) quantised
-    into the int8 array `out` (models/quantize.py quantize_array); returns its scales."""
-    from ms_ocr.models.quantize import quantize_array
+    into the int8 array `out` (convert/quantize.py quantize_array); returns its scales."""
     raw = arr.dtype == np.uint16 and round_to in (None, "bf16")
     return quantize_array(arr if raw else round_weights(widen_bf16(arr) if arr.dtype == np.uint16 else arr, round_to),
                           out, group)[1]
@@ -198,13 +198,12 @@ def load_weights(net, tensors, convert_name, compute_dtype=ms.float32, round_to=
     are stored in `compute_dtype` (fp32 on CPU); with `round_to` ("bf16"/"fp16") they are first rounded
     to that precision, which is how half-precision inference is emulated on CPU. Parameters named in
     `keep_bf16` are stored in bf16 instead when their values are bf16 (a BF16 tensor, or rounded to bf16):
-    exactly the same values at half the memory (device.bf16_resident). `only`: load just these Parameters
+    exactly the same values at half the memory (plan.bf16_resident). `only`: load just these Parameters
     (strictly: each must be found) and pass over tensors of the others, for a load in stages. `int8`: an Int8Plan
     (models/quantize.py prepare_int8): the weights it names are quantised as they are read (after
     `round_to`), stored int8 with their per-row scales; the scale Parameters are not checkpoint tensors. Returns the
     set of source dtype tags seen.
     """
-    from ms_ocr.models.quantize import Int8Plan
     plan = int8 or Int8Plan()
     int8 = plan.scales
     params = {p.name: p for p in net.get_parameters() if not is_state(p.name) and p.name not in plan.made}

@@ -26,7 +26,9 @@ import mindspore as ms
 from mindspore import ParameterTuple, Tensor, nn, ops
 
 from ms_ocr import ops as K
+from ms_ocr.interfaces import Runtime
 from ms_ocr.nn import functional as F
+from ms_ocr.nn.vlm import ViewsModel, ViTStackModel
 from ms_ocr.runtime import RequestTooLong, host_tensor
 from ms_ocr.steps import merge_image_features
 
@@ -56,10 +58,10 @@ class VisionGraph(nn.Cell):
 
     def __init__(self, model, n_embed):
         super().__init__(auto_prefix=False)
-        layers = model.vision_layers()
-        if not layers or not hasattr(model, "vision_embed"):
+        if not isinstance(model, ViTStackModel):
             raise ExportError("this model's vision tower is not a ViT layer stack; its export is not supported yet")
-        self.model = model
+        layers = model.vision_layers()
+        self.model, self.kernels = model, model.kernels
         spec = layers[0].spec
         self.heads, self.eps, self.act, self.rope = spec["heads"], spec["eps"], spec["act"], spec["rope"]
         self.scale = spec["dim"] ** -0.5
@@ -75,9 +77,10 @@ class VisionGraph(nn.Cell):
             x, cos, sin = out
         else:
             x, cos, sin = out, None, None
+        kn = self.kernels
         for i in range(self.count):
-            q, k, v = F.vit_attention_in(x, cos, sin, self.w_in[i], self.heads, self.eps)
-            x = F.vit_out_mlp(x, K.attention_rows(q, k, v, self.scale), self.w_out[i], self.eps, self.act)
+            q, k, v = F.vit_attention_in(kn, x, cos, sin, self.w_in[i], self.heads, self.eps)
+            x = F.vit_out_mlp(kn, x, K.attention_rows(kn, q, k, v, self.scale), self.w_out[i], self.eps, self.act)
         return self.model.vision_head(x, *inputs[self.n_embed:])
 
 
@@ -129,9 +132,9 @@ def _export_view_vision(pipe, out_dir):
 def _vision_kind(pipe):
     """"vit" (one VisionGraph over the layer stack) or "views" (the model's per-view graphs); ExportError else."""
     model = pipe.runtime.model
-    if model.vision_layers():
+    if isinstance(model, ViTStackModel):
         return "vit"
-    if hasattr(model, "view_step"):
+    if isinstance(model, ViewsModel):
         return "views"
     raise ExportError(f"{pipe.name}'s vision tower has no export graph yet")
 
@@ -142,7 +145,8 @@ def _moe_layers(model):
 
 def export_pipeline(pipe, out_dir, slots, batch=1):
     """Write the vision graphs, text.mindir, the host-side files and meta.json for a loaded VLMPipeline."""
-    with K.backend.without_native():  # an exported graph must not name a kernel library of this machine
+    model = pipe.runtime.model
+    with K.rebound(model, model.kernels.without_native()):  # an exported graph names no library of this machine
         return _export_pipeline(pipe, out_dir, slots, batch)
 
 
@@ -179,7 +183,7 @@ def _export_pipeline(pipe, out_dir, slots, batch):
     meta = {"format": FORMAT_VERSION, "model": pipe.name, "batch": batch, "slots": slots, "num_pos_axes": axes,
             "hidden_size": hidden, "eos_ids": pipe.eos_ids, "pad_id": rt.pad_id,
             "dtype": str(rt.compute_dtype).lower(), "vision": vision}
-    if getattr(pipe.processor, "mode", None):
+    if pipe.processor.mode:
         meta["mode"] = pipe.processor.mode
     with open(os.path.join(out_dir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
@@ -201,7 +205,7 @@ class _NoCompile:
     seconds = {}
 
 
-class MindIRRuntime:
+class MindIRRuntime(Runtime):
     """The runtime calls of a batch-of-one BatchEngine (VLMPipeline.run) served by the exported graphs through
     nn.GraphCell: one sequence, its KV cache inside the text graph (exported for `slots` positions)."""
 
@@ -328,7 +332,6 @@ def export_vision_onnx(pipe, image, path):
     with newline / separator rows stays on the host). Built with the portable kernel formulations (no Rsqrt /
     Reciprocal, which MindSpore cannot convert). Returns the input arrays, in the graph's input order, and the
     MindSpore output for them, to check a runtime against."""
-    from ms_ocr.ops import backend
     prep, _ = pipe.prepare([image], "x")
     if len(prep.vision_inputs) != 1:
         raise ExportError("expected one image")
@@ -337,7 +340,7 @@ def export_vision_onnx(pipe, image, path):
     vit = _vision_kind(pipe) == "vit"
     arrays = [np.asarray(a) for a in (list(item.embed) + list(item.head) if vit else item.embed[-1])]
     args = [pipe.runtime.tensor(a) for a in arrays]
-    with backend.portable():
+    with K.rebound(model, model.kernels.for_onnx()):
         graph = VisionGraph(model, len(item.embed)) if vit else model.view_step()
         want = graph(*args).asnumpy()
         ms.export(graph, *args, file_name=os.path.splitext(path)[0], file_format="ONNX")

@@ -13,7 +13,6 @@ import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 
 from ms_ocr import ops as K
-from ms_ocr.ops import get_activation
 
 BN_EPS = 1e-5
 
@@ -67,7 +66,7 @@ class _Weight(nn.Cell):
         self.weight = Parameter(ops.zeros(shape, ms.float32), name="weight")
 
 
-class Conv2d(nn.Cell):
+class Conv2d(nn.Cell, K.ConvAffine):
     """A convolution with a bias, as torch's nn.Conv2d (`weight` [O, C, k, k], `bias` [O]), then `act` (None, "relu",
     "silu")."""
 
@@ -77,11 +76,11 @@ class Conv2d(nn.Cell):
         self.bias = Parameter(ops.zeros((cout,), ms.float32), name="bias")
         self.pad, self.dilation, self.act = padding, dilation, act
         self.ones = Tensor(np.ones(cout, np.float32))
-        self.native, self.geometry = K.conv_affine_native(1, padding, dilation, 1, act)
+        self.conv_settings = (1, padding, dilation, 1, act)
 
     def construct(self, x):
-        return K.conv2d_affine(self.native, self.geometry, x, self.weight, self.ones, self.bias, 1, self.pad, 1,
-                               self.dilation, self.act)
+        return K.conv2d_affine(self.kernels, self.native, self.geometry, x, self.weight, self.ones, self.bias, 1,
+                               self.pad, 1, self.dilation, self.act)
 
 
 class FrozenBatchNorm(nn.Cell):
@@ -124,7 +123,7 @@ def fold_batch_norms(net):
             cell.fold()
 
 
-class ConvLayer(nn.Cell):
+class ConvLayer(nn.Cell, K.ConvAffine):
     """convolution (no bias, padding (k-1)//2 unless given) -> frozen BN -> ReLU (act=True), none (False) or the
     named activation (PP-DocLayoutV3's mask head: "silu", padding k//2); `residual` ("after" / "before" the
     activation) adds construct's `res`. One native kernel where routed (ops/conv.py conv2d_affine)."""
@@ -136,12 +135,12 @@ class ConvLayer(nn.Cell):
         self.stride, self.groups, self.residual = stride, groups, residual
         self.pad = (kernel - 1) // 2 if padding is None else padding
         self.act = act if isinstance(act, str) else ("relu" if act else None)
-        self.native, self.geometry = K.conv_affine_native(stride, self.pad, 1, groups, self.act, residual)
+        self.conv_settings = (stride, self.pad, 1, groups, self.act, residual)
 
     def construct(self, x, res=None):
         scale, shift = self.normalization.affine()
-        return K.conv2d_affine(self.native, self.geometry, x, self.convolution.weight, scale, shift, self.stride,
-                               self.pad, self.groups, 1, self.act, res, self.residual)
+        return K.conv2d_affine(self.kernels, self.native, self.geometry, x, self.convolution.weight, scale, shift,
+                               self.stride, self.pad, self.groups, 1, self.act, res, self.residual)
 
 
 class ConvLayerLight(nn.Cell):

@@ -6,7 +6,6 @@ compiled graph serves every layer (the staged runner, layout/stages.py)."""
 
 from mindspore import nn, ops
 
-from ms_ocr import ops as K
 from ms_ocr.layout.deformable import MultiscaleDeformableAttention, deformable_attention
 from ms_ocr.layout.encoder import SelfAttention, _MLP, self_attention
 from ms_ocr.nn import functional as F
@@ -31,11 +30,11 @@ def quad_to_rect(quad):
     return ops.concat((quad[..., :2], w, h), -1)
 
 
-def mlp(x, weights):
+def mlp(kn, x, weights):
     """Linear layers with ReLU between; weights (weight, bias) per layer."""
     n = len(weights) // 2
     for i in range(n):
-        x = F.linear(x, weights[2 * i], weights[2 * i + 1])
+        x = F.linear(kn, x, weights[2 * i], weights[2 * i + 1])
         if i < n - 1:
             x = ops.relu(x)
     return x
@@ -56,19 +55,19 @@ class MLPHead(nn.Cell):
         return out
 
     def construct(self, x):
-        return mlp(x, self.weights())
+        return mlp(self.kernels, x, self.weights())
 
 
-def decoder_layer(x, pos, memory, reference, shapes, weights, heads, points, act, eps, native=None):
+def decoder_layer(kn, x, pos, memory, reference, shapes, weights, heads, points, act, eps):
     """One post-norm decoder layer; weights: DecoderLayer.weights()'s 26 tensors, in that order."""
     attn, (ln1w, ln1b), msda = weights[:8], weights[8:10], weights[10:18]
     (ln2w, ln2b), (f1w, f1b, f2w, f2b), (ln3w, ln3b) = weights[18:20], weights[20:24], weights[24:26]
-    x = F.layer_norm(x + self_attention(x, pos, attn, heads), ln1w, ln1b, eps)
+    x = F.layer_norm(kn, x + self_attention(kn, x, pos, attn, heads), ln1w, ln1b, eps)
     levels = len(shapes)
-    x = F.layer_norm(x + deformable_attention(x, pos, memory, reference, shapes, msda, heads, levels, points, native),
+    x = F.layer_norm(kn, x + deformable_attention(kn, x, pos, memory, reference, shapes, msda, heads, levels, points),
                      ln2w, ln2b, eps)
-    h = F.linear(get_activation(act)(F.linear(x, f1w, f1b)), f2w, f2b)
-    return F.layer_norm(x + h, ln3w, ln3b, eps)
+    h = F.linear(kn, get_activation(act)(kn, F.linear(kn, x, f1w, f1b)), f2w, f2b)
+    return F.layer_norm(kn, x + h, ln3w, ln3b, eps)
 
 
 class DecoderLayer(nn.Cell):
@@ -93,8 +92,8 @@ class DecoderLayer(nn.Cell):
                    self.final_layer_norm.bias))
 
     def construct(self, x, pos, memory, reference, shapes):
-        return decoder_layer(x, pos, memory, reference, shapes, self.weights(), self.heads, self.points, self.act,
-                             self.eps, self.encoder_attn.native)
+        return decoder_layer(self.kernels, x, pos, memory, reference, shapes, self.weights(), self.heads, self.points,
+                             self.act, self.eps)
 
 
 class Decoder(nn.Cell):
@@ -123,19 +122,19 @@ class DecoderStep(nn.Cell):
     LAYER_WEIGHTS, its box head's HEAD_WEIGHTS): compiled once, run for each layer. MindSpore takes a graph's
     inputs one by one (a tuple argument would be folded into the graph as a constant)."""
 
-    def __init__(self, cfg, shapes, quads):
+    def __init__(self, kernels, cfg, shapes, quads):
         super().__init__()
-        self.shapes, self.quads = shapes, quads
+        self.kernels, self.shapes, self.quads = kernels, shapes, quads
         self.heads, self.points, self.eps, self.act = cfg.decoder_attention_heads, cfg.decoder_n_points, \
             cfg.layer_norm_eps, cfg.decoder_activation_function
-        self.native = K.deformable_native()
 
     def construct(self, x, ref, memory, p0w, p0b, p1w, p1b, qw, qb, kw, kb, vw, vb, ow, ob, ln1w, ln1b, sow, sob,
                   aww, awb, vpw, vpb, opw, opb, ln2w, ln2b, f1w, f1b, f2w, f2b, ln3w, ln3b, b0w, b0b, b1w, b1b, b2w,
                   b2b):
         layer = (qw, qb, kw, kb, vw, vb, ow, ob, ln1w, ln1b, sow, sob, aww, awb, vpw, vpb, opw, opb, ln2w, ln2b, f1w,
                  f1b, f2w, f2b, ln3w, ln3b)
-        pos = mlp(ref, (p0w, p0b, p1w, p1b))
-        x = decoder_layer(x, pos, memory, quad_to_rect(ref) if self.quads else ref, self.shapes, layer, self.heads,
-                          self.points, self.act, self.eps, self.native)
-        return x, ops.sigmoid(mlp(x, (b0w, b0b, b1w, b1b, b2w, b2b)) + inverse_sigmoid(ref))
+        kn = self.kernels
+        pos = mlp(kn, ref, (p0w, p0b, p1w, p1b))
+        x = decoder_layer(kn, x, pos, memory, quad_to_rect(ref) if self.quads else ref, self.shapes, layer, self.heads,
+                          self.points, self.act, self.eps)
+        return x, ops.sigmoid(mlp(kn, x, (b0w, b0b, b1w, b1b, b2w, b2b)) + inverse_sigmoid(ref))

@@ -1,6 +1,6 @@
 """Multi-scale deformable attention (Deformable DETR, as transformers' PPDocLayoutV2/V3/V4
 MultiscaleDeformableAttention computes it). The sampling is one native kernel where routed (DeformableSample,
-ops/native/kernels.cc), else a composed bilinear sampler: the four neighbours of every sampling point are gathered
+ops/native/conv.cc), else a composed bilinear sampler: the four neighbours of every sampling point are gathered
 from the flattened value maps, so no grid_sample kernel is needed.
 
 grid_sample(bilinear, padding zeros, align_corners=False) at a location (x, y) in [0, 1] of an H x W map reads
@@ -35,23 +35,24 @@ def bilinear_gather(table, base, px, py, height, width):
     return out
 
 
-def deformable_attention(hidden, pos, memory, reference, shapes, weights, heads, levels, points, native=None):
+def deformable_attention(kn, hidden, pos, memory, reference, shapes, weights, heads, levels, points):
     """hidden [B, Q, C] queries (+ pos); memory [B, S, C] the flattened maps of `shapes` ((H, W) per level, a static
     tuple); reference [B, Q, 4] boxes (cx, cy, w, h) in [0, 1]; weights (sampling_offsets, attention_weights,
-    value_proj, output_proj: weight and bias each); `native`: the DeformableSample op, or None for the composed
-    sampler. Returns [B, Q, C]."""
+    value_proj, output_proj: weight and bias each). The sampling: `kn`'s DeformableSample where routed, else the
+    composed sampler. Returns [B, Q, C]."""
     sow, sob, aww, awb, vpw, vpb, opw, opb = weights
     b, q, c = hidden.shape
     s = memory.shape[1]
     nh, nl, npt, dh = heads, levels, points, c // heads
     h = hidden + pos
-    value = F.linear(memory, vpw, vpb)  # [B, S, C]
-    offsets = F.linear(h, sow, sob).reshape(b, q, nh, nl, npt, 2)
-    attn = ops.softmax(F.linear(h, aww, awb).reshape(b, q, nh, nl * npt), -1).reshape(b, q, nh, nl, npt)
+    value = F.linear(kn, memory, vpw, vpb)  # [B, S, C]
+    offsets = F.linear(kn, h, sow, sob).reshape(b, q, nh, nl, npt, 2)
+    attn = ops.softmax(F.linear(kn, h, aww, awb).reshape(b, q, nh, nl * npt), -1).reshape(b, q, nh, nl, npt)
     # locations = centre + offset / points * size * 0.5 (x scaled by w, y by h)
     loc = reference[:, :, None, None, None, :2] + offsets / npt * reference[:, :, None, None, None, 2:] * 0.5
+    native = K.deformable_native(kn)
     if native is not None:  # one kernel for the samples and their weighted sum
-        return F.linear(native(value, loc, attn, Tensor(shapes, ms.int32)), opw, opb)
+        return F.linear(kn, native(value, loc, attn, Tensor(shapes, ms.int32)), opw, opb)
     value = value.reshape(b, s, nh, dh).transpose(0, 2, 1, 3).reshape(b * nh * s, dh)
     # row of (batch b, head h) in the value table: (b * nh + h) * s
     head_base = (ops.arange(b * nh, dtype=ms.int32) * s).reshape(b, 1, nh, 1)
@@ -65,7 +66,7 @@ def deformable_attention(hidden, pos, memory, reference, shapes, weights, heads,
         term = (sampled * attn[:, :, :, lvl, :, None]).sum(3)  # [B, Q, nH, dh]
         out = term if out is None else out + term
         start += height * width
-    return F.linear(out.reshape(b, q, c), opw, opb)
+    return F.linear(kn, out.reshape(b, q, c), opw, opb)
 
 
 class MultiscaleDeformableAttention(nn.Cell):
@@ -74,7 +75,6 @@ class MultiscaleDeformableAttention(nn.Cell):
     def __init__(self, d_model, heads, levels, points):
         super().__init__()
         self.heads, self.levels, self.points = heads, levels, points
-        self.native = K.deformable_native()
         self.sampling_offsets = Linear(d_model, heads * levels * points * 2)
         self.attention_weights = Linear(d_model, heads * levels * points)
         self.value_proj = Linear(d_model, d_model)
@@ -86,5 +86,5 @@ class MultiscaleDeformableAttention(nn.Cell):
                 self.output_proj.bias)
 
     def construct(self, hidden, pos, memory, reference, shapes):
-        return deformable_attention(hidden, pos, memory, reference, shapes, self.weights(), self.heads, self.levels,
-                                    self.points, self.native)
+        return deformable_attention(self.kernels, hidden, pos, memory, reference, shapes, self.weights(), self.heads,
+                                    self.levels, self.points)

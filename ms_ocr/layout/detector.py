@@ -55,10 +55,10 @@ def _proj(cin, cout, eps):
     return nn.CellList([_Weight((cout, cin, 1, 1)), FrozenBatchNorm(cout, eps)])
 
 
-def _apply_proj(proj, x, native, geometry):
-    """A _proj on x; `native`, `geometry`: K.conv_affine_native() (a 1x1 convolution's, the same for all)."""
+def _apply_proj(kn, proj, x, native, geometry):
+    """A _proj on x; `native`, `geometry`: K.conv_affine_native(kn) (a 1x1 convolution's, the same for all)."""
     scale, shift = proj[1].affine()
-    return K.conv2d_affine(native, geometry, x, proj[0].weight, scale, shift)
+    return K.conv2d_affine(kn, native, geometry, x, proj[0].weight, scale, shift)
 
 
 class _ConvEncoder(nn.Cell):
@@ -67,10 +67,11 @@ class _ConvEncoder(nn.Cell):
         self.model = HGNetV2Backbone(cfg.backbone)
 
 
-class DetrModel(nn.Cell):
+class DetrModel(nn.Cell, K.ConvAffine):
     """The parts every version has, under the reference's names (`model.` in a checkpoint): backbone, input
     projections, hybrid encoder (`encoder`: the version's), decoder input projections, encoder heads (`coords` box
-    outputs) and the decoder (`decoder`: the version's)."""
+    outputs) and the decoder (`decoder`: the version's). Its input projections are 1x1 convolutions
+    (`conv_settings`: the default ones)."""
 
     def __init__(self, cfg, encoder=None, decoder=None, coords=4):
         super().__init__()
@@ -91,7 +92,6 @@ class DetrModel(nn.Cell):
         self.num_queries = cfg.num_queries
         self.quads = coords == 10
         self.front_extras = 0  # tensors front() passes to the heads (V3: prototypes; V4: the geometry head's map)
-        self.proj_native, self.proj_geometry = K.conv_affine_native()
 
     def map_sizes(self, height, width):
         """The backbone's map sizes for an H x W input, one per returned stage (every stride-2 conv pads (k-1)//2,
@@ -143,13 +143,13 @@ class DetrModel(nn.Cell):
     def encode(self, pixel_values):
         """Backbone maps: (the unprojected ones, the projected ones for the encoder)."""
         feats = self.backbone.model(pixel_values)
-        proj = tuple(_apply_proj(p, f, self.proj_native, self.proj_geometry)
+        proj = tuple(_apply_proj(self.kernels, p, f, self.native, self.geometry)
                      for p, f in zip(self.encoder_input_proj, feats[self.unprojected:]))
         return feats[:self.unprojected], proj
 
     def flatten(self, maps):
         """The encoder's maps through the decoder input projections, flattened: memory [B, S, C]."""
-        sources = [_apply_proj(p, f, self.proj_native, self.proj_geometry)
+        sources = [_apply_proj(self.kernels, p, f, self.native, self.geometry)
                    for p, f in zip(self.decoder_input_proj, maps)]
         b, c = sources[0].shape[0], sources[0].shape[1]
         return ops.concat([s.reshape(b, c, -1).transpose(0, 2, 1) for s in sources], 1)

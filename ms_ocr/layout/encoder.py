@@ -22,7 +22,7 @@ def sine_position_embedding(height, width, dim, temperature):
     return np.concatenate([np.sin(eh), np.cos(eh), np.sin(ew), np.cos(ew)], 1).astype(np.float32)
 
 
-class ConvNorm(nn.Cell):
+class ConvNorm(nn.Cell, K.ConvAffine):
     """conv (no bias) -> batch norm (running statistics) -> optional activation; `residual` ("before" / "after" the
     activation) adds construct's `res`. One native kernel where routed (ops/conv.py conv2d_affine)."""
 
@@ -32,12 +32,12 @@ class ConvNorm(nn.Cell):
         self.norm = FrozenBatchNorm(cout, eps)
         self.stride, self.act, self.residual = stride, act, residual
         self.pad = (kernel - 1) // 2 if padding is None else padding
-        self.native, self.geometry = K.conv_affine_native(stride, self.pad, 1, 1, act, residual)
+        self.conv_settings = (stride, self.pad, 1, 1, act, residual)
 
     def construct(self, x, res=None):
         scale, shift = self.norm.affine()
-        return K.conv2d_affine(self.native, self.geometry, x, self.conv.weight, scale, shift, self.stride, self.pad, 1,
-                               1, self.act, res, self.residual)
+        return K.conv2d_affine(self.kernels, self.native, self.geometry, x, self.conv.weight, scale, shift, self.stride,
+                               self.pad, 1, 1, self.act, res, self.residual)
 
 
 class RepVggBlock(nn.Cell):
@@ -69,7 +69,7 @@ class CSPRepLayer(nn.Cell):
         return self.conv2(x, h)  # h + conv2(x)
 
 
-def self_attention(x, pos, weights, heads):
+def self_attention(kn, x, pos, weights, heads):
     """Multi-head self-attention with the position embedding added to the query/key input only; weights (q, k, v,
     o projections' weight and bias, in that order)."""
     qw, qb, kw, kb, vw, vb, ow, ob = weights
@@ -80,9 +80,9 @@ def self_attention(x, pos, weights, heads):
     def split(t):  # [B, N, C] -> [B, H, N, D]
         return t.reshape(b, n, heads, d).transpose(0, 2, 1, 3)
 
-    out = K.attention(split(F.linear(qk, qw, qb)), split(F.linear(qk, kw, kb)), split(F.linear(x, vw, vb)), None,
-                      d ** -0.5)
-    return F.linear(out.transpose(0, 2, 1, 3).reshape(b, n, c), ow, ob)
+    out = K.attention(kn, split(F.linear(kn, qk, qw, qb)), split(F.linear(kn, qk, kw, kb)),
+                      split(F.linear(kn, x, vw, vb)), None, d ** -0.5)
+    return F.linear(kn, out.transpose(0, 2, 1, 3).reshape(b, n, c), ow, ob)
 
 
 class SelfAttention(nn.Cell):
@@ -97,7 +97,7 @@ class SelfAttention(nn.Cell):
                 self.v_proj.bias, self.o_proj.weight, self.o_proj.bias)
 
     def construct(self, x, pos):
-        return self_attention(x, pos, self.weights(), self.heads)
+        return self_attention(self.kernels, x, pos, self.weights(), self.heads)
 
 
 class _MLP(nn.Cell):
@@ -107,7 +107,7 @@ class _MLP(nn.Cell):
         self.act = get_activation(act)
 
     def construct(self, x):
-        return self.fc2(self.act(self.fc1(x)))
+        return self.fc2(self.act(self.kernels, self.fc1(x)))
 
 
 class EncoderLayer(nn.Cell):

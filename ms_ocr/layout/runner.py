@@ -64,7 +64,7 @@ class LayoutDetector:
 
     def __init__(self, model_dir, threshold=None, mode="graph"):
         import mindspore as ms
-        from ms_ocr.layout import load_model
+        from ms_ocr.layout.loading import load_model
         from ms_ocr.layout.processor import LayoutPreprocessConfig
         if mode not in self.MODES:
             raise ValueError(f"unknown layout mode {mode!r} (graph, whole or eager)")

@@ -55,7 +55,7 @@ class StagedModel:
         self.back_inputs = () if coords is None else (coords,)
         self.front = _Front(net, pos, anchors, valid)
         self.back = (_Back if model.front_extras == 0 else _BackWith if coords is None else _BackWithCoords)(net)
-        self.step = DecoderStep(model.cfg, shapes, model.quads)
+        self.step = DecoderStep(net.kernels, model.cfg, shapes, model.quads)
         pos_head = model.decoder.query_pos_head.weights()
         self.layer_weights = [pos_head + layer.weights() + model.box_head(i).weights()
                               for i, layer in enumerate(model.decoder.layers)]

@@ -51,8 +51,13 @@ def canonical(name):
 
 
 def tasks_help():
-    """'<model>: task, task; ...' for the --task help of every command line."""
-    return "; ".join(f"{s.name}: {', '.join(s.tasks)}" for s in specs())
+    """'<model>: task, task; ...' for the --task help of every command line (a model with versions: each version's,
+    the checkpoint's files say which applies)."""
+    def one(spec):
+        (own, _), *others = spec.all_versions()
+        tasks = f"{spec.name}: {', '.join(spec.tasks)}" + (f" ({own})" if others else "")
+        return "; ".join([tasks] + [f"{spec.name} {name}: {', '.join(v.tasks)}" for name, v in others])
+    return "; ".join(one(s) for s in specs())
 
 
 def modes():

@@ -2,19 +2,20 @@
 
 import contextlib
 import os
-import sys
 import time
 
 import mindspore as ms
 
-from ms_ocr.compiler import CompileCache, runtime_key
+from ms_ocr.compile_cache import CompileCache, runtime_key
 from ms_ocr.config_utils import read_json
 from ms_ocr.convert.loader import is_state, load_weights
-from ms_ocr.convert.safetensors_io import checkpoint_dtypes, has_weights, iter_checkpoint, same_values, tensor_index
-from ms_ocr.device import bf16_products, bf16_resident, resolve_dtype, resolve_kv_dtype
-from ms_ocr.models.quantize import GROUPS as QUANT_GROUPS, MODES as QUANT_MODES, Int8Plan, finish_int8, prepare_int8
-from ms_ocr.vlm import VLMPipeline
+from ms_ocr.convert.safetensors_io import has_weights, iter_checkpoint, same_values, tensor_index
+from ms_ocr.convert.quantize import Int8Plan
+from ms_ocr.models.quantize import finish_int8, prepare_int8
+from ms_ocr.ops import bind
+from ms_ocr.plan import make_plan
 from ms_ocr.runtime import Buckets, VLMRuntime
+from ms_ocr.vlm import VLMPipeline
 
 
 def eos_ids(model_dir, default):
@@ -70,35 +71,20 @@ def text_parameter_names(net):
 def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, num_pos_axes, t0, target="CPU",
                   dtype="auto", buckets=None, postprocess=None, quantize="none", task_inputs=None,
                   kv_cache_dtype="auto", line_height=None):
-    """Load the checkpoint of `model_dir` into `net` (strict, via the rename `table`) and wrap it. quantize="int8":
-    the decoder's dense layers and the head (a tied one's embedding table) in weight-only int8, made from the loaded
-    values (models/quantize.py; CPU only). `task_inputs`: what named tasks change around the model (vlm.TaskInputs).
-    `kv_cache_dtype`: auto, fp32 or bf16 (device.resolve_kv_dtype)."""
-    if quantize not in QUANT_MODES:
-        raise ValueError(f"unknown --quantize {quantize!r} ({', '.join(QUANT_MODES)})")
-    if quantize != "none" and target == "Ascend":
-        raise ValueError("--quantize int8 is CPU-only for now (on Ascend it would be MindSpore Golden Stick's "
-                         "weight-only quantisation with the NPU's quantised matmul, not run on an NPU yet)")
-    tags = checkpoint_dtypes(model_dir)
-    compute_dtype, round_to = resolve_dtype(dtype, target, tags)
-    keep = net.bf16_weight_names() if bf16_resident(dtype, target, tags) else set()
-    # before any graph of the model is built (on Ascend `keep` is empty: the compute dtype is the precision there,
-    # and --kv-cache-dtype auto follows it)
-    products_bf16 = bool(keep) and bf16_products(dtype, target)
-    if products_bf16:
-        keep = keep | net.bf16_product_weight_names()
-    # auto: a bf16 cache under a reduced precision the user chose (bf16 products, int8 weights) where the native
-    # DecodeLayer reads it; a MoE decoder's layers attend through the composed ops.attention_with_new, whose
-    # widening of the whole cache each step would cost more than its reads save
-    dense = not any(layer.moe for layer in net.text_layers())
-    kv_dtype = resolve_kv_dtype(kv_cache_dtype, compute_dtype, (products_bf16 or quantize != "none") and dense)
-    if kv_dtype == ms.bfloat16 and compute_dtype == ms.float32 and not dense:
-        print("[ms_ocr] --kv-cache-dtype bf16: this MoE decoder's attention widens the cache to fp32 every step "
-              "(half the cache's memory, a slower decode)", file=sys.stderr)
-    int8 = prepare_int8(net, QUANT_GROUPS[quantize]) if quantize != "none" else Int8Plan()
+    """Load the checkpoint of `model_dir` into `net` (strict, via the rename `table`) and wrap it, under the plan
+    (ms_ocr/plan.py) made from `target`, the checkpoint and the options: its kernels bound to `net` before any graph
+    of it is built, its dtypes given to the loader, the plan to the runtime. quantize="int8": the decoder's dense
+    layers and the head (a tied one's embedding table) in weight-only int8, made from the loaded values
+    (models/quantize.py; CPU only). `task_inputs`: what named tasks change around the model (vlm.TaskInputs).
+    `kv_cache_dtype`: auto, fp32 or bf16 (plan.resolve_kv_dtype)."""
+    plan = make_plan(target, net, model_dir, dtype, quantize, kv_cache_dtype)
+    bind(net, plan.kernels)
+    keep = plan.bf16_names(net)
+    int8 = prepare_int8(net, plan) if plan.int8_group is not None else Int8Plan()
+    compute_dtype = plan.compute_dtype
 
     def load(only=None):
-        load_weights(net, iter_checkpoint(model_dir, raw_bf16=True), table, compute_dtype, round_to,
+        load_weights(net, iter_checkpoint(model_dir, raw_bf16=True), table, compute_dtype, plan.round_to,
                      source=model_dir, keep_bf16=keep, only=only, int8=int8)
         net.widen_embeddings = net.model.embed_tokens.weight.dtype == ms.bfloat16 and compute_dtype == ms.float32
         if int8 and (only is None or only & text):
@@ -114,10 +100,8 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
     load(only={p.name for p in vision} - set().union(*layers) if staged else None)
     buckets = buckets or Buckets()
     if os.path.isfile(os.path.join(model_dir, "config.json")):
-        CompileCache.activate(runtime_key(name, model_dir, target, compute_dtype, round_to, net, buckets, quantize,
-                                          keep, kv_dtype))
-    runtime = VLMRuntime(net, cfg.text.max_position_embeddings, pad_id=0, compute_dtype=compute_dtype,
-                         buckets=buckets, kv_dtype=kv_dtype)
+        CompileCache.activate(runtime_key(name, model_dir, plan, net, buckets, keep))
+    runtime = VLMRuntime(net, plan, cfg.text.max_position_embeddings, pad_id=0, buckets=buckets)
     pipe = VLMPipeline(name, model_dir, cfg, processor, runtime, vision_inputs,
                        eos_ids(model_dir, cfg.text.eos_token_id), num_pos_axes, cfg.image_token_id,
                        load_seconds=time.perf_counter() - t0, postprocess=postprocess, task_inputs=task_inputs,

@@ -10,6 +10,8 @@ imports no framework.
 Declaring is checked at import: an unknown or missing field is a TypeError (keyword-only dataclass), a task list
 that contradicts itself or a reference outside the package's own folder is a ValueError."""
 
+import dataclasses
+import functools
 import importlib
 import time
 from dataclasses import dataclass, field
@@ -32,6 +34,10 @@ class ModelSpec:
     modes: tuple = ()  # resolution modes (--mode); empty: the model has none
     default_mode: str = None
     no_repeat: dict = None  # default n-gram blocking: {"size", "window", "exempt_tokens"}
+    # decoding as the model's reference client runs it, each the default of a request that names none
+    repetition_penalty: float = 1.0
+    stop_rules: tuple = ()  # ms_ocr.stop_rules rules (e.g. TailRepetition)
+    postprocess_options: dict = None  # keyword options of `postprocess` -> their defaults (entry points override)
     # "module:attribute" references into the package's folder (ms_ocr/models/<package>/<module>.py), imported on
     # first use
     config: str  # class with from_dict(raw config.json) -> config; its num_pos_axes / image_token_id / text
@@ -47,6 +53,12 @@ class ModelSpec:
     # its checkpoints may read single text lines: preprocessor_config.json's ms_ocr key `text_line_height` (the demo
     # model) makes a checkpoint a line reader, run through ms_ocr/line_reader.py
     line_reader: bool = False
+    # checkpoint versions the model's authors run differently: the fields above describe `version`; `versions` maps
+    # each other version to the fields it changes; `recognise` ("module:function": checkpoint folder -> version
+    # name, CheckpointError when the files cannot tell) picks one (for_checkpoint)
+    version: str = None
+    versions: dict = None
+    recognise: str = None
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -68,9 +80,15 @@ class ModelSpec:
         for task in tuple(self.task_pixels or ()) + tuple(self.special_token_tasks):
             if task not in self.tasks:
                 raise ValueError(f"{where}: task {task!r} of task_pixels / special_token_tasks is not a task")
-        for ref in ("config", "processor", "model", "rename", "vision_inputs", "postprocess", "task_image"):
+        if self.versions and (self.recognise is None or self.version is None):
+            raise ValueError(f"{where}: versions need a version name for the declared fields and a recogniser")
+        for name, changes in (self.versions or {}).items():
+            if name == self.version or "versions" in changes or "version" in changes:
+                raise ValueError(f"{where}: version {name!r} must name another version and change fields only")
+        for ref in ("config", "processor", "model", "rename", "vision_inputs", "postprocess", "task_image",
+                    "recognise"):
             value = getattr(self, ref)
-            if value is None and ref in ("postprocess", "task_image"):
+            if value is None and ref in ("postprocess", "task_image", "recognise"):
                 continue
             module, _, attr = (value or "").partition(":")
             if not module.isidentifier() or not attr.isidentifier():
@@ -93,6 +111,29 @@ class ModelSpec:
                 self._cache[ref] = getattr(importlib.import_module(f"ms_ocr.models.{self.package}.{module}"), attr)
         return self._cache[ref]
 
+    def for_checkpoint(self, model_dir):
+        """The spec of the checkpoint in `model_dir`: this one, or the one of the version its files say it is
+        (`recognise`); a folder that cannot be told apart raises CheckpointError (one line naming the candidates)."""
+        if self.recognise is None:
+            return self
+        name = self.resolve("recognise")(model_dir)
+        if name == self.version:
+            return self
+        from ms_ocr import models
+        base = models.get(self.name)
+        if name == base.version:
+            return base
+        if name not in base.versions:
+            raise ValueError(f"{self.name}: recogniser returned unknown version {name!r}")
+        return dataclasses.replace(base, **base.versions[name], version=name, versions=None)
+
+    def all_versions(self):
+        """(version name, spec) of every version the model declares (this spec alone when it has none)."""
+        if not self.versions:
+            return [(self.version, self)]
+        return [(self.version, self)] + [(name, dataclasses.replace(self, **changes, version=name, versions=None))
+                                         for name, changes in self.versions.items()]
+
     # the shared load path -------------------------------------------------------------------------------------
     def config_from_dir(self, model_dir):
         """The checkpoint folder's config, with the tied/untied head resolved as transformers runs it."""
@@ -109,28 +150,39 @@ class ModelSpec:
 
     def host_side(self, model_dir, mode=None):
         """What runs outside the graphs (also for MindIR serving): config, processor, per-image vision inputs,
-        output post-processing."""
+        output post-processing (with the spec's postprocess_options as its defaults), for the checkpoint's version
+        (for_checkpoint; "spec")."""
+        spec = self.for_checkpoint(model_dir)
+        if spec is not self:
+            return spec.host_side(model_dir, mode)
         from ms_ocr import models
         models.check_mode(self, mode)  # the command lines' check: a mode of this model, or none
         cfg = self.config_from_dir(model_dir)
         extra = (mode or self.default_mode,) if self.modes else ()
         vision_inputs = self.resolve("vision_inputs")
+        postprocess = self.resolve("postprocess")
+        if postprocess is not None and self.postprocess_options:
+            postprocess = functools.partial(postprocess, **self.postprocess_options)
         from ms_ocr.vlm import TaskInputs, text_line_height
-        return {"cfg": cfg, "processor": self.resolve("processor").from_pretrained(model_dir, cfg, *extra),
+        return {"spec": self, "cfg": cfg,
+                "processor": self.resolve("processor").from_pretrained(model_dir, cfg, *extra),
                 "line_height": text_line_height(model_dir) if self.line_reader else None,
-                "vision_inputs": lambda out: vision_inputs(cfg, out), "postprocess": self.resolve("postprocess"),
+                "vision_inputs": lambda out: vision_inputs(cfg, out), "postprocess": postprocess,
                 "task_inputs": TaskInputs(dict(self.task_pixels or {}), self.resolve("task_image"),
                                           tuple(self.special_token_tasks), dict(self.tasks))}
 
     def load(self, model_dir, target="CPU", dtype="auto", buckets=None, mode=None, quantize="none",
              kv_cache_dtype="auto"):
         """The VLMPipeline of a hub or converted checkpoint folder (quantize: "none" or "int8", models/quantize.py;
-        kv_cache_dtype: auto, fp32 or bf16, device.resolve_kv_dtype)."""
+        kv_cache_dtype: auto, fp32 or bf16, plan.resolve_kv_dtype). The pipeline's `spec` is the checkpoint
+        version's (for_checkpoint)."""
         from ms_ocr.models.loading import load_pipeline
         t0 = time.perf_counter()
         host = self.host_side(model_dir, mode)
         cfg = host["cfg"]
-        return load_pipeline(self.name, model_dir, cfg, host["processor"], self.build(cfg), self.name_table(cfg),
+        pipe = load_pipeline(self.name, model_dir, cfg, host["processor"], self.build(cfg), self.name_table(cfg),
                              host["vision_inputs"], cfg.num_pos_axes, t0, target, dtype, buckets,
                              postprocess=host["postprocess"], quantize=quantize, task_inputs=host["task_inputs"],
                              kv_cache_dtype=kv_cache_dtype, line_height=host["line_height"])
+        pipe.spec = host["spec"]
+        return pipe

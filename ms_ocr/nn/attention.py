@@ -38,8 +38,8 @@ class KVCacheAttention(nn.Cell):
     def allocate_cache(self, batch, slots, dtype, flat=True):
         """(Re)size the caches to `batch` sequences of `slots` positions, zero-filled: [B*Hkv*T, D] rows for
         `construct`'s in-graph writes (flat), or [B, Hkv, T, D] for the read-only decode steps
-        (F.decoder_attention_decode), whose caches the host writes (a reshape of a cache Parameter in a CPU
-        graph copies it). `dtype`: the caches' (set_data alone would convert the zeros to the Parameter's own
+        (F.decoder_layer_decode), whose caches the host writes (a reshape of a cache Parameter in a CPU graph copies
+        it). `dtype`: the caches' (set_data alone would convert the zeros to the Parameter's own
         dtype, so a bf16 cache asked of an fp32 Parameter stayed fp32)."""
         if flat:
             shape = (batch * self.num_kv_heads * slots, self.head_dim)
@@ -55,7 +55,8 @@ class KVCacheAttention(nn.Cell):
         norms = None
         if self.qk_norm:
             norms = (self.query_layernorm.weight, self.key_layernorm.weight)
-        q, k, v = F.project_qkv(x, cos, sin, self.q_proj.weight, self.k_proj.weight, self.v_proj.weight,
+        kn = self.kernels
+        q, k, v = F.project_qkv(kn, x, cos, sin, self.q_proj.weight, self.k_proj.weight, self.v_proj.weight,
                                 self.num_heads, self.num_kv_heads, self.head_dim, norms, self.eps, self.paired)
         rows = b * self.num_kv_heads * s
         k_all = ops.scatter_update(self.k_cache, write_idx, k.reshape(rows, self.head_dim).astype(self.k_cache.dtype))
@@ -63,8 +64,8 @@ class KVCacheAttention(nn.Cell):
         slots = k_all.shape[0] // (b * self.num_kv_heads)
         k_all = k_all.reshape(b, self.num_kv_heads, slots, self.head_dim)
         v_all = v_all.reshape(b, self.num_kv_heads, slots, self.head_dim)
-        out = K.attention(q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask, self.head_dim ** -0.5)
-        return F.linear(F.merge_heads(out), self.o_proj.weight)
+        out = K.attention(kn, q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask, self.head_dim ** -0.5)
+        return F.linear(kn, F.merge_heads(out), self.o_proj.weight)
 
 
 def cache_write_index(cache_pos, num_kv_heads, slots):
@@ -75,10 +76,10 @@ def cache_write_index(cache_pos, num_kv_heads, slots):
     return (base + cache_pos.astype(ms.int32)[:, None, :]).reshape(-1)
 
 
-def causal_cache_mask(cache_pos, slot_ids):
+def causal_cache_mask(kn, cache_pos, slot_ids):
     """Visible [B, 1, S, T]: slot t (slot_ids = arange(T)) is visible to the token at cache position p iff t <= p."""
     visible = slot_ids.astype(ms.int32)[None, None, :] <= cache_pos.astype(ms.int32)[:, :, None]
-    return K.attention_mask(visible[:, None])
+    return K.attention_mask(kn, visible[:, None])
 
 
 class VisionSelfAttention(nn.Cell):

@@ -6,27 +6,26 @@ in the order the functions take them.
 
 from mindspore import Tensor, nn
 
-from ms_ocr import ops as K
 from ms_ocr.nn import functional as F
 from ms_ocr.nn.attention import KVCacheAttention, VisionSelfAttention
 from ms_ocr.nn.layers import LayerNorm, RMSNorm
 from ms_ocr.nn.mlp import MLP, GatedMLP
-from ms_ocr.ops import backend, decode_layer, get_activation
+from ms_ocr.ops import get_activation
 
 
-def graph_input(param):
+def graph_input(param, fused=False):
     """A Parameter's data as a plain Tensor for a graph input (a graph called with different Parameter
     objects compiles a new executable per Parameter set, each with its own activation pool).
 
     Off Ascend: a zero-copy view of the Parameter's own host buffer (Tensor.from_numpy of asnumpy()). Not
     `Parameter.value()`: the CPU runtime copies a value() input (an Identity kernel) on every call whose inputs
-    changed — every call of a layer graph shared by several layers. On Ascend the device tensor, value().
+    changed — every call of a layer graph shared by several layers. On Ascend (`fused`) the device tensor, value().
 
     The view is made once per Parameter buffer and kept on the Parameter (rebuilt if set_data replaced the
     buffer): a graph call that gets a new Tensor object for an input costs more than one that gets the same
     Tensor again (measured on DeepSeek-OCR-2's host-routed MoE decode, 14 graph calls per token:
     docs/journal/architecture.md, "Compile once")."""
-    if backend.FUSED:
+    if fused:
         return param.value()
     ptr = param.data_ptr() if hasattr(param, "data_ptr") else None
     memo = getattr(param, "_ms_ocr_view", None)
@@ -45,8 +44,8 @@ def forget_graph_input(param):
 
 
 class WeightOrder:
-    """Mixin: `weights(names)` -> this layer's weight Tensors in the order of `names` (F.*_WEIGHTS), as
-    `graph_input`s."""
+    """Mixin of a layer Cell: `weights(names)` -> its weight Tensors in the order of `names` (F.*_WEIGHTS), as
+    `graph_input`s for the kernels bound to it."""
 
     def weights(self, names):
         out = []
@@ -54,7 +53,7 @@ class WeightOrder:
             obj = self
             for part in name.split("."):
                 obj = getattr(obj, part)
-            out.append(graph_input(obj))
+            out.append(graph_input(obj, self.kernels.fused))
         return tuple(out)
 
 
@@ -85,7 +84,7 @@ class DecoderLayer(nn.Cell, WeightOrder):
         # the native decode-layer kernel (CPU) serves dense SiLU-gated layers
         self.silu_mlp = mlp is None and get_activation(act) is get_activation("silu")
         attn_in = F.DECODER_ATTN_IN_WEIGHTS + (F.QK_NORM_WEIGHTS if qk_norm else ())
-        # MoE layers run their FFN outside the shared prefill layer graph (see runtime.VLMRuntime.moe_prefill)
+        # MoE layers run their FFN outside the shared prefill layer graph (runtime/moe.py HostMoE.prefill)
         self.weight_names = attn_in + (F.DECODER_OUT_WEIGHTS[:2] if self.moe else F.DECODER_OUT_WEIGHTS)
         # --quantize int8 (models/quantize.py): the matrices int8, each Linear with its weight_scale, q8_scales and
         # q8_group (columns per scale, 0: one per row)
@@ -93,7 +92,8 @@ class DecoderLayer(nn.Cell, WeightOrder):
         self.q8_group = 0
 
     def construct(self, x, cos, sin, write_idx, mask):
-        """Cached step (decode): attends over the cache after writing this step's k/v into it."""
+        """Cached step over caches the graph writes (in-graph layout): this step's k/v go into them, then it
+        attends over them."""
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, write_idx, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -105,45 +105,34 @@ class DecoderLayer(nn.Cell, WeightOrder):
             out.append(getattr(getattr(self, owner), attr))
         return out
 
-    def _matrix(self, linear, dequantise):
-        """A Linear's weight for a product: as it is, or an int8 one dequantised (dequantise True)."""
-        return K.dequant_q8(linear.weight, linear.weight_scale) if dequantise else linear.weight
-
-    def _decode_weights(self, dequantise=False):
-        """(attention weights, gated-MLP weights or ()) in the order F.decoder_attention_decode / DecodeLayer take
-        them; `dequantise`: int8 matrices as fp32 (the composed path of a layer quantised by --quantize int8)."""
-        attn, m = self.self_attn, self._matrix
-        weights = (self.input_layernorm.weight, m(attn.q_proj, dequantise), m(attn.k_proj, dequantise),
-                   m(attn.v_proj, dequantise))
-        if attn.qk_norm:
-            weights = weights + (attn.query_layernorm.weight, attn.key_layernorm.weight)
-        weights = weights + (m(attn.o_proj, dequantise), self.post_attention_layernorm.weight)
-        if self.moe:
-            return weights, ()
-        return weights, tuple(m(linear, dequantise) for linear in (self.mlp.gate_proj, self.mlp.up_proj,
-                                                                   self.mlp.down_proj))
-
     def read_only_step(self, x, cos, sin, mask, k_cache=None, v_cache=None):
-        """`construct` over a cache it does not write, through the same F.decoder_attention_decode as the
-        shared MoE-decode layer graphs (caches allocated flat=False): (x, k, v), this token's k/v for the host
-        to store. k_cache, v_cache: the caches as graph inputs [B, Hkv, T, D] (e.g. views of the first B
-        sequence rows of the layer's cache Parameters); None reads the Parameters themselves."""
-        attn = self.self_attn
+        """One new token per sequence over caches the host writes (allocated flat=False), which this step only
+        reads: (x, k, v), the token's k/v for the host to store. k_cache, v_cache: the caches as graph inputs
+        [B, Hkv, T, D] (views of the first B sequence rows of the layer's cache Parameters); None reads the
+        Parameters themselves. A dense layer's kernel is F.decoder_layer_decode's choice; an MoE layer attends
+        composed, then runs its MoE Cell."""
+        attn, kn = self.self_attn, self.kernels
         if k_cache is None:
             k_cache, v_cache = attn.k_cache, attn.v_cache
-        weights, mlp = self._decode_weights()
-        if not self.moe and decode_layer.available(x, k_cache, weights + mlp, self.silu_mlp):
-            return decode_layer.decoder_layer_decode(x, cos, sin, mask, k_cache, v_cache, weights + mlp, attn.eps,
-                                                     *((self.q8_scales, self.q8_group) if self.quantized else ()))
-        if self.quantized:  # int8 matrices off the kernel (more than 8 sequences): dequantised
-            weights, mlp = self._decode_weights(dequantise=True)
-        x, h, k, v = F.decoder_attention_decode(x, cos, sin, mask, k_cache, v_cache, weights,
-                                                attn.num_heads, attn.num_kv_heads, attn.head_dim, attn.eps,
-                                                attn.paired)
-        # bf16-resident or int8 weights off the kernel: the MLP over the (widened / dequantised) weights
-        if not self.moe and (self.quantized or self.mlp.gate_proj.weight.dtype != h.dtype):
-            return x + F.gated_mlp(h, *F.widen(mlp, h), self.mlp.act), k, v
-        return x + self.mlp(h), k, v
+        weights = (self.input_layernorm.weight, attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight)
+        if attn.qk_norm:
+            weights = weights + (attn.query_layernorm.weight, attn.key_layernorm.weight)
+        weights = weights + (attn.o_proj.weight, self.post_attention_layernorm.weight)
+        if self.moe:
+            x, h, k, v = F.decoder_attention_decode(kn, x, cos, sin, mask, k_cache, v_cache, weights, attn.num_heads,
+                                                    attn.num_kv_heads, attn.head_dim, attn.eps, attn.paired)
+            return x + self.mlp(h), k, v
+        mlp = self.mlp
+        weights = weights + (mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+        int8 = ()
+        if self.quantized:
+            scales = (attn.q_proj.weight_scale, attn.k_proj.weight_scale, attn.v_proj.weight_scale,
+                      attn.o_proj.weight_scale, mlp.gate_proj.weight_scale, mlp.up_proj.weight_scale,
+                      mlp.down_proj.weight_scale)
+            int8 = (scales, self.q8_scales, self.q8_group)
+        return F.decoder_layer_decode(kn, x, cos, sin, mask, k_cache, v_cache, weights, attn.num_heads,
+                                      attn.num_kv_heads, attn.head_dim, attn.eps, mlp.act, attn.paired,
+                                      self.silu_mlp, int8)
 
 
 # Checkpoint names of a pre-LN ViT layer's parts, per family: norm1, norm2, attention out proj, fc1, fc2.

@@ -1,7 +1,8 @@
 """A llama-family decoder stack (embed_tokens, layers, norm) with static per-layer KV caches.
 
 Models pick the rope (MultiAxisRotary variant) and whether layers carry q/k norms; prefill runs layer by
-layer through ms_ocr/steps.py, and this Cell's construct is the cached decode step.
+layer through ms_ocr/steps.py. A decode step (ms_ocr/runtime/decode.py) runs `construct` over caches its graph
+writes, or `read_only_step` over caches the host writes (ms_ocr/runtime/kvcache.py).
 """
 
 from mindspore import nn, ops
@@ -57,10 +58,10 @@ class CausalDecoder(nn.Cell):
         """Rope tables and the mask of a read-only step: the token's own slot is not yet written, so only
         the slots before it are visible (its own k/v come in beside the cache)."""
         cos, sin = self.rotary(pos)
-        return cos, sin, causal_cache_mask(cache_pos - 1, slot_ids)
+        return cos, sin, causal_cache_mask(self.kernels, cache_pos - 1, slot_ids)
 
     def step_inputs(self, pos, cache_pos, slot_ids):
         """What every layer of a cached step takes besides x: rope tables, cache write rows, visibility mask."""
         cos, sin = self.rotary(pos)
         write_idx = cache_write_index(cache_pos, self.num_kv_heads, slot_ids.shape[0])
-        return cos, sin, write_idx, causal_cache_mask(cache_pos, slot_ids)
+        return cos, sin, write_idx, causal_cache_mask(self.kernels, cache_pos, slot_ids)

@@ -1,6 +1,6 @@
-"""Code DeepSeek-OCR v1 and v2 share on the device side: the DeepSeek MoE decoder, the DeepEncoder view runner
-(SAM block by block, then the model's own post-SAM step, one view size per compiled graph) and the MindIR export's
-view graphs."""
+"""Code DeepSeek-OCR v1 and v2 share on the device side: their model Cell's base (DeepEncoderModel), the DeepSeek MoE
+decoder, the DeepEncoder view runner (SAM block by block, then the model's own post-SAM step, one view size per
+compiled graph) and the MindIR export's view graphs."""
 
 from mindspore import nn, ops
 
@@ -8,6 +8,7 @@ from ms_ocr.nn.decoder import CausalDecoder
 from ms_ocr.nn.moe import MoE
 from ms_ocr.nn.rope import MultiAxisRotary
 from ms_ocr.nn.sam import SamLayerwise
+from ms_ocr.nn.vlm import ViewsModel
 
 
 def moe_decoder(t):
@@ -65,15 +66,24 @@ class AssembleStep(ViewStep):
         return ops.gather(ops.concat((feats, self.vision.extra_rows().astype(feats.dtype)), 0), index, 0)
 
 
-class DeepEncoderViews:
-    """What a DeepEncoder model (DeepSeek-OCR v1, v2) adds to its VLMCell: no ViTLayer stack (the runtime calls its
-    encode_views), the graph inputs of one view size from the host (`host_view_args(cfg, pixels)`, the model's
-    host.view_args), and the MindIR export's vision graphs (ms_ocr/export/mindir.py)."""
+class DeepEncoderModel(ViewsModel):
+    """A DeepEncoder VLM (DeepSeek-OCR v1, v2): its `vision` Cell, the DeepSeek MoE decoder, and encode_views: per
+    image, each view size (tiles as one batch, then the global view) through SAM block by block and the model's
+    `post_step` (one compiled graph per size, kept under `steps_name`), then `assemble(item, views)` -> [M, H]. A
+    model sets host_view_args (its host.view_args: one view size's graph inputs from the host), post_step, steps_name
+    and assemble; the MindIR export takes its view and assembly graphs."""
 
-    host_view_args = None
+    host_view_args = post_step = steps_name = None
 
-    def vision_layers(self):
-        return []
+    def __init__(self, cfg, vision):
+        super().__init__(cfg)
+        self.vision = vision
+        self.model = moe_decoder(cfg.text)
+
+    def encode_views(self, encoder, vision_inputs):
+        out = [self.assemble(item, run_views(encoder, self.vision, self.post_step, self.steps_name, item.embed))
+               for item in vision_inputs]
+        return out[0] if len(out) == 1 else ops.concat(out, 0)
 
     def view_args(self, pixels):
         return self.host_view_args(self.cfg, pixels)

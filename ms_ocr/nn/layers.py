@@ -1,4 +1,5 @@
-"""Basic Cells with HF parameter names (`weight`, `bias`): Linear, Embedding, RMSNorm, LayerNorm."""
+"""Basic Cells with HF parameter names (`weight`, `bias`): Linear, Embedding, RMSNorm, LayerNorm. Like every Cell of
+a model, they compute with the kernels bound to them (`self.kernels`, ms_ocr/ops/kernels.py bind)."""
 
 import mindspore as ms
 from mindspore import Parameter, nn, ops
@@ -27,7 +28,7 @@ class Linear(nn.Cell):
             self.bias = zeros_param((out_features,))
 
     def construct(self, x):
-        return F.linear(x, self.weight, self.bias if self.has_bias else None)
+        return F.linear(self.kernels, x, self.weight, self.bias if self.has_bias else None)
 
 
 class Embedding(nn.Cell):
@@ -46,7 +47,7 @@ class RMSNorm(nn.Cell):
         self.eps = eps
 
     def construct(self, x):
-        return K.rms_norm(x, self.weight, self.eps)
+        return K.rms_norm(self.kernels, x, self.weight, self.eps)
 
 
 class LayerNorm(nn.Cell):
@@ -57,4 +58,4 @@ class LayerNorm(nn.Cell):
         self.eps = eps
 
     def construct(self, x):
-        return F.layer_norm(x, self.weight, self.bias, self.eps)
+        return F.layer_norm(self.kernels, x, self.weight, self.bias, self.eps)

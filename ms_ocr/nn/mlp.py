@@ -16,7 +16,7 @@ class GatedMLP(nn.Cell):
         self.act = get_activation(act)
 
     def construct(self, x):
-        return F.gated_mlp(x, self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight, self.act)
+        return F.gated_mlp(self.kernels, x, self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight, self.act)
 
 
 class MLP(nn.Cell):
@@ -31,4 +31,4 @@ class MLP(nn.Cell):
 
     def construct(self, x):
         first, second = getattr(self, self.names[0]), getattr(self, self.names[1])
-        return second(self.act(first(x)))
+        return second(self.act(self.kernels, first(x)))

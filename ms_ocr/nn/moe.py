@@ -30,14 +30,14 @@ from ms_ocr import ops as K
 from ms_ocr.nn import functional as F
 from ms_ocr.nn.layers import zeros_param
 from ms_ocr.nn.mlp import GatedMLP
-from ms_ocr.ops import backend, get_activation
+from ms_ocr.ops import get_activation
 
 _bmm_t = ops.BatchMatMul(transpose_b=True)
 
 
-def route(h, gate_w, top_k, scaling):
+def route(kn, h, gate_w, top_k, scaling):
     """h [T, H] -> (weights [T, k] fp32, expert ids [T, k] int32): softmax over all experts in fp32, top-k."""
-    logits = F.linear(h.astype(ms.float32), K.widen(gate_w, ms.float32))  # a bf16-resident router widened
+    logits = F.linear(kn, h.astype(ms.float32), K.widen(kn, gate_w, ms.float32))  # a bf16-resident router widened
     scores = ops.softmax(logits, -1)
     weights, ids = ops.topk(scores, top_k)
     return weights * scaling, ids.astype(ms.int32)
@@ -75,21 +75,22 @@ class MoE(nn.Cell):
         shape = x.shape
         h = x.reshape(-1, shape[-1])
         t = h.shape[0]
-        weights, ids = route(h, self.gate.weight, self.top_k, self.scaling)
-        if backend.FUSED:
+        kn = self.kernels
+        weights, ids = route(kn, h, self.gate.weight, self.top_k, self.scaling)
+        if kn.fused:
             return (self.routed_experts(h, weights, ids) + self.shared_experts(h)).reshape(shape)
         if self.dense:
             return (self.dense_experts(h, weights, ids) + self.shared_experts(h)).reshape(shape)
         stacks = (self.experts.gate_proj, self.experts.up_proj, self.experts.down_proj)
-        if self.silu and K.experts_native(h, stacks):
-            y = K.experts_decode(h, weights, ids, stacks, self.expert_scales())
+        if self.silu and K.experts_native(kn, h, stacks):
+            y = K.experts_decode(kn, h, weights, ids, stacks, self.expert_scales())
             return (y + self.shared_experts(h)).reshape(shape)
         flat = ids.reshape(-1)
-        gw = K.expert_rows(self.experts.gate_proj, flat, h.dtype)  # [T*k, I, H]
-        uw = K.expert_rows(self.experts.up_proj, flat, h.dtype)
-        dw = K.expert_rows(self.experts.down_proj, flat, h.dtype)  # [T*k, H, I]
+        gw = K.expert_rows(kn, self.experts.gate_proj, flat, h.dtype)  # [T*k, I, H]
+        uw = K.expert_rows(kn, self.experts.up_proj, flat, h.dtype)
+        dw = K.expert_rows(kn, self.experts.down_proj, flat, h.dtype)  # [T*k, H, I]
         xr = ops.broadcast_to(h[:, None, None, :], (t, self.top_k, 1, shape[-1])).reshape(t * self.top_k, 1, -1)
-        mid = self.act(_bmm_t(xr, gw)) * _bmm_t(xr, uw)  # [T*k, 1, I]
+        mid = self.act(kn, _bmm_t(xr, gw)) * _bmm_t(xr, uw)  # [T*k, 1, I]
         y = _bmm_t(mid, dw).reshape(t, self.top_k, -1)  # [T*k, 1, H]
         y = (y * weights.astype(y.dtype)[..., None]).sum(1)
         return (y + self.shared_experts(h)).reshape(shape)
@@ -104,20 +105,23 @@ class MoE(nn.Cell):
     def routed_experts(self, h, weights, ids):
         """h [T, H] through its selected experts by permute / grouped matmul / unpermute (ms_ocr/ops/moe.py):
         the Ascend path for any token count, in one graph."""
-        permuted, rows = K.token_permute(h, ids)
+        kn = self.kernels
+        permuted, rows = K.token_permute(kn, h, ids)
         ends = K.expert_ends(ids, self.experts.gate_proj.shape[0])
-        mid = self.act(K.grouped_matmul(permuted, self.experts.gate_proj, ends)) * \
-            K.grouped_matmul(permuted, self.experts.up_proj, ends)
-        return K.token_unpermute(K.grouped_matmul(mid, self.experts.down_proj, ends), rows, weights)
+        mid = self.act(kn, K.grouped_matmul(kn, permuted, self.experts.gate_proj, ends)) * \
+            K.grouped_matmul(kn, permuted, self.experts.up_proj, ends)
+        return K.token_unpermute(kn, K.grouped_matmul(kn, mid, self.experts.down_proj, ends), rows, weights)
 
     def dense_experts(self, h, weights, ids):
         """h [T, H] through every expert, weighted per token (zero where not selected): [T, H].
 
         Gate and up projections of all experts side by side are one 2-D matmul each (no broadcast of the
         dynamic token count, which an exported graph would freeze at its first call's shape)."""
+        kn = self.kernels
         num, inter, hidden = self.experts.gate_proj.shape
-        mid = self.act(F.linear(h, self.experts.gate_proj.reshape(-1, hidden))) * \
-            F.linear(h, self.experts.up_proj.reshape(-1, hidden))  # [T, E*I]
+        mid = self.act(kn, F.linear(kn, h, self.experts.gate_proj.reshape(-1, hidden))) * \
+            F.linear(kn, h, self.experts.up_proj.reshape(-1, hidden))  # [T, E*I]
         w = (ops.one_hot(ids, num, ops.ones((), ms.float32), ops.zeros((), ms.float32)) * weights[:, :, None]).sum(1)
         mid = mid.reshape(h.shape[0], num, inter) * w.astype(mid.dtype)[..., None]  # [T, E, I]
-        return _bmm_t(mid.transpose(1, 0, 2), K.widen(self.experts.down_proj, mid.dtype)).sum(0)  # [E, T, H] -> [T, H]
+        down = K.widen(kn, self.experts.down_proj, mid.dtype)
+        return _bmm_t(mid.transpose(1, 0, 2), down).sum(0)  # [E, T, H] -> [T, H]

@@ -22,7 +22,8 @@ class PatchEmbed(nn.Cell):
             self.bias = zeros_param((dim,))
 
     def construct(self, patches):
-        return K.linear_conv(patches.reshape(patches.shape[0], -1), self.weight, self.bias if self.has_bias else None)
+        return K.linear_conv(self.kernels, patches.reshape(patches.shape[0], -1), self.weight,
+                             self.bias if self.has_bias else None)
 
 
 class PatchEmbeddings(nn.Cell):
@@ -38,4 +39,5 @@ class PatchEmbeddings(nn.Cell):
         self.position_embedding = Embedding(num_positions, dim)
 
     def construct(self, patches, interp_idx, interp_w):
-        return self.patch_embedding(patches) + K.interp_rows(self.position_embedding.weight, interp_idx, interp_w)
+        return self.patch_embedding(patches) + K.interp_rows(self.kernels, self.position_embedding.weight, interp_idx,
+                                                             interp_w)

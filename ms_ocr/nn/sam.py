@@ -43,12 +43,12 @@ def sam_tables(grid, table_grid, window):
                      glob_index=relative_index(grid, grid))
 
 
-def sam_qkv_rel(x, qkv_w, qkv_b, rel_pos_h, rel_pos_w, resize, index, heads):
+def sam_qkv_rel(kn, x, qkv_w, qkv_b, rel_pos_h, rel_pos_w, resize, index, heads):
     """x [B, h, w, C] (a window or the whole map) -> q, k, v [B, H, N, D] and the decomposed relative position
     terms rel_h [B, H, N, kh], rel_w [B, H, N, kw] (from the unscaled q, as mvitv2 / SAM)."""
     b, h, w, c = x.shape
     d = c // heads
-    qkv = F.linear(x, qkv_w, qkv_b).reshape(b, h * w, 3, heads, d)
+    qkv = F.linear(kn, x, qkv_w, qkv_b).reshape(b, h * w, 3, heads, d)
     q, k, v = ops.split(qkv, 1, 2)
     q = q.reshape(b, h * w, heads, d).transpose(0, 2, 1, 3)
     k = k.reshape(b, h * w, heads, d).transpose(0, 2, 1, 3)
@@ -106,25 +106,25 @@ SAM_OUT = ("attn.proj.weight", "attn.proj.bias", "norm2.weight", "norm2.bias", "
            "mlp.lin2.weight", "mlp.lin2.bias")
 
 
-def sam_block_out(x, attn_rows, weights, eps):
+def sam_block_out(kn, x, attn_rows, weights, eps):
     """x + proj(attention) then + lin2(gelu(lin1(norm2(.)))): attn_rows [B, h, w, C] already un-windowed."""
     pw, pb, n2w, n2b, l1w, l1b, l2w, l2b = weights
-    x = x + F.linear(attn_rows, pw, pb)
-    return x + F.linear(gelu_erf(F.linear(F.layer_norm(x, n2w, n2b, eps), l1w, l1b)), l2w, l2b)
+    x = x + F.linear(kn, attn_rows, pw, pb)
+    return x + F.linear(kn, gelu_erf(kn, F.linear(kn, F.layer_norm(kn, x, n2w, n2b, eps), l1w, l1b)), l2w, l2b)
 
 
-def sam_block(x, resize, index, weights, heads, window, eps):
+def sam_block(kn, x, resize, index, weights, heads, window, eps):
     """A whole SAM block (windowed when `window`, else global); weights SAM_ATTN_IN + SAM_OUT."""
     n1w, n1b, qw, qb, rph, rpw = weights[:6]
     b, h, w, _ = x.shape
-    y = F.layer_norm(x, n1w, n1b, eps)
+    y = F.layer_norm(kn, x, n1w, n1b, eps)
     if window:
         y = window_partition(y, window)
-    q, k, v, rel_h, rel_w = sam_qkv_rel(y, qw, qb, rph, rpw, resize, index, heads)
+    q, k, v, rel_h, rel_w = sam_qkv_rel(kn, y, qw, qb, rph, rpw, resize, index, heads)
     out = merge_rows(sam_attend(q, k, v, rel_h, rel_w), y.shape[0], y.shape[1], y.shape[2])
     if window:
         out = window_unpartition(out, window, b, h, w)
-    return sam_block_out(x, out, weights[6:], eps)
+    return sam_block_out(kn, x, out, weights[6:], eps)
 
 
 class SamAttention(nn.Cell):
@@ -146,7 +146,7 @@ class SamMLP(nn.Cell):
         self.lin2 = Linear(hidden, dim)
 
     def construct(self, x):
-        return self.lin2(gelu_erf(self.lin1(x)))
+        return self.lin2(gelu_erf(self.kernels, self.lin1(x)))
 
 
 class SamBlock(nn.Cell, WeightOrder):
@@ -164,7 +164,7 @@ class SamBlock(nn.Cell, WeightOrder):
                    self.attn.rel_pos_h, self.attn.rel_pos_w, self.attn.proj.weight, self.attn.proj.bias,
                    self.norm2.weight, self.norm2.bias, self.mlp.lin1.weight, self.mlp.lin1.bias,
                    self.mlp.lin2.weight, self.mlp.lin2.bias)
-        return sam_block(x, resize, index, weights, self.heads, self.window, self.eps)
+        return sam_block(self.kernels, x, resize, index, weights, self.heads, self.window, self.eps)
 
 
 class LayerNorm2d(nn.Cell):
@@ -177,7 +177,7 @@ class LayerNorm2d(nn.Cell):
         self.eps = eps
 
     def construct(self, x):
-        return F.layer_norm(x, self.weight, self.bias, self.eps)
+        return F.layer_norm(self.kernels, x, self.weight, self.bias, self.eps)
 
 
 class Conv(nn.Cell):
@@ -189,7 +189,7 @@ class Conv(nn.Cell):
         self.stride, self.padding = stride, padding
 
     def construct(self, x):
-        y = K.conv2d(x.transpose(0, 3, 1, 2), self.weight, self.stride, self.padding)
+        y = K.conv2d(self.kernels, x.transpose(0, 3, 1, 2), self.weight, self.stride, self.padding)
         return y.transpose(0, 2, 3, 1)
 
 
@@ -206,7 +206,7 @@ class PatchConv(nn.Cell):
         b, c, hh, ww = pixels.shape
         p = self.patch
         x = pixels.reshape(b, c, hh // p, p, ww // p, p).transpose(0, 2, 4, 1, 3, 5).reshape(b, hh // p, ww // p, -1)
-        y = K.linear_conv(x.reshape(-1, x.shape[-1]), self.weight, self.bias)
+        y = K.linear_conv(self.kernels, x.reshape(-1, x.shape[-1]), self.weight, self.bias)
         return y.reshape(b, hh // p, ww // p, -1)
 
 
@@ -274,24 +274,25 @@ class _SamHeadStep(_SamEmbedStep):
 class SamWindowBlockStep(nn.Cell):
     """Any windowed SAM block, weights as inputs (SAM_ATTN_IN + SAM_OUT)."""
 
-    def __init__(self, heads, window, eps):
+    def __init__(self, kernels, heads, window, eps):
         super().__init__()
-        self.heads, self.window, self.eps = heads, window, eps
+        self.kernels, self.heads, self.window, self.eps = kernels, heads, window, eps
 
     def construct(self, x, resize, index, n1w, n1b, qw, qb, rph, rpw, pw, pb, n2w, n2b, l1w, l1b, l2w, l2b):
-        return sam_block(x, resize, index, (n1w, n1b, qw, qb, rph, rpw, pw, pb, n2w, n2b, l1w, l1b, l2w, l2b),
-                         self.heads, self.window, self.eps)
+        weights = (n1w, n1b, qw, qb, rph, rpw, pw, pb, n2w, n2b, l1w, l1b, l2w, l2b)
+        return sam_block(self.kernels, x, resize, index, weights, self.heads, self.window, self.eps)
 
 
 class SamGlobalInStep(nn.Cell):
     """norm1 + q/k/v + relative terms of a global block."""
 
-    def __init__(self, heads, eps):
+    def __init__(self, kernels, heads, eps):
         super().__init__()
-        self.heads, self.eps = heads, eps
+        self.kernels, self.heads, self.eps = kernels, heads, eps
 
     def construct(self, x, resize, index, n1w, n1b, qw, qb, rph, rpw):
-        return sam_qkv_rel(F.layer_norm(x, n1w, n1b, self.eps), qw, qb, rph, rpw, resize, index, self.heads)
+        return sam_qkv_rel(self.kernels, F.layer_norm(self.kernels, x, n1w, n1b, self.eps), qw, qb, rph, rpw, resize,
+                           index, self.heads)
 
 
 class SamAttendStep(nn.Cell):
@@ -300,13 +301,14 @@ class SamAttendStep(nn.Cell):
 
 
 class SamGlobalOutStep(nn.Cell):
-    def __init__(self, eps):
+    def __init__(self, kernels, eps):
         super().__init__()
-        self.eps = eps
+        self.kernels, self.eps = kernels, eps
 
     def construct(self, x, attn, pw, pb, n2w, n2b, l1w, l1b, l2w, l2b):
         b, h, w, _ = x.shape
-        return sam_block_out(x, merge_rows(attn, b, h, w), (pw, pb, n2w, n2b, l1w, l1b, l2w, l2b), self.eps)
+        return sam_block_out(self.kernels, x, merge_rows(attn, b, h, w), (pw, pb, n2w, n2b, l1w, l1b, l2w, l2b),
+                             self.eps)
 
 
 class SamLayerwise:
@@ -319,9 +321,10 @@ class SamLayerwise:
         self.sam, self.chunk = sam, chunk
         blk = sam.blocks[0]
         self.embed_step, self.head_step = _SamEmbedStep(sam), _SamHeadStep(sam)
-        self.window_step = SamWindowBlockStep(blk.heads, sam.window, blk.eps)
-        self.global_in, self.attend, self.global_out = SamGlobalInStep(blk.heads, blk.eps), SamAttendStep(), \
-            SamGlobalOutStep(blk.eps)
+        kn = sam.kernels  # the kernels bound to the encoder
+        self.window_step = SamWindowBlockStep(kn, blk.heads, sam.window, blk.eps)
+        self.global_in, self.attend, self.global_out = SamGlobalInStep(kn, blk.heads, blk.eps), SamAttendStep(), \
+            SamGlobalOutStep(kn, blk.eps)
 
     def __call__(self, call, pixels, pos_m, win_resize, win_index, glob_resize, glob_index):
         """call(step, *args) runs a step (e.g. a CompileTimer's call); returns the SamEncoder output."""

@@ -5,7 +5,6 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, ops
 
-from ms_ocr.ops import backend
 from ms_ocr.ops.linear import widen
 
 # Large negative additive bias: exp(bias - max) is exactly 0 in fp32 and it never overflows to -inf.
@@ -15,19 +14,19 @@ _bmm_t = ops.BatchMatMul(transpose_b=True)
 _bmm = ops.BatchMatMul()
 
 
-def attention_mask(visible):
+def attention_mask(kn, visible):
     """Turn a boolean `visible` [B|1, 1, S, T] (True = may attend) into the form `attention` takes.
 
     Fused path: FlashAttentionScore's uint8 mask where 1 means "discard". Fallback: an fp32 additive
     bias (0 or NEG_BIAS). Build it once per forward and pass it to every layer.
     """
-    if backend.FUSED:
+    if kn.fused:
         return ops.logical_not(visible).astype(ms.uint8)
     return ops.select(visible, ops.zeros_like(visible.astype(ms.float32)),
                       ops.full_like(visible.astype(ms.float32), NEG_BIAS))
 
 
-def attention(q, k, v, mask, scale, bf16_ok=False):
+def attention(kn, q, k, v, mask, scale, bf16_ok=False):
     """softmax(q k^T * scale + mask) v with grouped-query heads.
 
     q [B, Hq, S, D]; k, v [B, Hkv, T, D] with Hq a multiple of Hkv (head h reads kv head h // (Hq/Hkv));
@@ -35,63 +34,63 @@ def attention(q, k, v, mask, scale, bf16_ok=False):
     Returns [B, Hq, S, D]. `bf16_ok`: a VLM's vision encoder, which `--dtype bf16` may run in bf16 on the CPU's
     AMX tiles or AVX512_BF16 (_tiles_ok); other callers (the layout model) stay fp32 in every mode.
     """
-    if backend.FUSED:
+    if kn.fused:
         return _attention_fused(q, k, v, mask, scale)
-    if mask is None and _native_ok(q, k, v):
-        if bf16_ok and _tiles_ok(q):
-            return backend.BF16_ATTENTION[0](q, k, v, Tensor(np.array([scale], np.float32)))
-        return backend.NATIVE_ATTENTION(q, k, v, Tensor(np.array([scale], np.float32)))
+    if mask is None and _native_ok(kn, q, k, v):
+        if bf16_ok and _tiles_ok(kn, q):
+            return kn.bf16_attention[0](q, k, v, Tensor(np.array([scale], np.float32)))
+        return kn.attention(q, k, v, Tensor(np.array([scale], np.float32)))
     return _attention_composed(q, k, v, mask, scale)
 
 
-def attention_rows(q, k, v, scale, bf16_ok=False):
+def attention_rows(kn, q, k, v, scale, bf16_ok=False):
     """Unmasked `attention` as rows: [B, S, Hq * D], head h's values of row i at [b, i, h * D:(h + 1) * D] (what an
     out projection reads). The native kernel writes that layout itself (VisionAttentionRows); elsewhere the heads
     are transposed after the attention. `bf16_ok`: as in `attention`."""
     b, hq, s, d = q.shape
-    if not backend.FUSED and backend.NATIVE_ATTENTION_ROWS is not None and _native_ok(q, k, v):
-        if bf16_ok and _tiles_ok(q):
-            return backend.BF16_ATTENTION[1](q, k, v, Tensor(np.array([scale], np.float32)))
-        return backend.NATIVE_ATTENTION_ROWS(q, k, v, Tensor(np.array([scale], np.float32)))
-    return attention(q, k, v, None, scale, bf16_ok).transpose(0, 2, 1, 3).reshape(b, s, hq * d)
+    if not kn.fused and kn.attention_rows is not None and _native_ok(kn, q, k, v):
+        if bf16_ok and _tiles_ok(kn, q):
+            return kn.bf16_attention[1](q, k, v, Tensor(np.array([scale], np.float32)))
+        return kn.attention_rows(q, k, v, Tensor(np.array([scale], np.float32)))
+    return attention(kn, q, k, v, None, scale, bf16_ok).transpose(0, 2, 1, 3).reshape(b, s, hq * d)
 
 
-# The native kernel (VisionAttention in ms_ocr/ops/native/kernels.cc) serves unmasked fp32 attention with as many
+# The native kernel (VisionAttention in ms_ocr/ops/native/attention.cc) serves unmasked fp32 attention with as many
 # kv heads as query heads and head_dim a multiple of 8 up to 256: the vision encoders. It keeps each 32 query
 # rows' scores in L2 instead of writing and re-reading the [H, S, T] scores and probabilities three times
 # (BatchMatMul, Softmax, BatchMatMul): faster than the composed path, and than torch's SDPA, in its AVX-512 build;
-# at AVX2 and SSE2 it measured slower than the composed path, and backend.NATIVE_ROUTES leaves it out there.
+# at AVX2 and SSE2 it measured slower than the composed path, and kernels.ROUTES leaves it out there.
 def _kernel_takes(q, k, v):
     """What both native attention kernels read: 4-D fp32 q, k, v, head_dim a multiple of 8 up to 256."""
     ok = q.ndim == 4 and k.ndim == 4 and q.shape[-1] % 8 == 0 and q.shape[-1] <= 256
     return ok and q.dtype == ms.float32 and k.dtype == ms.float32 and v.dtype == ms.float32
 
 
-def _native_ok(q, k, v):
-    return backend.NATIVE_ATTENTION is not None and _kernel_takes(q, k, v) and q.shape[1] == k.shape[1]
+def _native_ok(kn, q, k, v):
+    return kn.attention is not None and _kernel_takes(q, k, v) and q.shape[1] == k.shape[1]
 
 
-def _tiles_ok(q):
-    """--dtype bf16 on a CPU with AMX or AVX512_BF16 (backend.BF16_ATTENTION): the attention in bf16 (q and k
+def _tiles_ok(kn, q):
+    """--dtype bf16 on a CPU with AMX or AVX512_BF16 (kn.bf16_attention): the attention in bf16 (q and k
     rounded to bf16, the probabilities rounded to bf16 before they weight the values), head dims up to
-    backend.BF16_ATTENTION_MAX_DIM (96 on the tiles alone)."""
-    return backend.BF16_ATTENTION is not None and q.shape[-1] <= backend.BF16_ATTENTION_MAX_DIM
+    kn.bf16_attention_max_dim (96 on the tiles alone)."""
+    return kn.bf16_attention is not None and q.shape[-1] <= kn.bf16_attention_max_dim
 
 
-def native_causal_ok(q, k, v):
+def native_causal_ok(kn, q, k, v):
     """Whether `causal_attention` serves q [B, Hq, S, D], k, v [B, Hkv, T, D] (CPU, native kernels routed, fp32,
     Hq a multiple of Hkv, T >= S, head_dim a multiple of 8 up to 256). Decided from shapes at compile time."""
-    ok = backend.NATIVE_CAUSAL_ATTENTION is not None and _kernel_takes(q, k, v)
+    ok = kn.causal_attention is not None and _kernel_takes(q, k, v)
     return ok and q.shape[1] % k.shape[1] == 0 and k.shape[2] >= q.shape[2]
 
 
-def causal_attention(q, k, v, scale):
+def causal_attention(kn, q, k, v, scale):
     """Causal softmax(q k^T * scale) v of the last S positions over T keys (query row i sees keys j <= T - S + i),
-    grouped-query heads, by the native kernel (CausalAttention in ms_ocr/ops/native/kernels.cc): no [S, T] scores
+    grouped-query heads, by the native kernel (CausalAttention in ms_ocr/ops/native/attention.cc): no [S, T] scores
     are written, so a prefill graph keeps no score-sized buffers (a compiled CPU graph holds one buffer per
     intermediate, and the composed blocks' scores and probabilities grow with the prompt's square). Only where
     `native_causal_ok`; elsewhere nn.functional.causal_block_attention composes it."""
-    return backend.NATIVE_CAUSAL_ATTENTION(q, k, v, Tensor(np.array([scale], np.float32)))
+    return kn.causal_attention(q, k, v, Tensor(np.array([scale], np.float32)))
 
 
 def _attention_fused(q, k, v, mask, scale):
@@ -116,7 +115,7 @@ def _attention_composed(q, k, v, mask, scale):
     return out.reshape(b, hq, s, d)
 
 
-def attention_with_new(q, k_cache, v_cache, k_new, v_new, mask, scale):
+def attention_with_new(kn, q, k_cache, v_cache, k_new, v_new, mask, scale):
     """`attention` of one new token per sequence over its cache plus its own key/value, without writing them
     into the cache: softmax over [q k_cache^T + mask, q k_new] then the matching sum of values.
 
@@ -135,7 +134,7 @@ def attention_with_new(q, k_cache, v_cache, k_new, v_new, mask, scale):
     if k_cache.dtype != q.dtype:
         k_new = k_new.astype(k_cache.dtype).astype(q.dtype)
         v_new = v_new.astype(v_cache.dtype).astype(q.dtype)
-        k_cache, v_cache = widen(k_cache, q.dtype), widen(v_cache, q.dtype)
+        k_cache, v_cache = widen(kn, k_cache, q.dtype), widen(kn, v_cache, q.dtype)
     qg = (q.reshape(b, hkv, rep, d) * scale).astype(ms.float32)
     scores = _bmm_t(qg, k_cache.astype(ms.float32)) + mask.astype(ms.float32).reshape(mask.shape[0], 1, 1, t)
     own = _bmm_t(qg, k_new.astype(ms.float32))  # [B, Hkv, rep, 1]

@@ -7,7 +7,7 @@ The composed form computes the same sums (zero padding, stride, groups) in a dif
 import numpy as np
 from mindspore import Tensor, ops
 
-from ms_ocr.ops import backend
+from ms_ocr.ops.kernels import ChosenAtBind
 from ms_ocr.ops.activation import get_activation
 
 
@@ -15,9 +15,9 @@ def _pair(v):
     return (v, v) if isinstance(v, int) else tuple(v)
 
 
-def conv2d(x, weight, stride=1, padding=0, groups=1, dilation=1):
+def conv2d(kn, x, weight, stride=1, padding=0, groups=1, dilation=1):
     """NCHW x, weight [O, C / groups, kh, kw], symmetric zero `padding` (int or (ph, pw)), `dilation`, no bias."""
-    if backend.FUSED or backend.PORTABLE:
+    if kn.fused or kn.portable:
         return ops.conv2d(x, weight, stride=stride, pad_mode="pad", padding=padding, dilation=dilation, groups=groups)
     b, c, h, w = x.shape
     o, cg, kh, kw = weight.shape
@@ -38,22 +38,22 @@ def conv2d(x, weight, stride=1, padding=0, groups=1, dilation=1):
     return y.reshape(b, o, oh, ow)
 
 
-# Conv2dAffine's codes (kernels.cc): the activation, and where a residual is added
+# Conv2dAffine's codes (native/conv.cc): the activation, and where a residual is added
 ACTIVATIONS = (None, "relu", "silu")
 RESIDUALS = (None, "after", "before")
 
 
-def conv_affine_native(stride=1, padding=0, dilation=1, groups=1, act=None, residual=None):
+def conv_affine_native(kn, stride=1, padding=0, dilation=1, groups=1, act=None, residual=None):
     """(op, geometry) of the native Conv2dAffine for a convolution's settings where it is routed
-    (backend.NATIVE_CONV), else (None, None): decided once, when the Cell is built."""
-    if backend.NATIVE_CONV is None or backend.FUSED or backend.PORTABLE or act not in ACTIVATIONS:
+    (kn.conv), else (None, None): decided once, when kernels are bound to the Cell (ConvAffine)."""
+    if kn.conv is None or kn.fused or kn.portable or act not in ACTIVATIONS:
         return None, None
     geometry = Tensor(np.array([stride, padding, dilation, groups, ACTIVATIONS.index(act), RESIDUALS.index(residual)],
                                np.int32))
-    return backend.NATIVE_CONV(stride, padding, dilation), geometry
+    return kn.conv(stride, padding, dilation), geometry
 
 
-def conv2d_affine(native, geometry, x, weight, scale, shift, stride=1, padding=0, groups=1, dilation=1, act=None,
+def conv2d_affine(kn, native, geometry, x, weight, scale, shift, stride=1, padding=0, groups=1, dilation=1, act=None,
                   res=None, residual=None):
     """act(conv(x, weight) * scale + shift [+ res]) [+ res]: a convolution (no bias) with a per-channel affine (a
     frozen batch norm's, or scale 1 and a bias), an activation (a get_activation name; natively None, "relu" or
@@ -63,17 +63,29 @@ def conv2d_affine(native, geometry, x, weight, scale, shift, stride=1, padding=0
     if native is not None:
         return native(x, weight, scale, shift, geometry) if res is None else native(x, weight, scale, shift, geometry,
                                                                                      res)
-    y = conv2d(x, weight, stride, padding, groups, dilation) * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1)
+    y = conv2d(kn, x, weight, stride, padding, groups, dilation)
+    y = y * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1)
     if residual == "before":
         y = y + res
     if act is not None:
-        y = get_activation(act)(y)
+        y = get_activation(act)(kn, y)
     return y + res if residual == "after" else y
 
 
-def deformable_native():
-    """The native DeformableSample (multi-scale deformable attention's sampling) where routed, else None: decided
-    once, when the Cell is built."""
-    if backend.NATIVE_DEFORMABLE is None or backend.FUSED or backend.PORTABLE:
+def deformable_native(kn):
+    """The native DeformableSample (multi-scale deformable attention's sampling) where routed, else None."""
+    if kn.fused or kn.portable:
         return None
-    return backend.NATIVE_DEFORMABLE
+    return kn.deformable
+
+
+class ConvAffine(ChosenAtBind):
+    """A Cell computing conv2d_affine with fixed settings (`conv_settings`: stride, padding, dilation, groups, act,
+    residual): its native op and geometry (`native`, `geometry`: conv_affine_native's) are picked when kernels are
+    bound to it (ops.kernels.bind); None until then, the composed ops."""
+
+    native = geometry = None
+    conv_settings = ()
+
+    def choose(self, kernels):
+        self.native, self.geometry = conv_affine_native(kernels, *self.conv_settings)

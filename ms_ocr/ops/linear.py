@@ -4,7 +4,6 @@ matrix-vector kernel (ms_ocr/ops/native) for a few rows against a very large wei
 import mindspore as ms
 from mindspore import ops
 
-from ms_ocr.ops import backend
 from ms_ocr.ops.activation import gelu_erf, gelu_tanh
 
 _mm = ops.MatMul(transpose_b=True)
@@ -30,29 +29,29 @@ def _bf16_rows(x, w):
     return w.dtype == ms.bfloat16 and x.dtype == ms.float32 and x.shape[0] > NATIVE_MAX_ROWS
 
 
-def matmul_t(x, w):
+def matmul_t(kn, x, w):
     """x [M, K] times w [N, K] transposed: [M, N]. An fp32 x against a bf16 w (a bf16 checkpoint kept in bf16 on
     the CPU) is computed in fp32 on the weight widened exactly: by the native kernel where it serves (widening in
     registers, bit-identical to the widened weight's product), else by MatMul over a widened copy. With products
-    in bf16 on (--dtype bf16, backend.BF16_PRODUCTS), more than NATIVE_MAX_ROWS rows against a bf16 w are
+    in bf16 on (--dtype bf16, kn.gemm_bf16), more than NATIVE_MAX_ROWS rows against a bf16 w are
     rounded to bf16 and multiplied with fp32 accumulation (GemmBf16); a decode step's few rows stay as above (its
-    products are bound by reading the weight, not by arithmetic), but on a CPU with AMX (backend.BF16_DECODE),
+    products are bound by reading the weight, not by arithmetic), but on a CPU with AMX (kn.amx_decode),
     where the native kernel multiplies them rounded to bf16 on the tiles (several rows cost what one does)."""
-    if backend.BF16_PRODUCTS is not None and _bf16_rows(x, w):
-        return backend.BF16_PRODUCTS(x, w)
+    if kn.gemm_bf16 is not None and _bf16_rows(x, w):
+        return kn.gemm_bf16(x, w)
     least = NATIVE_MIN_WEIGHT_BF16 if w.dtype == ms.bfloat16 else NATIVE_MIN_WEIGHT
-    if (backend.NATIVE_MATMUL_T is not None and x.shape[0] <= NATIVE_MAX_ROWS
+    if (kn.matmul_t is not None and x.shape[0] <= NATIVE_MAX_ROWS
             and w.shape[0] * w.shape[1] >= least and x.dtype == ms.float32
             and w.dtype in (ms.float32, ms.bfloat16)):
-        if backend.BF16_DECODE is not None and w.dtype == ms.bfloat16:
-            return backend.BF16_DECODE[0](x, w)  # on the AMX tiles, x rounded to bf16
-        return backend.NATIVE_MATMUL_T(x, w)
+        if kn.amx_decode is not None and w.dtype == ms.bfloat16:
+            return kn.amx_decode[0](x, w)  # on the AMX tiles, x rounded to bf16
+        return kn.matmul_t(x, w)
     if x.dtype == ms.float32 and w.dtype == ms.bfloat16:
-        w = widen(w, ms.float32)
+        w = widen(kn, w, ms.float32)
     return _mm(x, w)
 
 
-def linear_bias(x, w, b, act=None, residual=None, act_role=None):
+def linear_bias(kn, x, w, b, act=None, residual=None, act_role=None):
     """residual + act(x w^T + b) for x [M, K], w [N, K], b [N] (act, residual optional; residual [M, N]). With
     products in bf16 on and a product GemmBf16 serves (see matmul_t), one GemmBf16 variant adds the bias, applies
     the activation and adds the residual on each thread's slice of the output as it is computed (no separate
@@ -60,27 +59,27 @@ def linear_bias(x, w, b, act=None, residual=None, act_role=None):
     through matmul_t and MindSpore's element-wise ops. act_role: `epilogue_role(act)`, decided outside the graph
     (graph mode cannot compare functions); an act without one is applied after the product."""
     role = ("residual" if act is None else None) if residual is not None else ("bias" if act is None else act_role)
-    if role is not None and backend.BF16_EPILOGUES is not None and b.dtype == ms.float32 and _bf16_rows(x, w):
+    if role is not None and kn.gemm_bf16 is not None and b.dtype == ms.float32 and _bf16_rows(x, w):
         if residual is None:
-            return backend.BF16_EPILOGUES[role](x, w, b)
+            return _epilogue(kn, role)(x, w, b)
         if residual.dtype == ms.float32:
-            return backend.BF16_EPILOGUES[role](x, w, b, residual)
-    y = matmul_t(x, w) + b
+            return _epilogue(kn, role)(x, w, b, residual)
+    y = matmul_t(kn, x, w) + b
     if act is not None:
-        y = act(y)
+        y = act(kn, y)
     return y if residual is None else residual + y
 
 
-def linear_conv(x, w, b=None):
+def linear_conv(kn, x, w, b=None):
     """x [M, C * kh * kw] times a stride == kernel convolution's weight w [N, C, kh, kw] flattened, transposed (+ b):
     [M, N]. With products in bf16 on (see matmul_t), more than NATIVE_MAX_ROWS rows against a bf16 w go to GemmBf16
     (through matmul_t / linear_bias) with w as it is: the kernel reads it as [N, C * kh * kw], and MindSpore's CPU
     Reshape has no bf16 kernel to flatten it. Otherwise w is widened where x is fp32 and flattened first."""
-    if not (backend.BF16_PRODUCTS is not None and _bf16_rows(x, w)):
+    if not (kn.gemm_bf16 is not None and _bf16_rows(x, w)):
         if x.dtype == ms.float32:
-            w = widen(w, ms.float32)
+            w = widen(kn, w, ms.float32)
         w = w.reshape(w.shape[0], -1)
-    return matmul_t(x, w) if b is None else linear_bias(x, w, b)
+    return matmul_t(kn, x, w) if b is None else linear_bias(kn, x, w, b)
 
 
 def epilogue_role(act):
@@ -89,20 +88,31 @@ def epilogue_role(act):
     return {gelu_erf: "gelu_erf", gelu_tanh: "gelu_tanh"}.get(act)
 
 
-def matmul_t_q8(x, q, scale):
+def _epilogue(kn, role):
+    """The GemmBf16 variant of an epilogue role (linear_bias)."""
+    if role == "bias":
+        return kn.gemm_bf16_bias
+    if role == "gelu_erf":
+        return kn.gemm_bf16_gelu_erf
+    if role == "gelu_tanh":
+        return kn.gemm_bf16_gelu_tanh
+    return kn.gemm_bf16_residual
+
+
+def matmul_t_q8(kn, x, q, scale):
     """x [M, K] times an int8 weight q [N, K] with scales per row [N] or per group of columns [N, K / G]
     (--quantize int8[-gG]), transposed: [M, N] = x (q * scale)^T. A decode step's few rows: the native MatMulTQ8
     reading q as it is; more rows: against the weight dequantised to fp32."""
-    if backend.NATIVE_Q8 is not None and x.shape[0] <= NATIVE_MAX_ROWS and x.dtype == ms.float32:
-        return backend.NATIVE_Q8[0](x, q, scale)
-    return matmul_t(x, dequant_q8(q, scale))
+    if kn.q8 is not None and x.shape[0] <= NATIVE_MAX_ROWS and x.dtype == ms.float32:
+        return kn.q8[0](x, q, scale)
+    return matmul_t(kn, x, dequant_q8(kn, q, scale))
 
 
-def dequant_q8(q, scale):
+def dequant_q8(kn, q, scale):
     """An int8 weight [N, K] with scales per row [N] or per group of columns [N, K / G] as fp32: q * scale (the
-    native DequantQ8 on the CPU); with products in bf16 on (backend.BF16_PRODUCTS), rounded to bf16 for them."""
-    if backend.NATIVE_Q8 is not None:
-        return backend.NATIVE_Q8[2 if backend.BF16_PRODUCTS is not None else 1](q, scale)
+    native DequantQ8 on the CPU); with products in bf16 on (kn.gemm_bf16), rounded to bf16 for them."""
+    if kn.q8 is not None:
+        return kn.q8[2 if kn.gemm_bf16 is not None else 1](q, scale)
     return _scaled(q.astype(ms.float32), scale)
 
 
@@ -115,17 +125,17 @@ def _scaled(w, scale):
     return (runs * scale[..., None]).reshape(w.shape)
 
 
-def keeps_bf16(w):
+def keeps_bf16(kn, w):
     """Whether a graph that computes in fp32 passes bf16-resident weight `w` to its products as it is (products in
     bf16 on: a matrix, read by matmul_t) instead of widening it."""
-    return backend.BF16_PRODUCTS is not None and w.dtype == ms.bfloat16 and len(w.shape) == 2
+    return kn.gemm_bf16 is not None and w.dtype == ms.bfloat16 and len(w.shape) == 2
 
 
-def embedding_rows(table, ids):
+def embedding_rows(kn, table, ids):
     """table [V, H] rows at ids ([...] int) -> [..., H]. A bf16 table kept in bf16 on the CPU (fp32 compute) goes
     through the native GatherRows, widened to fp32 exactly; any other table through Gather."""
-    if table.dtype == ms.bfloat16 and backend.NATIVE_GATHER_ROWS is not None:
-        return backend.NATIVE_GATHER_ROWS(table, ids)
+    if table.dtype == ms.bfloat16 and kn.gather_rows is not None:
+        return kn.gather_rows(table, ids)
     return ops.gather(table, ids, 0)
 
 
@@ -136,28 +146,28 @@ def embedding_rows_q8(q, scale, ids):
     return _scaled(ops.gather(q, ids, 0).astype(ms.float32), ops.gather(scale, ids, 0))
 
 
-def interp_rows(table, idx, w):
+def interp_rows(kn, table, idx, w):
     """sum_k w[:, k] * table[idx[:, k]]: table [P, C] rows resampled by K weighted taps per output row (idx, w
     [N, K]) -> [N, C] (a position table bilinearly resampled to a patch grid). On the CPU (fp32 taps) the native
     InterpRows writes only the output; elsewhere a gather, multiply and sum over [N, K, C]."""
-    native = backend.NATIVE_INTERP_ROWS is not None and table.dtype in (ms.float32, ms.bfloat16)
+    native = kn.interp_rows is not None and table.dtype in (ms.float32, ms.bfloat16)
     if native and idx.dtype == ms.int32 and w.dtype == ms.float32:
-        return backend.NATIVE_INTERP_ROWS(table, idx, w)
+        return kn.interp_rows(table, idx, w)
     return (ops.gather(table, idx, 0) * w[..., None]).sum(1)
 
 
-def expert_rows(stack, ids, dtype):
+def expert_rows(kn, stack, ids, dtype):
     """stack [E, ...] at ids [n] -> [n, ...] in `dtype`: a bf16 stack kept in bf16 on the CPU (fp32 compute) through
     the native GatherRows, widened exactly as it is read (MindSpore's CPU Gather has no bfloat16 kernel); any other
     through Gather."""
-    if stack.dtype == ms.bfloat16 and dtype == ms.float32 and backend.NATIVE_GATHER_ROWS is not None:
-        return backend.NATIVE_GATHER_ROWS(stack, ids)
-    return widen(ops.gather(stack, ids, 0), dtype)
+    if stack.dtype == ms.bfloat16 and dtype == ms.float32 and kn.gather_rows is not None:
+        return kn.gather_rows(stack, ids)
+    return widen(kn, ops.gather(stack, ids, 0), dtype)
 
 
-def widen(w, dtype):
+def widen(kn, w, dtype):
     """w in `dtype`: a bf16 weight widened to fp32 by the native WidenBf16 where the library is loaded (exact, as
     Cast; MindSpore's CPU Cast from bf16 is a scalar kernel), anything else by astype (a no-op when w is `dtype`)."""
-    if w.dtype == ms.bfloat16 and dtype == ms.float32 and backend.NATIVE_WIDEN is not None:
-        return backend.NATIVE_WIDEN(w)
+    if w.dtype == ms.bfloat16 and dtype == ms.float32 and kn.widen is not None:
+        return kn.widen(w)
     return w if w.dtype == dtype else w.astype(dtype)

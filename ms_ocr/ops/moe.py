@@ -15,15 +15,13 @@ selected experts' rows of the stacks as they are stored (fp32, bf16, int8 with s
 import mindspore as ms
 from mindspore import ops
 
-from ms_ocr.ops import backend
-
 _bmm_t = ops.BatchMatMul(transpose_b=True)
 
 
-def token_permute(tokens, ids):
+def token_permute(kn, tokens, ids):
     """tokens [T, H], ids [T, k] int32 -> (permuted [T*k, H] ordered by expert, pairs of one expert in token
     order; rows [T*k] int32: the permuted row of pair t*k + j)."""
-    if backend.FUSED:
+    if kn.fused:
         permuted, rows = ops.moe_token_permute(tokens, ids)
         return permuted, rows
     k = ids.shape[-1]
@@ -42,10 +40,10 @@ def expert_ends(ids, num_experts):
     return ops.cumsum(counts, 0).astype(ms.int64)
 
 
-def grouped_matmul(x, weight, ends):
+def grouped_matmul(kn, x, weight, ends):
     """x [M, K] rows grouped by expert, weight [E, N, K] (out, in), ends [E] int64 cumulative row counts ->
     [M, N]: row r times weight[e]^T for the expert e whose group holds r."""
-    if backend.FUSED:
+    if kn.fused:
         from mindspore.ops.auto_generate import grouped_matmul as gmm
         return gmm([x], [weight], group_list=ends, split_item=3, group_type=0, transpose_b=True)[0]
     rows = ops.arange(x.shape[0], dtype=ms.int64)
@@ -54,26 +52,26 @@ def grouped_matmul(x, weight, ends):
     return _bmm_t(x[:, None, :], w)[:, 0, :]
 
 
-def token_unpermute(permuted, rows, probs):
+def token_unpermute(kn, permuted, rows, probs):
     """permuted [T*k, N], rows [T*k] (from token_permute), probs [T, k] -> [T, N] weighted sums per token."""
-    if backend.FUSED:
+    if kn.fused:
         return ops.moe_token_unpermute(permuted, rows, probs)
     t, k = probs.shape
     y = ops.gather(permuted, rows, 0).reshape(t, k, -1)
     return (y * probs.astype(y.dtype)[..., None]).sum(1)
 
 
-def experts_native(h, stacks):
+def experts_native(kn, h, stacks):
     """Whether experts_decode serves these tokens (decided at graph-compile time): the native kernel is routed,
     h [T, H] is fp32 and the stacks (gate, up, down) are fp32, bf16 or int8."""
-    ok = backend.NATIVE_MOE_EXPERTS is not None and h.dtype == ms.float32
+    ok = kn.moe_experts is not None and h.dtype == ms.float32
     for w in stacks:  # a loop, not all(<generator>): graph mode runs a generator in Python at every call
         ok = ok and w.dtype in (ms.float32, ms.bfloat16, ms.int8)
     return ok
 
 
-def experts_decode(h, weights, ids, stacks, scales=()):
+def experts_decode(kn, h, weights, ids, stacks, scales=()):
     """h [T, H] fp32 through the experts ids [T, k] selected, weighted by weights [T, k]: [T, H] fp32 =
     sum_j weights[t, j] * down[e] (silu(gate[e] h) * up[e] h), e = ids[t, j]. stacks: (gate [E, I, H], up
     [E, I, H], down [E, H, I]); int8 stacks with their scales (per row [E, N] or per group [E, N, K / G])."""
-    return backend.NATIVE_MOE_EXPERTS(h, ids, weights.astype(ms.float32), *stacks, *scales)
+    return kn.moe_experts(h, ids, weights.astype(ms.float32), *stacks, *scales)

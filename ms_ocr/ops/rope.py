@@ -5,7 +5,6 @@ import mindspore as ms
 from mindspore import Tensor, ops
 from mindspore.ops import functional as F
 
-from ms_ocr.ops import backend
 
 # Up to this many positions per sequence (decode steps) the composed rope swaps halves with one Gather and
 # multiplies by a sign-folded sin table: 4 ops per tensor instead of 9. Decode is dominated by per-op dispatch
@@ -20,7 +19,7 @@ def rotate_half(x):
     return ops.concat((-x[..., half:], x[..., :half]), -1)
 
 
-def apply_rope(x, cos, sin, paired=True):
+def apply_rope(kn, x, cos, sin, paired=True):
     """x * cos + rotate_half(x) * sin, rotate_half(x) = concat(-x[..., D/2:], x[..., :D/2]).
 
     x [B, H, S, D]; cos, sin [B|1, 1, S, D]. `paired` promises the tables repeat their first half
@@ -28,7 +27,7 @@ def apply_rope(x, cos, sin, paired=True):
     (HunyuanOCR) take the two halves of a rotation pair from different position axes: pass paired=False.
     The fused op computes the general formula either way.
     """
-    if backend.FUSED:
+    if kn.fused:
         return ops.rotary_position_embedding(x, cos.astype(x.dtype), sin.astype(x.dtype), mode=0)
     seq = x.shape[-2]
     if F.isconstant(seq) and seq <= SHORT_SEQ:  # decided at compile time: a dynamic length takes the long form
@@ -57,17 +56,17 @@ def signed_sin(sin):
     return ops.concat((-sin[..., :half], sin[..., half:]), -1)
 
 
-def vit_heads(yq, yk, yv, qb, kb, vb, cos, sin, heads):
+def vit_heads(kn, yq, yk, yv, qb, kb, vb, cos, sin, heads):
     """A ViT layer's q, k, v projections (yq, yk, yv [N, H * D], without their biases qb, kb, vb [H * D]) ->
     q, k, v [1, H, N, D] heads-first, the biases added and q, k rotated by the tables cos, sin [..., N, D]
     (`apply_rope`'s formula, paired tables). On the CPU the native ViTHeads does it in one pass (the same values
     bit for bit: each sum and product rounded as the composed ops round it)."""
     n, c = yq.shape
     d = c // heads
-    if backend.NATIVE_VIT_HEADS is not None and cos.shape[-1] == d and _all_fp32(yq, yk, yv, qb, kb, vb, cos, sin):
-        return backend.NATIVE_VIT_HEADS(yq, yk, yv, qb, kb, vb, cos, sin)
+    if kn.vit_heads is not None and cos.shape[-1] == d and _all_fp32(yq, yk, yv, qb, kb, vb, cos, sin):
+        return kn.vit_heads(yq, yk, yv, qb, kb, vb, cos, sin)
     q, k, v = ((y + b).reshape(n, heads, d).transpose(1, 0, 2)[None] for y, b in ((yq, qb), (yk, kb), (yv, vb)))
-    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+    return apply_rope(kn, q, cos, sin), apply_rope(kn, k, cos, sin), v
 
 
 def _all_fp32(*tensors):

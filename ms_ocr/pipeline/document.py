@@ -79,7 +79,7 @@ class DocumentPipeline:
         layout_dir, chosen = locate_layout(layout_path, version)
         model_dir = locate(recognizer, model_path)
         target = setup(device, threads)
-        spec = models.get(recognizer)
+        spec = models.get(recognizer).for_checkpoint(model_dir)  # the version's region prompts and decoding
         layout = LayoutDetector(layout_dir, mode=layout_mode_for(layout_mode, target, pages))
         vlm = spec.load(model_dir, target, dtype, quantize=quantize, kv_cache_dtype=kv_cache_dtype)
         if sampling is None:

@@ -22,7 +22,11 @@ def check_patch_settings(settings, vision_cfg):
 
 
 class VLMProcessor:
+    """A processor with the checkpoint's chat template (`messages`: the turns a prompt renders as) and pixel bounds
+    (`settings`: processing.settings.ImageSettings), for the ViT-stack models (interfaces.Processor)."""
+
     enlarge_thin = False  # smart_resize variant (see processing.settings.smart_resize)
+    mode = None  # no resolution modes
 
     def __init__(self, tokenizer, chat_template, settings, image_token_id):
         self.tokenizer = tokenizer

@@ -2,26 +2,26 @@
 decode), composed of the vision encoder (vision.py), the KV caches (kvcache.py) and, for MoE decoders, the host
 routing (moe.py); compiled-graph bookkeeping is the CompileTimer's (ms_ocr/compiler.py).
 
-Model-agnostic: a model package supplies the Cell (see ms_ocr/steps.py for the methods it needs) and turns
-processor output into per-image vision inputs; this class owns everything shape- and cache-related.
+Model-agnostic: a model package supplies the Cell (ms_ocr/interfaces.py VLMModel) and turns processor output into
+per-image vision inputs; this class owns everything shape- and cache-related, and computes as its plan says
+(ms_ocr/plan.py). It is the live implementation of interfaces.Runtime (the MindIR one: export/mindir.py).
 """
 
 import numpy as np
-import mindspore as ms
 from mindspore import Tensor, ops
 
 from ms_ocr.compiler import IDLE_PREFILL_RESIDENT, CompileTimer
-from ms_ocr.ops import backend
+from ms_ocr.interfaces import Runtime
+from ms_ocr.nn.blocks import MATRIX_PATHS, graph_input
 from ms_ocr.processing.grid import bucket
+from ms_ocr.runtime.decode import DecodeStep
 from ms_ocr.runtime.inputs import Buckets, RequestTooLong
-from ms_ocr.runtime.kvcache import KVCache
+from ms_ocr.runtime.kvcache import GraphKVCache, HostKVCache
 from ms_ocr.runtime.moe import HostMoE
 from ms_ocr.runtime.tensors import host_tensor
 from ms_ocr.runtime.vision import VisionEncoder
-from ms_ocr.nn.blocks import MATRIX_PATHS, graph_input
-from ms_ocr.steps import (AllLogitsStep, CacheWriteStep, DecoderAttentionPrefillStep, DecoderPrefillLayerStep,
-                          DecoderQKNormPrefillLayerStep, DecodeStep, DequantStep, LastLogitsStep, PrefillPrepStep,
-                          ReadOnlyDecodeStep, ReadOnlyRowsDecodeStep)
+from ms_ocr.steps import (AllLogitsStep, DecoderAttentionPrefillStep, DecoderPrefillLayerStep,
+                          DecoderQKNormPrefillLayerStep, DequantStep, LastLogitsStep, PrefillPrepStep)
 
 # Prompt rows per prefill attention call; block i attends keys [0, (i+1)*chunk) only, skipping the masked
 # upper triangle of the causal scores.
@@ -33,35 +33,36 @@ def chunk_sizes(n):
     return [1 << b for b in range(n.bit_length() - 1, -1, -1) if n >> b & 1]
 
 
-class VLMRuntime:
-    def __init__(self, model, max_positions, pad_id=0, compute_dtype=ms.float32, buckets=None, kv_dtype=None):
-        self.model = model
+class VLMRuntime(Runtime):
+    def __init__(self, model, plan, max_positions, pad_id=0, buckets=None):
+        self.model, self.plan = model, plan
         self.max_positions = max_positions
         self.pad_id = pad_id
-        self.compute_dtype = compute_dtype
+        self.compute_dtype = plan.compute_dtype
         self.buckets = buckets or Buckets()
         # Vision and prefill graphs are compiled per image size and prompt bucket; those the last two requests
         # did not use are freed, but for small ones and prefill graphs within IDLE_PREFILL_RESIDENT of memory
         # (see CompileTimer.next_request). The decode graphs stay (one per cache size).
         self.compiler = CompileTimer(evictable=("vision", "prefill"),
                                      resident_budgets={"prefill": IDLE_PREFILL_RESIDENT})
-        self.vision = VisionEncoder(model, self.compiler, compute_dtype)
-        self.cache = KVCache(model, compute_dtype, kv_dtype)
+        self.vision = VisionEncoder(model, plan, self.compiler)
+        # the KV caches in both layouts (the decode step's kind follows): `host_writes` is the one a reset takes
+        # unless told (host-written off Ascend; the exported text graph asks for the in-graph one)
+        self.host_writes = plan.host_cache
+        self.caches = {False: HostKVCache(model, plan.kv_dtype), True: GraphKVCache(model, plan.kv_dtype)}
+        self.cache = self.caches[not self.host_writes]
+        self.decode_steps = {in_graph: DecodeStep(model, in_graph) for in_graph in (False, True)}
         self.tspec = model.text_layers()[0].spec
-        self.moe = HostMoE(model, self.compiler, self.cache, self.tspec)
+        self.moe = HostMoE(model, plan, self.compiler, self.cache, self.tspec)
         self.prefill_prep_step = PrefillPrepStep(model)
         self.set_prefill_attention_block(PREFILL_ATTENTION_CHUNK)
         self.last_logits_step = LastLogitsStep(model)
         self.all_logits_step = AllLogitsStep(model)
-        self.decode_step = DecodeStep(model)
-        self.cache_write_step = CacheWriteStep(model)
-        self.read_only_decode_step = ReadOnlyDecodeStep(model)
-        self.read_only_rows_decode_step = ReadOnlyRowsDecodeStep(model)
 
     @property
     def host_cache(self):
         """Caches the host writes (off Ascend): the engine can decode fewer rows than the cache holds."""
-        return self.cache.host_default
+        return self.host_writes
 
     def tensor(self, array):
         return host_tensor(array, self.compute_dtype)
@@ -100,8 +101,11 @@ class VLMRuntime:
         return self.cache.bytes_for(batch, slots)
 
     def reset_cache(self, batch, slots, host_writes=None):
-        """Size the caches for `batch` sequences of `slots` positions (KVCache.reset)."""
-        self.cache.reset(batch, slots, host_writes)
+        """Size the caches for `batch` sequences of `slots` positions (KVCache.reset), written by the host
+        (`host_writes`, default off Ascend) or in the graphs."""
+        self.cache = self.caches[not (self.host_writes if host_writes is None else host_writes)]
+        self.moe.cache = self.cache
+        self.cache.reset(batch, slots)
 
     def move_cache_row(self, src, dst):
         """Copy sequence row `src` of the host-written caches to row `dst` (the batch engine keeps its running
@@ -147,9 +151,10 @@ class VLMRuntime:
         if not layer.quantized:
             return weights
         if self.dequant_step is None:
-            self.dequant_step = DequantStep()
+            self.dequant_step = DequantStep(self.plan.kernels)
         linears = {f"{path}.weight": linear for path, linear in zip(MATRIX_PATHS, layer.matrices())}
-        pairs = [graph_input(p) for linear in linears.values() for p in (linear.weight, linear.weight_scale)]
+        pairs = [graph_input(p, self.plan.kernels.fused) for linear in linears.values()
+                 for p in (linear.weight, linear.weight_scale)]
         wide = dict(zip(linears, self.compiler.call("prefill", self.dequant_step, *pairs)))
         return tuple(wide.get(name, w) for name, w in zip(layer.weight_names, weights))
 
@@ -158,39 +163,29 @@ class VLMRuntime:
         to the cache rows of sequence slots `cache_rows` (one per prompt) of a cache of `slots` positions."""
         ids, image_feats, image_index, pos = self._prefill_args(preps, feats, padded_len)
         x, cos, sin = self.compiler.call("prefill", self.prefill_prep_step, ids, image_feats, image_index, pos)
-        ks, vs = [], []
         for index, layer in enumerate(self.model.text_layers()):
             if layer.moe:
                 x, h, k, v = self.compiler.call("prefill", self.attention_prefill_step, x, cos, sin,
                                                 *layer.weights(layer.weight_names))
                 # Ascend: the MoE Cell's fused dispatch in a graph; elsewhere the host groups the experts' rows
-                if backend.FUSED:
+                if self.plan.kernels.fused:
                     x = x + self.compiler.call("prefill", layer.mlp, h)
                 else:
                     x = x + self.moe.prefill(layer.mlp, h)
             else:
                 x, k, v = self.compiler.call("prefill", self.prefill_layer_step, x, cos, sin,
                                              *self.prefill_weights(layer))
-            if self.cache.host_written:  # host-written caches: store now, keep nothing
-                self.cache.store(index, k.asnumpy(), v.asnumpy(), cache_rows, [0] * len(cache_rows))
-            else:
-                ks.append(k)
-                vs.append(v)
-        if not self.cache.host_written:
-            kv_heads = self.model.num_kv_heads
-            heads = np.asarray(cache_rows, np.int32)[:, None] * kv_heads + np.arange(kv_heads, dtype=np.int32)[None]
-            write_idx = Tensor((heads[:, :, None] * slots + np.arange(padded_len, dtype=np.int32)).reshape(-1))
-            rows = Tensor(np.arange(self.model.text_layers()[0].self_attn.k_cache.shape[0], dtype=np.int32))
-            self.compiler.call("prefill", self.cache_write_step, write_idx, ops.stack(ks), ops.stack(vs), rows)
+            self.cache.store_prompt_layer(index, k, v, cache_rows)
+        self.cache.finish_prompt(cache_rows, padded_len, self.compiler)
         return x
 
     def set_prefill_attention_block(self, rows):
-        t = self.tspec
+        t, kn = self.tspec, self.plan.kernels
         step = DecoderQKNormPrefillLayerStep if t["qk_norm"] else DecoderPrefillLayerStep
-        self.prefill_layer_step = step(t["heads"], t["kv_heads"], t["dim"], t["eps"], t["act"], rows, t["paired"])
+        self.prefill_layer_step = step(kn, t["heads"], t["kv_heads"], t["dim"], t["eps"], t["act"], rows, t["paired"])
         self.dequant_step = None  # built on first use (--quantize int8)
-        self.attention_prefill_step = DecoderAttentionPrefillStep(t["heads"], t["kv_heads"], t["dim"], t["eps"], rows,
-                                                                  t["paired"])
+        self.attention_prefill_step = DecoderAttentionPrefillStep(kn, t["heads"], t["kv_heads"], t["dim"], t["eps"],
+                                                                  rows, t["paired"])
 
     def prefill(self, prep, image_feats, max_new_tokens):
         """Fill a fresh one-sequence cache with the prompt; logits of its last token [1, V]."""
@@ -240,21 +235,13 @@ class VLMRuntime:
         """One token for each of the first B sequence rows of the cache (idle rows pass any token at any
         position of their own rows): tokens, cache_pos, rope_delta [B] -> logits [B, V]. B below the cache's
         batch (host-written caches only) reads just those rows."""
+        rows = len(tokens)
         cache_pos = np.asarray(cache_pos, np.int32)
-        pos = np.broadcast_to((cache_pos + np.asarray(rope_delta, np.int32))[None, :, None],
-                              (num_axes, len(tokens), 1))
+        pos = np.broadcast_to((cache_pos + np.asarray(rope_delta, np.int32))[None, :, None], (num_axes, rows, 1))
         args = (Tensor(np.asarray(tokens, np.int32)[:, None]), Tensor(np.ascontiguousarray(pos)),
                 Tensor(cache_pos[:, None]), Tensor(np.arange(self.cache.slots, dtype=np.int32)))
-        if not self.cache.host_written:
-            return self.compiler.call("decode", self.decode_step, *args)
-        if self.moe.serves_decode(len(tokens)):
+        if self.moe.serves_decode(rows):
             return self.moe.decode(cache_pos, *args)
-        if len(tokens) < self.cache.batch:  # the first len(tokens) sequence rows only
-            caches = [t for kv in self.cache.inputs(len(tokens)) for t in kv]
-            logits, ks, vs = self.compiler.call("decode", self.read_only_rows_decode_step, *args, *caches)
-        else:
-            logits, ks, vs = self.compiler.call("decode", self.read_only_decode_step, *args)
-        ks, vs, seqs = ks.asnumpy(), vs.asnumpy(), range(len(tokens))
-        for i in range(len(ks)):
-            self.cache.store(i, ks[i], vs[i], seqs, cache_pos)
-        return logits
+        step = self.decode_steps[self.cache.in_graph]
+        outputs = self.compiler.call("decode", step, *args, *self.cache.step_caches(rows))
+        return self.cache.store_step(outputs, rows, cache_pos)

@@ -1,12 +1,13 @@
-"""Images through a model's vision tower: packed ViT layers run block by block through shared layer graphs, or,
-for towers that are not a ViTLayer stack (DeepSeek-OCR's DeepEncoders), the model's own `encode_views`."""
+"""Images through a model's vision tower, by its kind (nn/vlm.py): a ViT stack (ViTStackModel) runs its packed layers
+block by block through shared layer graphs; a tower of views (ViewsModel: DeepSeek-OCR's DeepEncoders) runs through
+the model's own `encode_views`."""
 
 import mindspore as ms
 from mindspore import Tensor, ops
 
 from ms_ocr import ops as K
-from ms_ocr.ops import backend
 from ms_ocr.nn.functional import rows
+from ms_ocr.nn.vlm import ViewsModel
 from ms_ocr.runtime.tensors import host_tensor, padded_rows, release_weights
 from ms_ocr.steps import VisionEmbedStep, VisionHeadStep, ViTAttentionInNoRopeStep, ViTAttentionInStep, ViTBlockStep, \
     WidenStep
@@ -14,7 +15,7 @@ from ms_ocr.steps import VisionEmbedStep, VisionHeadStep, ViTAttentionInNoRopeSt
 # Query rows per vision block call (attention + out projection + MLP of those rows): scores [H, 512, N]
 # instead of [H, N, N] and MLP temporaries that fit the cache.
 VISION_ATTENTION_CHUNK = 512
-# The same with the products in bf16 on the CPU (--dtype bf16, backend.BF16_PRODUCTS: oneDNN's bf16 GEMMs, the
+# The same with the products in bf16 on the CPU (--dtype bf16, Plan.bf16_products: oneDNN's bf16 GEMMs, the
 # native attention, which keeps no score buffers): oneDNN's products run faster on longer blocks, at the same peak
 # RSS (docs/journal/benchmarks.md, "`--dtype bf16` with its bf16 KV cache on an AMX Xeon").
 VISION_ATTENTION_CHUNK_BF16 = 1024
@@ -28,16 +29,18 @@ class VisionEncoder:
     activations and the text weights are allocated); with stream_layers each is also read only when it is about
     to run."""
 
-    def __init__(self, model, compiler, compute_dtype):
-        self.model, self.compiler, self.compute_dtype = model, compiler, compute_dtype
-        self.embed_step = VisionEmbedStep(model)
-        self.head_step = VisionHeadStep(model)
-        if model.vision_layers():  # models whose vision tower is not a ViTLayer stack have encode_views
+    def __init__(self, model, plan, compiler):
+        self.model, self.plan, self.compiler, self.compute_dtype = model, plan, compiler, plan.compute_dtype
+        kn = plan.kernels
+        self.views = isinstance(model, ViewsModel)
+        if not self.views:
+            self.embed_step = VisionEmbedStep(model)
+            self.head_step = VisionHeadStep(model)
             vspec = model.vision_layers()[0].spec
             in_step = ViTAttentionInStep if vspec["rope"] else ViTAttentionInNoRopeStep
-            self.in_step = in_step(vspec["heads"], vspec["eps"])
-            self.block_step = ViTBlockStep(vspec["dim"] ** -0.5, vspec["eps"], vspec["act"])
-        self.widen_step = WidenStep()
+            self.in_step = in_step(kn, vspec["heads"], vspec["eps"])
+            self.block_step = ViTBlockStep(kn, vspec["dim"] ** -0.5, vspec["eps"], vspec["act"])
+        self.widen_step = WidenStep(kn)
         self.attention_chunk = None  # rows a block (None: by the products' precision, chunk())
         self.release_graphs = False
         self.release_layers = False
@@ -60,7 +63,7 @@ class VisionEncoder:
         on the CPU, VISION_ATTENTION_CHUNK otherwise (the exact path's blocks are unchanged)."""
         if self.attention_chunk is not None:
             return self.attention_chunk
-        return VISION_ATTENTION_CHUNK_BF16 if backend.BF16_PRODUCTS is not None else VISION_ATTENTION_CHUNK
+        return VISION_ATTENTION_CHUNK_BF16 if self.plan.bf16_products else VISION_ATTENTION_CHUNK
 
     def tensor(self, array):
         return host_tensor(array, self.compute_dtype)
@@ -81,9 +84,9 @@ class VisionEncoder:
         Every image of every request goes through the ViT layers packed into one row block: the layer graphs
         (norms, projections, MLP) run once over all images; attention runs per image on its exact rows (no
         mask, no cross-image scores). Rows are not padded to buckets: padding plus slicing each image's keys out of
-        the padded block made the vision tower slower. Towers
-        that are not a ViTLayer stack (DeepSeek-OCR) encode each request through the model's encode_views."""
-        if hasattr(self.model, "encode_views"):
+        the padded block made the vision tower slower. A tower of views (DeepSeek-OCR) encodes each request through
+        the model's encode_views."""
+        if self.views:
             out = [self.model.encode_views(self, v) if v else None for v in requests]
         else:
             feats = iter(self.packed([item for v in requests for item in v]))
@@ -151,7 +154,7 @@ class VisionEncoder:
 
     def widened(self, weights):
         """weights with the bf16 ones widened to fp32 in one graph call, except those K.keeps_bf16 keeps."""
-        keep = [K.keeps_bf16(w) for w in weights]
+        keep = [K.keeps_bf16(self.plan.kernels, w) for w in weights]
         if all(keep):
             return tuple(weights)
         wide = self.call(self.widen_step, *[w for w, k in zip(weights, keep) if not k])
@@ -169,7 +172,7 @@ class VisionEncoder:
         graphs this is faster and holds less memory, with bit-identical features."""
         in_weights, out_weights = layer.weights(layer.attn_in_names), layer.weights(layer.out_names)
         if self.compute_dtype == ms.float32 and any(w.dtype == ms.bfloat16 for w in in_weights + out_weights):
-            # bf16-resident weights (device.bf16_resident): widened once for all of this layer's blocks, but for
+            # bf16-resident weights (Plan.bf16_weights): widened once for all of this layer's blocks, but for
             # the matrices where products are computed in bf16 (K.keeps_bf16: they are read as they are)
             in_weights, out_weights = (self.widened(ws) for ws in (in_weights, out_weights))
         parts = []

@@ -130,7 +130,7 @@ def guarded_protocol(max_connections, header_timeout):
             super().data_received(data)
             if self.cycle is not self._cycle_seen:
                 self._cycle_seen = self.cycle
-                self._disarm()  # its headers are in: the app bounds the body (app._read_body)
+                self._disarm()  # its headers are in: the app bounds the body (protocol.read_body)
 
         def on_response_complete(self):
             super().on_response_complete()

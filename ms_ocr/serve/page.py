@@ -12,7 +12,7 @@ from fastapi.responses import Response
 from ms_ocr import models
 from ms_ocr.processing.image import ImageSize
 from ms_ocr.serve.pdf_pages import DEFAULT_DPI, PdfPages
-from ms_ocr.serve.protocol import ApiError, decode_body
+from ms_ocr.serve.protocol import ApiError, decode_body, read_body
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 TYPES = {".html": "text/html; charset=utf-8", ".css": "text/css; charset=utf-8",
@@ -76,7 +76,7 @@ def postprocess(spec, pipe, body):
         raise ApiError(400, f"width and height must be integers in 1..{MAX_SIDE}", param="width")
     extras = {}
     if pipe.postprocess is not None:
-        text, extras = pipe.postprocess(text, task, [ImageSize(*size)])
+        text, extras = pipe.postprocess(text, task, [ImageSize(*size)], **pipe.postprocess_options)
     boxes = []
     for item in extras.get("boxes", []):
         box = {"text": item["text"], "box": [float(v) for v in item["box"]]}
@@ -98,15 +98,15 @@ def _int_query(request, name, default):
 
 def install(app, state):
     """Add the page's routes to the server's FastAPI app (create_app)."""
-    from ms_ocr.serve.app import _read_body
     files = static_files()
     pdf = PdfPages(state.limits)
 
-    def spec():  # the served model's ModelSpec (looked up per request: the app is made before, or without, a model)
-        return models.get(state.pipe.name)
+    def spec():  # the served checkpoint version's ModelSpec (looked up per request: the app is made before, or
+        # without, a model)
+        return state.spec if state.spec is not None else models.get(state.pipe.name)
 
     async def body_of(request):
-        return await _read_body(request, state.limits.max_request_bytes, state.body_timeout)
+        return await read_body(request, state.limits.max_request_bytes, state.body_timeout)
 
     async def off_loop(fn, *args):  # the server's decode threads: pixel and parsing work never blocks the loop
         return await asyncio.get_running_loop().run_in_executor(state.decode_pool, fn, *args)

@@ -5,6 +5,7 @@ import copy
 import dataclasses
 
 from ms_ocr.processing.text_lines import TooManyLines
+from ms_ocr.processing.vlm_processor import VLMProcessor
 from ms_ocr.serve.protocol import ApiError
 
 
@@ -22,22 +23,24 @@ def clamp_pixels(settings, pixels, top=None):
 
 def request_processor(processor, system, mm_kwargs, task_inputs=None, prompt=None):
     """The pipeline's processor, or a per-request copy with the system turn / pixel bounds changed (bounded as
-    clamp_pixels says: by the checkpoint's bound, or by the task's in `task_inputs` when `prompt` is a task's)."""
+    clamp_pixels says: by the checkpoint's bound, or by the task's in `task_inputs` when `prompt` is a task's). Only
+    a VLMProcessor (a chat template and pixel bounds) takes them; other processors get the system text before the
+    prompt (prepare)."""
     pixels = {k: v for k, v in (mm_kwargs or {}).items() if v is not None}
     if system is None and not pixels:
         return processor
     proc = copy.copy(processor)
     if pixels:
-        settings = getattr(processor, "settings", None)
-        if settings is None or not hasattr(settings, "min_pixels"):
+        if not isinstance(processor, VLMProcessor):
             raise ApiError(400, "mm_processor_kwargs min_pixels/max_pixels are not supported by this model",
                            param="mm_processor_kwargs")
         if pixels.get("min_pixels", 0) > pixels.get("max_pixels", float("inf")):
             raise ApiError(400, f"mm_processor_kwargs: min_pixels {pixels['min_pixels']} > max_pixels "
                                 f"{pixels['max_pixels']}", param="mm_processor_kwargs")
+        settings = processor.settings
         top = task_inputs.max_pixels(settings, prompt) if task_inputs is not None else None
         proc.settings = dataclasses.replace(settings, **clamp_pixels(settings, pixels, top))
-    if system is not None and hasattr(processor, "messages"):
+    if system is not None and isinstance(processor, VLMProcessor):
         own = processor.messages
 
         def messages(prompt, num_images):  # the client's system turn replaces the model's default one
@@ -51,10 +54,9 @@ def prepare(pipe, conversation, images, mm_kwargs=None, max_lines=None):
     """(Prepared, lines) for one request (VLMPipeline.prepare_request: a line reader's one image gives its text
     lines, each prepared, and no Prepared of its own); models without a chat template (DeepSeek-OCR) get the system
     text, if any, before the user's text."""
-    proc = request_processor(pipe.processor, conversation.system, mm_kwargs, getattr(pipe, "task_inputs", None),
-                             conversation.prompt)
+    proc = request_processor(pipe.processor, conversation.system, mm_kwargs, pipe.task_inputs, conversation.prompt)
     prompt = conversation.prompt
-    if conversation.system and not hasattr(pipe.processor, "messages"):
+    if conversation.system and not isinstance(pipe.processor, VLMProcessor):
         prompt = conversation.system + "\n" + prompt
     view = copy.copy(pipe)
     view.processor = proc

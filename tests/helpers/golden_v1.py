@@ -61,7 +61,8 @@ def weights(prefix):
 def golden_sam():
     from ms_ocr.convert.loader import load_weights
     from ms_ocr.nn.sam import SamEncoder
-    sam = SamEncoder(**sam_kwargs())
+    from tests.helpers.native import bound
+    sam = bound(SamEncoder(**sam_kwargs()))
     load_weights(sam, weights("sam_model."), lambda n: n, source="golden")
     return sam
 

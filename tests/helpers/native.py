@@ -8,7 +8,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from ms_ocr.ops import backend, native
+from ms_ocr.ops import kernels as routes, native
+from ms_ocr.ops.native import libraries
 
 CXX = os.environ.get("CXX", "g++")
 AARCH64_CXX = "aarch64-linux-gnu-g++"
@@ -58,15 +59,18 @@ def build_kernels(arch):
 
 
 def build_harness(out_dir, cxx, arch_flags=(), library=None):
-    """tests/ops/kernel_harness.cc into a standalone executable: compiled with kernels.cc, or linked against
-    `library`, a build of it (native.build: the very library the runtime loads, and no second compile of the
-    kernels, ~15 s)."""
+    """tests/ops/kernel_harness.cc into a standalone executable: compiled with the kernels' sources, or linked
+    against `library`, a build of them (native.build: the very library the runtime loads, and no second compile of
+    the kernels)."""
     exe = os.path.join(out_dir, "kernel_harness")
+    include = f"-I{libraries.HERE}"
     if library is None:
-        cmd = [cxx, *arch_flags, *native.FLAGS[:3], "-std=c++17", native.SOURCE, HARNESS, "-o", exe, *native.LIBS]
+        cmd = [cxx, *arch_flags, *native.FLAGS[:3], "-std=c++17", include, *libraries.compiled_sources(), HARNESS,
+               "-o", exe, *native.LIBS]
     else:
-        cmd = [cxx, "-O1", "-std=c++17", HARNESS, library, f"-Wl,-rpath,{os.path.dirname(library)}", "-o", exe]
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+        cmd = [cxx, "-O1", "-std=c++17", include, HARNESS, library, f"-Wl,-rpath,{os.path.dirname(library)}", "-o",
+               exe]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=900)
     return exe
 
 
@@ -105,28 +109,45 @@ def run_harness(runner, kernel, inputs, out_shapes, work_dir, threads=2):
 KERNEL_REFUSED = "user defined error"
 
 
-def op_cell(op):
-    """A Cell that calls `op` on its inputs: a Custom op run as a graph."""
+def op_cell(op, kn=None):
+    """A Cell that calls `op` on its inputs: a Custom op run as a graph, or with kernels `kn` an ops function (which
+    takes them first)."""
     from mindspore import nn
 
     class OpCell(nn.Cell):
         def __init__(self):
             super().__init__()
-            self.op = op
+            self.op, self.kn = op, kn
 
         def construct(self, *args):
-            return self.op(*args)
+            if self.kn is None:
+                return self.op(*args)
+            return self.op(self.kn, *args)
 
     return OpCell()
 
 
-def enable_bf16_afresh(monkeypatch, amx):
-    """backend.enable_bf16_products run afresh (it sets its state once per process; monkeypatch restores it), with
-    the AMX tiles allowed or turned off (MS_OCR_AMX=0)."""
-    for name in backend.BF16_NAMES:
-        monkeypatch.setattr(backend, name, None)
+def bf16_kernels(monkeypatch, amx):
+    """The CPU's kernels with products in bf16 (--dtype bf16: ops.kernels.with_bf16_products), the AMX tiles allowed
+    or turned off (MS_OCR_AMX=0)."""
     if amx:
-        monkeypatch.delenv(backend.AMX_ENV, raising=False)
+        monkeypatch.delenv(routes.AMX_ENV, raising=False)
     else:
-        monkeypatch.setenv(backend.AMX_ENV, "0")
-    assert backend.enable_bf16_products() is None
+        monkeypatch.setenv(routes.AMX_ENV, "0")
+    kn = routes.choose("CPU")
+    assert routes.bf16_products_refused("CPU", kn) is None
+    return routes.with_bf16_products(kn)
+
+
+def kernels_with(monkeypatch, **fields):
+    """Models loaded from here on get the CPU's kernels with `fields` replaced (e.g. attention=None: the composed
+    attention), as ops.kernels.choose would give them."""
+    import dataclasses
+
+    choose = routes.choose
+    monkeypatch.setattr(routes, "choose", lambda target: dataclasses.replace(choose(target), **fields))
+
+
+def bound(cell):
+    """`cell` computing with the CPU's kernels as a process on this machine chooses them (the loaders bind them)."""
+    return routes.bind(cell, routes.choose("CPU"))

@@ -2,6 +2,8 @@
 transformers' module (grid_sample), with sampling points inside, on the border and outside the maps, on three
 non-square levels."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -24,13 +26,14 @@ def test_deformable_attention_matches_reference(graph_mode, native, monkeypatch)
         for name, t in sorted(ref.state_dict().items()):
             scale = 1.5 if name.startswith("sampling_offsets") else 0.3  # offsets that reach past the maps
             t.copy_(torch.randn(t.shape, generator=gen) * scale)
-    from ms_ocr.ops import backend
+    from ms_ocr import ops as K
+    kn = K.choose("CPU")
     if native:
-        assert backend.NATIVE_DEFORMABLE is not None, "DeformableSample is not routed on this machine"
+        assert kn.deformable is not None, "DeformableSample is not routed on this machine"
     else:
-        monkeypatch.setattr(backend, "NATIVE_DEFORMABLE", None)
-    ours = MultiscaleDeformableAttention(d, heads, 3, points)
-    assert (ours.native is not None) == native
+        kn = dataclasses.replace(kn, deformable=None)
+    ours = K.bind(MultiscaleDeformableAttention(d, heads, 3, points), kn)
+    assert (K.deformable_native(ours.kernels) is not None) == native
     state = ref.state_dict()
     params = dict(ours.parameters_and_names())
     assert sorted(params) == sorted(state)

@@ -8,6 +8,7 @@ import pytest
 
 from ms_ocr.layout.detector import Detector, anchors
 from ms_ocr.layout.pp_doclayout_v2.config import PPDocLayoutV2Config
+from tests.helpers.native import bound
 from tests.helpers.parity import randomize_with_stats_, rel_err
 from tests.layout.test_backbone import TINY as BACKBONE
 
@@ -25,7 +26,7 @@ def pair(graph_mode):
     from transformers import PPDocLayoutV2ForObjectDetection
     ref = PPDocLayoutV2ForObjectDetection(RefConfig(**TINY)).eval()
     randomize_with_stats_(ref, 9)
-    ours = Detector(PPDocLayoutV2Config.from_dict(TINY))
+    ours = bound(Detector(PPDocLayoutV2Config.from_dict(TINY)))
     state = {k[len("model."):]: v for k, v in ref.state_dict().items()
              if k.startswith("model.") and not k.endswith("num_batches_tracked") and "denoising" not in k}
     params = dict(ours.parameters_and_names())

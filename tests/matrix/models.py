@@ -88,9 +88,14 @@ def _hunyuan_reference(folder, images, prompt):
 
     from tests.helpers.tiny_hunyuan import reference_inputs, reference_processor
     model = HunYuanVLForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).float().eval()
-    # ms_ocr prompts v1.0's flat-config checkpoint with an empty system turn, as Tencent's own client does
-    # (ms_ocr/models/hunyuan_vl/README.md); the reference gets the same messages
-    system = "" if "text_config" not in read_json(folder, "config.json") else None
+    # ms_ocr prompts v1.0's flat-config checkpoint with an empty system turn, as Tencent's own client does, and
+    # HunyuanOCR-1.5 (vision_config.max_vit_seq_len 65,536) with one and repetition_penalty 1.08, as Tencent's 1.5
+    # transformers client runs generate (ms_ocr/models/hunyuan_vl/README.md); the reference gets the same
+    config = read_json(folder, "config.json")
+    v1_5 = config["vision_config"].get("max_vit_seq_len") == 65536
+    if v1_5:
+        model.generation_config.repetition_penalty = 1.08
+    system = "" if "text_config" not in config or v1_5 else None
     return model, reference_inputs(reference_processor(folder), images, prompt, system)
 
 
@@ -219,7 +224,8 @@ HUNYUAN = ModelMatrix(
         "hub_rope_parameters_template_jinja": dict(layout="hub", rope="rope_parameters", template="jinja",
                                                    images=["large"], prompt="special"),
         # HunyuanOCR-1.5 at the hub root: nested text_config (rope_scaling) with the text fields duplicated at the
-        # root, max_vit_seq_len 65,536, chat_template.jinja (layouts.set_version)
+        # root, max_vit_seq_len 65,536, chat_template.jinja (layouts.set_version); run with 1.5's system turn and
+        # repetition_penalty 1.08 on both sides
         "v1_5_root": dict(layout="transformers", version="hunyuan-1.5", rope="rope_scaling", template="jinja",
                           images=["page", "wide"], prompt="plain"),
     })

@@ -206,7 +206,6 @@ def test_vision_tower_and_features_match_reference(component_model, grids, chunk
     routed, every layer's every block ran on it."""
     import torch
 
-    from ms_ocr.ops import backend
     from tests.helpers.parity import rel_err
     pipe, ref, c = component_pair
     rt = pipe.runtime
@@ -217,7 +216,8 @@ def test_vision_tower_and_features_match_reference(component_model, grids, chunk
     with torch.no_grad():
         ref_tower, ref_feats = c["ref_vision"](ref, pix, grids)
     assert rel_err(tower, ref_tower) < TOL
-    kernels = backend.native_kernels() if backend.NATIVE_ATTENTION is not None else None  # routed at this level
+    kn = rt.plan.kernels
+    kernels = kn.library if kn.attention is not None else None  # routed at this level
     before = kernels.attention_calls if kernels is not None else 0
     feats = rt.encode_images(inputs).asnumpy()
     assert feats.shape == ref_feats.shape
@@ -236,7 +236,7 @@ def test_prefill_and_cached_decode_logits(component_model, chunk, host_cache, co
     from tests.helpers.parity import rel_err
     pipe, ref, c = component_pair
     rt, cfg = pipe.runtime, pipe.cfg
-    monkeypatch.setattr(rt.cache, "host_default", host_cache)
+    monkeypatch.setattr(rt, "host_writes", host_cache)
     grids = [(1, 4, 6), (1, 6, 4)]
     pix = c["patches"](grids, 7)
     prompt = c["prompt"](cfg, grids)
@@ -259,7 +259,7 @@ def test_prefill_and_cached_decode_logits(component_model, chunk, host_cache, co
         last = rt.prefill(prep, feats, max_new_tokens=len(cont)).asnumpy()[0]
         assert rel_err(last, ref_logits[s - 1]) < TOL
         cache = rt.model.text_layers()[0].self_attn.k_cache
-        assert cache.ndim == (4 if host_cache else 2) and rt.cache.host_written == host_cache
+        assert cache.ndim == (4 if host_cache else 2) and rt.cache.in_graph != host_cache
         for i, tok in enumerate(cont[:-1]):
             step = rt.decode(int(tok), s + i, delta, pipe.num_pos_axes).asnumpy()[0]
             assert rel_err(step, ref_logits[s + i]) < TOL, f"decode step {i}"
@@ -461,9 +461,8 @@ def test_int8_matches_transformers_on_the_dequantised_weights(bf16_model, quanti
     assert quantized and all(f"{n}_scale" in params for n in quantized)
     head_name = "model.embed_tokens.weight" if net.tied else "lm_head.weight"
     assert head_name in quantized
-    from ms_ocr.ops import backend
     moe = [layer.mlp for layer in net.text_layers() if layer.moe]
-    if moe and backend.NATIVE_MOE_EXPERTS is not None:  # a MoE decoder's routed experts, read by MoeExperts
+    if moe and net.kernels.moe_experts is not None:  # a MoE decoder's routed experts, read by MoeExperts
         assert all(m.quantized and str(m.experts.up_proj.dtype) == "Int8" for m in moe)
     ref_dir = tmp_path / "dequantised"
     names = write_dequantised_copy(net, spec_of, folder, ref_dir)

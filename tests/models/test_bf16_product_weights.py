@@ -1,5 +1,5 @@
 """--dtype bf16 with products in bf16 (a CPU with bf16 dot products): every linear layer's matrix stays bf16 on load,
-not only the decoder's and the ViT layers' (device.bf16_resident) but the projectors, HunyuanOCR's merger, the patch
+not only the decoder's and the ViT layers' (plan.bf16_resident) but the projectors, HunyuanOCR's merger, the patch
 embeddings and DeepSeek's DeepEncoder too, so they are multiplied in bf16 (GemmBf16) as transformers' bf16 autocast
 does; norms, tables and SAM's neck convolutions stay fp32. Products off (--dtype auto, the exact path): the
 projectors stay fp32."""
@@ -7,7 +7,7 @@ projectors stay fp32."""
 import pytest
 import mindspore as ms
 
-from ms_ocr.models import loading
+from ms_ocr import plan
 from ms_ocr.nn import Linear, PatchEmbed
 from ms_ocr.nn.sam import PatchConv
 from ms_ocr.runtime import Buckets
@@ -31,7 +31,8 @@ def test_every_linear_matrix_stays_bf16_when_products_run_in_bf16(name, request,
     spec, folder, _ = tiny_bf16_model(name, request)
     exact = spec.load(folder, "CPU", "auto", Buckets(prefill=32, slots=64)).runtime.model
     assert {p.name: p.dtype for p in exact.get_parameters()}[PROJECTOR[name]] == ms.float32
-    monkeypatch.setattr(loading, "bf16_products", lambda dtype, target: True)  # as on a CPU with bf16 dot products
+    # as on a CPU with bf16 dot products (the plan says so; its kernels stay the exact ones)
+    monkeypatch.setattr(plan, "bf16_products", lambda dtype, target, kernels: kernels)
     model = spec.load(folder, "CPU", "bf16", Buckets(prefill=32, slots=64)).runtime.model
     params = {p.name: p for p in model.get_parameters() if not p.name.endswith("_cache")}
     linears = {cell.weight.name for _, cell in model.cells_and_names()

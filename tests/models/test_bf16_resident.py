@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import mindspore as ms
 
-from ms_ocr.ops import backend, linear
+from ms_ocr.ops import linear
 from ms_ocr.runtime import Buckets
 from tests.helpers.native import needs_compiler
 from tests.helpers.pages import text_page
@@ -47,7 +47,7 @@ def _greedy(pipe, prep, feats):
 @needs_compiler
 def test_weights_stay_bf16_where_the_kernels_read_them(pair):
     bf, fp = pair[:2]
-    assert backend.NATIVE_DECODE_LAYER is not None, "this level routes no native decode layer"
+    assert bf.runtime.plan.kernels.decode_layer is not None, "this level routes no native decode layer"
     model = bf.runtime.model
     names = model.bf16_weight_names()
     params = {p.name: p for p in model.get_parameters()}
@@ -80,7 +80,7 @@ def test_one_sequence_bit_identical_to_fp32(pair, native_head, monkeypatch):
         monkeypatch.setattr(linear, "NATIVE_MIN_WEIGHT", 1)
         monkeypatch.setattr(linear, "NATIVE_MIN_WEIGHT_BF16", 1)
         bf, fp, prompt = _load_pair(pair[3])
-    kernels = backend.native_kernels()
+    kernels = bf.runtime.plan.kernels.library
     prep, _ = fp.prepare([text_page(84, 112, f"row {0}")], prompt)
     feats_fp, feats_bf = fp.encode_images(prep), bf.encode_images(prep)
     assert _same(feats_bf.asnumpy(), feats_fp.asnumpy())

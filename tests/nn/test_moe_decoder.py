@@ -7,13 +7,16 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+import mindspore as ms
 from mindspore import Tensor, nn
 
 from ms_ocr.convert.loader import load_weights
 from ms_ocr.convert.table import RenameTable
-from ms_ocr.models.base import VLMCell
 from ms_ocr.nn import CausalDecoder, MultiAxisRotary
 from ms_ocr.nn.moe import MoE, route
+from ms_ocr.nn.vlm import ViewsModel
+from ms_ocr.ops import bind, choose
+from ms_ocr.plan import Plan
 from ms_ocr.runtime import Buckets, Prepared, VLMRuntime
 from tests.helpers.parity import randomize_, rel_err
 
@@ -24,7 +27,9 @@ TEXT = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_lay
 STACKS = [(r"^(model\.layers\.\d+\.mlp\.experts)\.(?P<index>\d+)\.(gate_proj|up_proj|down_proj)\.weight$", r"\1.\3")]
 
 
-class TextOnly(VLMCell):
+class TextOnly(ViewsModel):
+    """The decoder alone: a model without ViT layers."""
+
     def __init__(self, cfg):
         super().__init__(cfg)
         t = cfg.text
@@ -32,9 +37,6 @@ class TextOnly(VLMCell):
                              t.n_shared_experts, t.routed_scaling_factor) if t.mlp_layer_types[i] == "sparse"
                          else None)
         self.model = CausalDecoder(t, MultiAxisRotary(t.head_dim, 10000.0), ffn=moe)
-
-    def vision_layers(self):
-        return []
 
 
 def _text_config(spec):
@@ -63,9 +65,11 @@ def build(spec):
                 tensors.append((f"model.{name[:-len('down_proj')]}{e}.down_proj.weight", arr[e], "F32"))
         else:
             tensors.append((f"model.{name}", arr, "F32"))
-    net = TextOnly(SimpleNamespace(text=_text_config(spec)))
+    kernels = choose("CPU")
+    net = bind(TextOnly(SimpleNamespace(text=_text_config(spec))), kernels)
     load_weights(net, tensors, RenameTable(stacks=STACKS), source="tiny")
-    return ref, head, VLMRuntime(net, 512, buckets=Buckets(prefill=16, slots=64)), tensors
+    plan = Plan("CPU", kernels, ms.float32, kv_dtype=ms.float32)
+    return ref, head, VLMRuntime(net, plan, 512, buckets=Buckets(prefill=16, slots=64)), tensors
 
 
 @pytest.fixture(scope="module")
@@ -88,13 +92,12 @@ def test_prefill_and_cached_decode_match_reference(setup):
 
 def test_decode_with_dense_layers_after_moe_layers(graph_mode):
     """mlp_layer_types is a free list in transformers' config: a dense layer after an MoE layer runs that MoE
-    layer's experts in a graph of their own (ExpertsDecodeStep) before the dense layer's graph, and a dense last
-    layer ends the token with DecodeHeadStep (the hub's DeepSeek layouts, dense layers first, take neither)."""
+    layer's experts in the dense layer's graph call, and a dense last layer ends the token with the head alone (the
+    hub's DeepSeek layouts, dense layers first, take neither)."""
     ref, head, rt, _ = build(dict(TEXT, num_hidden_layers=4, mlp_layer_types=["sparse", "dense", "sparse", "dense"]))
     rt.moe.decode_on_host = True  # the host-routed path (the default where MoeExperts is not routed)
     _check_prefill_and_decode(ref, head, rt)
-    assert len(rt.moe.experts_step.compile_cache) == 1 and len(rt.moe.head_step.compile_cache) == 1
-    assert len(rt.moe.experts_head_step.compile_cache) == 0
+    assert set(rt.moe.layer_steps) == {(False, "moe"), (True, "dense"), (False, "head")}
 
 
 def _check_prefill_and_decode(ref, head, rt):
@@ -121,7 +124,7 @@ class _DenseMoE(nn.Cell):
         self.moe = moe
 
     def construct(self, h):
-        weights, ids = route(h, self.moe.gate.weight, self.moe.top_k, self.moe.scaling)
+        weights, ids = route(self.moe.kernels, h, self.moe.gate.weight, self.moe.top_k, self.moe.scaling)
         return self.moe.dense_experts(h, weights, ids) + self.moe.shared_experts(h)
 
 

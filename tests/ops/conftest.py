@@ -1,49 +1,38 @@
-"""Fixtures of the ops tests: graph mode on the CPU with the kernels configured, and the native library built for
-every SIMD level this machine runs."""
+"""Fixtures of the ops tests: graph mode or PyNative on the CPU with the kernels a process on this machine chooses,
+and the native library built for every SIMD level this machine runs."""
 
 import mindspore as ms
 import pytest
 
-from ms_ocr.ops import backend
+from ms_ocr.ops import kernels as routes
 from tests.helpers.native import build_kernels, isa_builds
 
 
 @pytest.fixture
 def graph_cpu():
+    """Graph mode on the CPU; the kernels its process chooses (ops.kernels.choose)."""
     mode = ms.get_context("mode")
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
-    backend.configure("CPU")
-    yield
+    yield routes.choose("CPU")
     ms.set_context(mode=mode)
 
 
 @pytest.fixture
 def pynative_cpu():
     """PyNative on the CPU: an op runs as it is, without a graph compiled for each input shape (the kernel-level
-    checks over many shapes; ~0.5 s of compiling a shape in graph mode)."""
+    checks over many shapes; ~0.5 s of compiling a shape in graph mode). The kernels its process chooses."""
     mode = ms.get_context("mode")
     ms.set_context(mode=ms.PYNATIVE_MODE, device_target="CPU")
-    backend.configure("CPU")
-    yield
+    yield routes.choose("CPU")
     ms.set_context(mode=mode)
 
 
 @pytest.fixture
 def all_routes(monkeypatch):
-    """Every native kernel routed whatever the route table says for this machine's level (the routing tests)."""
-    monkeypatch.setenv(backend.ROUTES_ENV, "all")
-    backend.configure("CPU")
-    yield
-    monkeypatch.undo()
-    backend.configure("CPU")
-
-
-@pytest.fixture
-def bf16_unset(monkeypatch):
-    """The process's --dtype bf16 state (backend.BF16_NAMES, set once by enable_bf16_products) cleared for the test
-    and restored after it."""
-    for name in backend.BF16_NAMES:
-        monkeypatch.setattr(backend, name, None)
+    """The kernels with every native kernel routed, whatever the route table says for this machine's level (the
+    routing tests)."""
+    monkeypatch.setenv(routes.ROUTES_ENV, "all")
+    return routes.choose("CPU")
 
 
 _BUILDS = {}

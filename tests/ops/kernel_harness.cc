@@ -1,6 +1,7 @@
-// A standalone driver of ms_ocr/ops/native/kernels.cc (no MindSpore): runs one kernel entry point on operands
-// read from files and writes its outputs, so the kernels can be checked where MindSpore does not run (an
-// aarch64 build under qemu-user, tests/ops/test_native_isa.py).
+// A standalone driver of the native kernels (ms_ocr/ops/native, no MindSpore): runs one kernel entry point on
+// operands read from files and writes its outputs, so the kernels can be checked where MindSpore does not run (an
+// aarch64 build under qemu-user, tests/ops/test_native_isa.py). Built with the kernels' sources, or linked against a
+// built library; the entry points are kernels.h's (compiled with -I ms_ocr/ops/native).
 //
 //   kernel_harness <kernel> <dir> <threads>
 // <dir>/spec.txt: "<nparam> <ninputs>", then one line per operand (inputs, then outputs):
@@ -14,21 +15,7 @@
 #include <string>
 #include <vector>
 
-extern "C" {
-void ms_ocr_set_threads(int n);
-const char* ms_ocr_isa_level();
-int MatMulT(int, void**, int*, int64_t**, const char**, void*, void*);
-int DecodeLayer(int, void**, int*, int64_t**, const char**, void*, void*);
-int VisionAttention(int, void**, int*, int64_t**, const char**, void*, void*);
-int CausalAttention(int, void**, int*, int64_t**, const char**, void*, void*);
-int GeluTanh(int, void**, int*, int64_t**, const char**, void*, void*);
-int GeluErf(int, void**, int*, int64_t**, const char**, void*, void*);
-int GatherRows(int, void**, int*, int64_t**, const char**, void*, void*);
-int WidenBf16(int, void**, int*, int64_t**, const char**, void*, void*);
-int InterpRows(int, void**, int*, int64_t**, const char**, void*, void*);
-int MatMulTQ8(int, void**, int*, int64_t**, const char**, void*, void*);
-int DequantQ8(int, void**, int*, int64_t**, const char**, void*, void*);
-}
+#include "kernels.h"
 
 using Kernel = int (*)(int, void**, int*, int64_t**, const char**, void*, void*);
 

@@ -1,4 +1,4 @@
-"""MatMulTBf16 and DecodeLayerBf16 (ms_ocr/ops/native/kernels.cc): --dtype bf16's decode-step products on Intel's
+"""MatMulTBf16 and DecodeLayerBf16 (ms_ocr/ops/native/arch/x86/amx.cc): --dtype bf16's decode-step products on Intel's
 AMX tiles. What they are documented to compute, with the tiles on and two or more rows: a bf16 weight's product of
 the step's activation rows rounded to bf16 (to nearest, ties to even), each dot product summed in fp32 — checked
 against float64 NumPy over the rounded operands — a row's result the same bits whatever the other rows. One row,
@@ -11,8 +11,8 @@ import mindspore as ms
 from mindspore import Tensor
 
 from ms_ocr.convert.loader import round_to_bf16
-from ms_ocr.ops import backend
-from tests.helpers.native import build_kernels, enable_bf16_afresh, needs_compiler
+from ms_ocr.ops import custom
+from tests.helpers.native import bf16_kernels, build_kernels, needs_compiler
 from tests.ops.test_decode_layer import CASES, _Layer, make_case, reference
 from tests.ops.test_gemm_bf16 import rne_bf16
 
@@ -30,7 +30,7 @@ def _tiles(kernels):
 
 
 def _matmul(kernels, x, w, on):
-    mm, _ = backend.bf16_decode_ops(kernels)
+    mm, _ = custom.bf16_decode_ops(kernels)
     kernels.amx_init(on)
     return mm(Tensor(x), Tensor(w).astype(ms.bfloat16)).asnumpy()
 
@@ -51,7 +51,7 @@ def test_matmul_t_bf16_rounds_rows_and_sums_in_fp32(kernels, pynative_cpu, k, n)
     for m in (2, 3):  # each row the same bits whatever the rows beside it
         assert np.array_equal(_matmul(kernels, x[:m], w, True), got[:m])
     # one row: MatMulT's exact products (its step is not faster on the tiles)
-    exact_one = backend.native_ops(kernels)[0](Tensor(x[:1]), Tensor(w).astype(ms.bfloat16)).asnumpy()
+    exact_one = custom.native_ops(kernels)[0](Tensor(x[:1]), Tensor(w).astype(ms.bfloat16)).asnumpy()
     assert np.array_equal(_matmul(kernels, x[:1], w, True), exact_one)
 
 
@@ -60,7 +60,7 @@ def test_matmul_t_bf16_with_tiles_off_is_matmul_t(kernels, pynative_cpu):
     rng = np.random.default_rng(3)
     x = rng.standard_normal((5, 256)).astype(np.float32)
     w = round_to_bf16(rng.standard_normal((300, 256)))
-    exact = backend.native_ops(kernels)[0](Tensor(x), Tensor(w).astype(ms.bfloat16)).asnumpy()
+    exact = custom.native_ops(kernels)[0](Tensor(x), Tensor(w).astype(ms.bfloat16)).asnumpy()
     assert np.array_equal(_matmul(kernels, x, w, False), exact)
 
 
@@ -69,7 +69,7 @@ def _layer(kernels, case, on, rows=None):
     weights = [round_to_bf16(w) for w in weights]
     if rows is not None:  # the first `rows` sequences of the case
         tensors = [a[:rows] if a.shape[0] == case[0] else a for a in tensors]
-    ops_by_qk_norm = backend.bf16_decode_ops(kernels)[1]
+    ops_by_qk_norm = custom.bf16_decode_ops(kernels)[1]
     kernels.amx_init(on)
     op = ops_by_qk_norm[1 if len(weights) == 11 else 0]
     outs = _Layer(len(weights), 1e-6, op)(*(Tensor(a) for a in tensors),
@@ -109,7 +109,7 @@ def test_decode_layer_bf16_with_tiles_off_is_decode_layer(kernels, graph_cpu):
     outs, _ = _layer(kernels, case, False)
     *tensors, weights = make_case(np.random.default_rng(11), *case)
     weights = [round_to_bf16(w) for w in weights]
-    op = backend.native_ops(kernels)[1][0]
+    op = custom.native_ops(kernels)[1][0]
     exact = _Layer(len(weights), 1e-6, op)(*(Tensor(a) for a in tensors),
                                            *(Tensor(w).astype(ms.bfloat16) for w in weights))
     for got, want in zip(outs, exact):
@@ -130,8 +130,8 @@ def test_bf16_products_route_the_decode_step_to_the_tiles(pynative_cpu, monkeypa
     x = rng.standard_normal((4, 1024)).astype(np.float32)  # a batched step's rows
     want = rne_bf16(x).astype(np.float64) @ w.astype(np.float64).T
     for on in (True, False):
-        enable_bf16_afresh(monkeypatch, amx=on)
-        assert (backend.BF16_DECODE is not None) is on and ("amx_decode" in backend.routed()) is on
-        got = K.matmul_t(Tensor(x), Tensor(w).astype(ms.bfloat16)).asnumpy()
+        kn = bf16_kernels(monkeypatch, amx=on)
+        assert (kn.amx_decode is not None) is on and ("amx_decode" in kn.routes) is on
+        got = K.matmul_t(kn, Tensor(x), Tensor(w).astype(ms.bfloat16)).asnumpy()
         err = np.abs(got - want).max()
         assert bool(err <= 2e-6 * np.sqrt(1024) * np.abs(want).max()) is on

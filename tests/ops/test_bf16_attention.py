@@ -1,4 +1,4 @@
-"""VisionAttentionBf16 / VisionAttentionBf16Rows (ms_ocr/ops/native/kernels.cc): --dtype bf16's vision attention,
+"""VisionAttentionBf16 / VisionAttentionBf16Rows (ms_ocr/ops/native): --dtype bf16's vision attention,
 on Intel's AMX tiles or, where the tiles are off (AMD Zen 4; MS_OCR_AMX=0) or the head dim is past theirs, with
 AVX512_BF16's VDPBF16PS. What both are documented to compute: q and k rounded to bf16, their dot products summed in
 fp32, times the scale; a softmax in fp32 whose probabilities are rounded to bf16 before they weight the values
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from mindspore import Tensor
 
-from ms_ocr.ops import backend
-from tests.helpers.native import build_kernels, enable_bf16_afresh, needs_compiler
+from ms_ocr.ops import custom, kernels as routes
+from tests.helpers.native import bf16_kernels, build_kernels, needs_compiler
 from tests.ops.test_gemm_bf16 import rne_bf16
 
 
@@ -52,12 +52,12 @@ def exact(q, k, v, scale):
 @pytest.mark.parametrize("b,h,s,t,d", [(1, 4, 37, 53, 72), (2, 3, 16, 32, 64), (1, 2, 50, 1, 96), (1, 2, 20, 70, 40),
                                        (1, 2, 33, 65, 128), (1, 3, 70, 31, 8)])
 def test_attention_bf16_matches_the_rounded_reference(kernels, pynative_cpu, b, h, s, t, d):
-    if kernels.attention_path == "amx" and d > backend.AMX_ATTENTION_MAX_DIM:
+    if kernels.attention_path == "amx" and d > routes.AMX_ATTENTION_MAX_DIM:
         pytest.skip("past the tiles' head dims (the AVX512_BF16 kernel's, which is off here)")
     rng = np.random.default_rng(s + t + d)
     q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in ((b, h, s, d), (b, h, t, d), (b, h, t, d)))
     scale = d ** -0.5
-    heads_op, rows_op = backend.bf16_attention_ops(kernels)
+    heads_op, rows_op = custom.bf16_attention_ops(kernels)
     before = kernels.attention_calls
     got = heads_op(Tensor(q), Tensor(k), Tensor(v), Tensor(np.array([scale], np.float32))).asnumpy()
     rows = rows_op(Tensor(q), Tensor(k), Tensor(v), Tensor(np.array([scale], np.float32))).asnumpy()
@@ -81,7 +81,7 @@ def test_attention_bf16_on_two_threads_and_after_a_larger_call(kernels, pynative
     scale = Tensor(np.array([72 ** -0.5], np.float32))
     big = [Tensor(rng.standard_normal((2, 5, n, 72)).astype(np.float32)) for n in (70, 300, 300)]
     small = [Tensor(rng.standard_normal((1, 3, n, 72)).astype(np.float32)) for n in (21, 45, 45)]
-    _, rows_op = backend.bf16_attention_ops(kernels)
+    _, rows_op = custom.bf16_attention_ops(kernels)
     try:
         kernels.set_threads(1)
         one = rows_op(*small, scale).asnumpy()
@@ -113,17 +113,17 @@ def test_bf16_products_route_vision_attention_to_the_bf16_kernels(pynative_cpu, 
         pytest.skip("neither AMX-BF16 tiles nor AVX512_BF16 here")
     rng = np.random.default_rng(5)
     for amx in (True, False):
-        enable_bf16_afresh(monkeypatch, amx=amx)
+        kn = bf16_kernels(monkeypatch, amx=amx)
         tiles = amx and amx_cpu
-        assert (backend.BF16_ATTENTION is not None) is (tiles or dp_cpu)
-        assert ("amx_attention" in backend.routed()) is tiles and ("dpbf16_attention" in backend.routed()) is dp_cpu
+        assert (kn.bf16_attention is not None) is (tiles or dp_cpu)
+        assert ("amx_attention" in kn.routes) is tiles and ("dpbf16_attention" in kn.routes) is dp_cpu
         for d, bf16_ok, rounded in ((72, True, tiles or dp_cpu), (72, False, False), (128, True, dp_cpu)):
             q, k, v = (rng.standard_normal((1, 4, n, d)).astype(np.float32) for n in (40, 90, 90))
             scale = d ** -0.5
             want_rounded, want_exact = reference(q, k, v, scale), exact(q, k, v, scale)
             top = np.abs(want_exact).max()
-            for got in (K.attention(Tensor(q), Tensor(k), Tensor(v), None, scale, bf16_ok=bf16_ok).asnumpy(),
-                        K.attention_rows(Tensor(q), Tensor(k), Tensor(v), scale, bf16_ok=bf16_ok).asnumpy()
+            for got in (K.attention(kn, Tensor(q), Tensor(k), Tensor(v), None, scale, bf16_ok=bf16_ok).asnumpy(),
+                        K.attention_rows(kn, Tensor(q), Tensor(k), Tensor(v), scale, bf16_ok=bf16_ok).asnumpy()
                         .reshape(1, 40, 4, d).transpose(0, 2, 1, 3)):
                 if rounded:
                     assert np.abs(got - want_rounded).max() <= 2e-3 * top

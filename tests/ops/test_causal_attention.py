@@ -1,4 +1,4 @@
-"""The native causal attention of a prompt (CausalAttention in ms_ocr/ops/native/kernels.cc), which the prefill
+"""The native causal attention of a prompt (CausalAttention in ms_ocr/ops/native/attention.cc), which the prefill
 layer graphs use on the CPU (nn.functional.causal_block_attention): against float64 NumPy with grouped-query
 heads, queries that are the last S of T positions and row counts off the 32-row tile, at every ISA level this
 machine builds; and against the composed block attention it replaces. The model parity tests run it inside
@@ -13,7 +13,7 @@ from mindspore import Tensor, nn
 
 from ms_ocr import ops as K
 from ms_ocr.nn import functional as F
-from ms_ocr.ops import backend, native
+from ms_ocr.ops import custom, native
 from tests.helpers.native import needs_compiler
 
 
@@ -42,14 +42,14 @@ CASES = [  # b, h, hkv, s, d, t: GQA groups, rows off the 32-row tile, queries t
 
 
 class _Causal(nn.Cell):
-    def __init__(self, scale, block=None, op=None):
+    def __init__(self, scale, block=None, op=None, kn=None):
         super().__init__()
-        self.scale, self.block, self.op = scale, block, op
+        self.scale, self.block, self.op, self.kn = scale, block, op, kn
 
     def construct(self, q, k, v):
         if self.op is not None:
             return self.op(q, k, v, Tensor(np.array([self.scale], np.float32)))
-        return F.causal_block_attention(q, k, v, self.block, self.scale)
+        return F.causal_block_attention(self.kn, q, k, v, self.block, self.scale)
 
 
 @needs_compiler
@@ -57,13 +57,13 @@ class _Causal(nn.Cell):
 @pytest.mark.parametrize("case", CASES)
 def test_causal_kernel_matches_numpy(graph_cpu, all_routes, threads, case):
     kernels = native.load()
-    assert kernels is not None and backend.NATIVE_CAUSAL_ATTENTION is not None
+    assert kernels is not None and all_routes.causal_attention is not None
     kernels.set_threads(threads)
     try:
         q, k, v = make_case(np.random.default_rng(sum(case)), *case)
         scale = case[4] ** -0.5
         before = kernels.attention_calls
-        out = _Causal(scale, op=backend.NATIVE_CAUSAL_ATTENTION)(Tensor(q), Tensor(k), Tensor(v)).asnumpy()
+        out = _Causal(scale, op=all_routes.causal_attention)(Tensor(q), Tensor(k), Tensor(v)).asnumpy()
         assert kernels.attention_calls == before + 1
         ref = reference(q, k, v, scale)
         assert out.shape == ref.shape and np.abs(out - ref).max() <= 2e-6 * max(1.0, np.abs(ref).max())
@@ -74,7 +74,7 @@ def test_causal_kernel_matches_numpy(graph_cpu, all_routes, threads, case):
 @needs_compiler
 def test_causal_kernel_at_every_isa_level(graph_cpu, isa_kernels):
     """The library built for each SIMD level this machine runs computes the same causal attention."""
-    op = backend.native_ops(isa_kernels)[4]
+    op = custom.native_ops(isa_kernels)[4]
     for case in CASES:
         q, k, v = make_case(np.random.default_rng(3), *case)
         scale = case[4] ** -0.5
@@ -88,21 +88,21 @@ def test_prefill_attention_routing(graph_cpu, all_routes):
     """A prompt's causal attention takes the kernel where it is routed (fp32, head_dim a multiple of 8 up to 256)
     and the composed query blocks elsewhere (bf16, graphs built for export); both compute the same."""
     t = lambda *shape, dtype=ms.float32: Tensor(np.zeros(shape, np.float32)).astype(dtype)
-    assert K.native_causal_ok(t(1, 16, 50, 128), t(1, 2, 50, 128), t(1, 2, 50, 128))
-    assert not K.native_causal_ok(t(1, 16, 50, 12), t(1, 2, 50, 12), t(1, 2, 50, 12))
-    assert not K.native_causal_ok(t(1, 16, 50, 128), t(1, 3, 50, 128), t(1, 3, 50, 128))
-    assert not K.native_causal_ok(t(1, 4, 50, 64), t(1, 2, 40, 64), t(1, 2, 40, 64))  # fewer keys than queries
-    assert not K.native_causal_ok(t(1, 16, 50, 128, dtype=ms.bfloat16), t(1, 2, 50, 128), t(1, 2, 50, 128))
+    kn = all_routes
+    assert K.native_causal_ok(kn, t(1, 16, 50, 128), t(1, 2, 50, 128), t(1, 2, 50, 128))
+    assert not K.native_causal_ok(kn, t(1, 16, 50, 12), t(1, 2, 50, 12), t(1, 2, 50, 12))
+    assert not K.native_causal_ok(kn, t(1, 16, 50, 128), t(1, 3, 50, 128), t(1, 3, 50, 128))
+    assert not K.native_causal_ok(kn, t(1, 4, 50, 64), t(1, 2, 40, 64), t(1, 2, 40, 64))  # fewer keys than queries
+    assert not K.native_causal_ok(kn, t(1, 16, 50, 128, dtype=ms.bfloat16), t(1, 2, 50, 128), t(1, 2, 50, 128))
     kernels = native.load()
     q, k, v = make_case(np.random.default_rng(5), 1, 16, 2, 300, 128, 300)
     scale = 128 ** -0.5
-    with backend.without_native():
-        assert not K.native_causal_ok(Tensor(q), Tensor(k), Tensor(v))
-        before = kernels.attention_calls
-        composed = _Causal(scale, block=64)(Tensor(q), Tensor(k), Tensor(v)).asnumpy()
-        assert kernels.attention_calls == before
+    exported = kn.without_native()
+    assert not K.native_causal_ok(exported, Tensor(q), Tensor(k), Tensor(v))
     before = kernels.attention_calls
-    native_out = _Causal(scale, block=64)(Tensor(q), Tensor(k), Tensor(v)).asnumpy()
+    composed = _Causal(scale, block=64, kn=exported)(Tensor(q), Tensor(k), Tensor(v)).asnumpy()
+    assert kernels.attention_calls == before
+    native_out = _Causal(scale, block=64, kn=kn)(Tensor(q), Tensor(k), Tensor(v)).asnumpy()
     assert kernels.attention_calls == before + 1
     ref = reference(q, k, v, scale)
     assert np.abs(composed - ref).max() <= 2e-6 * np.abs(ref).max()

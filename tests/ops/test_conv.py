@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import mindspore as ms
 
-from ms_ocr.ops import backend
+from ms_ocr.ops.kernels import COMPOSED
 from ms_ocr.ops.conv import conv2d
 
 CASES = {  # (C, O, k, stride, padding, groups, H, W)
@@ -30,11 +30,8 @@ def test_conv2d_matches_torch(case, fused):
     x = rng.standard_normal((2, c, h, w)).astype(np.float32)
     wt = rng.standard_normal((o, c // g, k, k)).astype(np.float32)
     want = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(wt), stride=s, padding=p, groups=g).numpy()
-    backend.PORTABLE = fused  # the Conv2D branch, runnable on CPU
-    try:
-        got = conv2d(ms.Tensor(x), ms.Tensor(wt), s, p, g).asnumpy()
-    finally:
-        backend.PORTABLE = False
+    kn = COMPOSED.for_onnx() if fused else COMPOSED  # the portable form takes the Conv2D branch, runnable on CPU
+    got = conv2d(kn, ms.Tensor(x), ms.Tensor(wt), s, p, g).asnumpy()
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
@@ -55,12 +52,13 @@ AFFINE_CASES = {  # (C, O, k, stride, padding, dilation, groups, H, W, act, resi
 
 @pytest.mark.parametrize("case", sorted(AFFINE_CASES))
 def test_conv2d_affine_native_matches_torch(case, pynative_cpu):
-    """Conv2dAffine (kernels.cc: columns a tile at a time into oneDNN's fp32 gemm, depthwise as a direct loop, the
+    """Conv2dAffine (conv.cc: columns a tile at a time into oneDNN's fp32 gemm, depthwise as a direct loop, the
     affine / activation / residual epilogue on the tile) and the composed form against torch."""
     import torch
     from ms_ocr.ops import native
     from ms_ocr.ops.conv import conv2d_affine, conv_affine_native
-    if backend.NATIVE_CONV is None:
+    kn = pynative_cpu
+    if kn.conv is None:
         pytest.fail("Conv2dAffine is not routed on this machine (native library, oneDNN's sgemm, CONV_ROUTES)")
     c, o, k, s, p, d, g, h, w, act, residual = AFFINE_CASES[case]
     rng = np.random.default_rng(len(case))
@@ -73,13 +71,13 @@ def test_conv2d_affine_native_matches_torch(case, pynative_cpu):
     y = y + torch.tensor(res) if residual == "before" else y
     y = torch.relu(y) if act == "relu" else torch.nn.functional.silu(y) if act == "silu" else y
     want = (y + torch.tensor(res) if residual == "after" else y).numpy()
-    op, geometry = conv_affine_native(s, p, d, g, act, residual)
+    op, geometry = conv_affine_native(kn, s, p, d, g, act, residual)
     args = (ms.Tensor(x), ms.Tensor(wt), ms.Tensor(scale), ms.Tensor(shift), s, p, g, d, act,
             None if res is None else ms.Tensor(res), residual)
     calls = native.load().conv_calls
-    got = conv2d_affine(op, geometry, *args).asnumpy()
+    got = conv2d_affine(kn, op, geometry, *args).asnumpy()
     assert native.load().conv_calls == calls + 1
-    composed = conv2d_affine(None, None, *args).asnumpy()
+    composed = conv2d_affine(kn, None, None, *args).asnumpy()
     assert got.shape == want.shape
     scale_ = np.abs(want).max()
     assert np.abs(got - want).max() < 2e-6 * scale_ and np.abs(composed - want).max() < 2e-6 * scale_

@@ -1,4 +1,4 @@
-"""The native fused decoder layer of a decode step (DecodeLayer in ms_ocr/ops/native/kernels.cc, used through
+"""The native fused decoder layer of a decode step (DecodeLayer in ms_ocr/ops/native/decode_layer.cc, used through
 ops/decode_layer.py) against a float64 NumPy implementation of what the composed layer computes, and its
 routing. The model parity tests run it inside the real decode graphs against transformers."""
 
@@ -9,7 +9,8 @@ import pytest
 import mindspore as ms
 from mindspore import Tensor, nn
 
-from ms_ocr.ops import backend, decode_layer, native
+from ms_ocr.ops import custom, decode_layer, native
+from ms_ocr.ops import kernels as routes
 from ms_ocr.ops.attention import NEG_BIAS
 from tests.helpers.native import needs_compiler
 
@@ -76,14 +77,16 @@ def make_case(rng, b, hidden, hq, hkv, d, inter, t, qk_norm, rope_rows, visible)
 
 
 class _Layer(nn.Cell):
-    def __init__(self, n_weights, eps, op=None):
+    """The layer through `op`, or through the routed op of kernels `kn` (ops/decode_layer.py)."""
+
+    def __init__(self, n_weights, eps, op=None, kn=None):
         super().__init__()
-        self.n_weights, self.eps, self.op = n_weights, eps, op
+        self.n_weights, self.eps, self.op, self.kn = n_weights, eps, op, kn
 
     def construct(self, x, cos, sin, mask, k_cache, v_cache, *weights):
         if self.op is not None:
             return self.op(x, cos, sin, mask, k_cache, v_cache, *weights, Tensor(np.array([self.eps], np.float32)))
-        return decode_layer.decoder_layer_decode(x, cos, sin, mask, k_cache, v_cache, weights, self.eps)
+        return decode_layer.step(self.kn, x, cos, sin, mask, k_cache, v_cache, weights, self.eps)
 
 
 def _check(outs, ref):
@@ -112,13 +115,13 @@ CASES = [
 def test_decode_layer_kernel_matches_numpy(graph_cpu, all_routes, threads, case):
     """The routed op (ops/decode_layer.py) on the machine's own build, on 1 and 2 threads."""
     kernels = native.load()
-    assert kernels is not None and backend.NATIVE_DECODE_LAYER is not None
+    assert kernels is not None and all_routes.decode_layer is not None
     kernels.set_threads(threads)
     try:
         args = make_case(np.random.default_rng(sum(case[:7])), *case)
         *tensors, weights = args
         before = kernels.decode_layer_calls
-        outs = _Layer(len(weights), 1e-5)(*(Tensor(a) for a in tensors), *(Tensor(w) for w in weights))
+        outs = _Layer(len(weights), 1e-5, kn=all_routes)(*(Tensor(a) for a in tensors), *(Tensor(w) for w in weights))
         _check(outs, reference(*tensors, weights, 1e-5))
         assert kernels.decode_layer_calls == before + 1
     finally:
@@ -140,9 +143,9 @@ def test_decode_layer_bf16_caches(graph_cpu, all_routes, threads, case):
         *tensors, weights = make_case(np.random.default_rng(sum(case[:7]) + 1), *case)
         k16, v16 = (round_to_bf16(c) for c in tensors[4:6])
         args = [Tensor(a) for a in tensors[:4]] + [Tensor(k16).astype(ms.bfloat16), Tensor(v16).astype(ms.bfloat16)]
-        assert decode_layer.available(args[0], args[4], [Tensor(w) for w in weights], True)
+        assert decode_layer.serves(all_routes, args[0], args[4], [Tensor(w) for w in weights], True)
         before = kernels.decode_layer_calls
-        x, k, v = (o.asnumpy() for o in _Layer(len(weights), 1e-5)(*args, *(Tensor(w) for w in weights)))
+        x, k, v = (o.asnumpy() for o in _Layer(len(weights), 1e-5, kn=all_routes)(*args, *(Tensor(w) for w in weights)))
         assert kernels.decode_layer_calls == before + 1
         assert np.array_equal(round_to_bf16(k), k) and np.array_equal(round_to_bf16(v), v)  # bf16 values
         _, k_ref, v_ref = reference(*tensors[:4], k16, v16, weights, 1e-5)
@@ -152,7 +155,7 @@ def test_decode_layer_bf16_caches(graph_cpu, all_routes, threads, case):
         x_ref, _, _ = reference(*tensors[:4], k16, v16, weights, 1e-5, own=(k, v))
         _check([Tensor(x)], [x_ref])
         # the same layer over fp32 caches holding the same values differs: the token's own k, v were rounded
-        x32 = _Layer(len(weights), 1e-5)(*(Tensor(a) for a in tensors[:4]), Tensor(k16), Tensor(v16),
+        x32 = _Layer(len(weights), 1e-5, kn=all_routes)(*(Tensor(a) for a in tensors[:4]), Tensor(k16), Tensor(v16),
                                           *(Tensor(w) for w in weights))[0].asnumpy()
         assert not np.array_equal(x32, x)
     finally:
@@ -166,7 +169,7 @@ def test_decode_layer_at_every_isa_level(graph_cpu, isa_kernels):
     from ms_ocr.convert.loader import round_to_bf16
     kernels = isa_kernels
     before = kernels.decode_layer_calls
-    ops_by_qk_norm = backend.native_ops(kernels)[1]
+    ops_by_qk_norm = custom.native_ops(kernels)[1]
     for case in CASES:
         *tensors, weights = make_case(np.random.default_rng(7), *case)
         op = ops_by_qk_norm[1 if len(weights) == 11 else 0]
@@ -187,19 +190,16 @@ def test_decode_layer_routing(graph_cpu, all_routes, monkeypatch):
     *tensors, weights = make_case(np.random.default_rng(0), *CASES[0])
     x, k_cache = Tensor(tensors[0]), Tensor(tensors[4])
     ws = [Tensor(w) for w in weights]
-    assert decode_layer.available(x, k_cache, ws, True)
-    assert not decode_layer.available(x, k_cache, ws, False)
-    assert not decode_layer.available(Tensor(np.zeros((9, 1, 64), np.float32)), k_cache, ws, True)
-    assert not decode_layer.available(x, Tensor(np.zeros((1, 2, 4, 520), np.float32)), ws, True)
-    assert decode_layer.available(x, k_cache, [w.astype(ms.bfloat16) for w in ws], True)  # bf16-resident weights
-    assert not decode_layer.available(x, k_cache, ws[:-1] + [ws[-1].astype(ms.float16)], True)
-    assert not decode_layer.available(x.astype(ms.bfloat16), k_cache, ws, True)
-    assert not decode_layer.available(x, k_cache.astype(ms.float16), ws, True)
-    assert decode_layer.available(x, k_cache.astype(ms.bfloat16), ws, True)  # --kv-cache-dtype bf16
-    with backend.without_native():
-        assert backend.NATIVE_DECODE_LAYER is None and not decode_layer.available(x, k_cache, ws, True)
-    assert backend.NATIVE_DECODE_LAYER is not None
-    monkeypatch.setattr(backend, "NATIVE_MATMUL_T", None)
-    assert backend.configure("Ascend") == "Ascend" and backend.NATIVE_DECODE_LAYER is None
-    backend.configure("CPU")
-    assert backend.NATIVE_DECODE_LAYER is not None
+    kn = all_routes
+    assert decode_layer.serves(kn, x, k_cache, ws, True)
+    assert not decode_layer.serves(kn, x, k_cache, ws, False)
+    assert not decode_layer.serves(kn, Tensor(np.zeros((9, 1, 64), np.float32)), k_cache, ws, True)
+    assert not decode_layer.serves(kn, x, Tensor(np.zeros((1, 2, 4, 520), np.float32)), ws, True)
+    assert decode_layer.serves(kn, x, k_cache, [w.astype(ms.bfloat16) for w in ws], True)  # bf16-resident weights
+    assert not decode_layer.serves(kn, x, k_cache, ws[:-1] + [ws[-1].astype(ms.float16)], True)
+    assert not decode_layer.serves(kn, x.astype(ms.bfloat16), k_cache, ws, True)
+    assert not decode_layer.serves(kn, x, k_cache.astype(ms.float16), ws, True)
+    assert decode_layer.serves(kn, x, k_cache.astype(ms.bfloat16), ws, True)  # --kv-cache-dtype bf16
+    assert kn.without_native().decode_layer is None and not decode_layer.serves(kn.without_native(), x, k_cache, ws,
+                                                                               True)
+    assert routes.choose("Ascend").decode_layer is None

@@ -1,4 +1,4 @@
-"""The decode kernels' thread team (SpinTeam in ms_ocr/ops/native/kernels.cc): DecodeLayer and MatMulT run on it,
+"""The decode kernels' thread team (SpinTeam in ms_ocr/ops/native/team.h): DecodeLayer and MatMulT run on it,
 and a call made while another thread's call holds the team runs alone on its caller. Here several Python threads
 call the kernels at once through ctypes (which releases the GIL), many times, and every result is checked."""
 

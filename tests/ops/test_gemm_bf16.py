@@ -1,4 +1,4 @@
-"""GemmBf16 (ms_ocr/ops/native/kernels.cc): --dtype bf16's products on a CPU with bf16 dot products, through the
+"""GemmBf16 (ms_ocr/ops/native/gemm_bf16.cc): --dtype bf16's products on a CPU with bf16 dot products, through the
 oneDNN MindSpore's wheel ships. What it is documented to compute: the activations rounded to bf16 (to nearest,
 ties to even), times bf16 weights, each dot product summed in fp32; checked against float64 NumPy over the rounded
 operands, on shapes split by rows and by columns, with 1 and 2 threads. Then its routing (ops.linear.matmul_t)
@@ -9,10 +9,11 @@ import pytest
 import mindspore as ms
 from mindspore import Tensor
 
-from ms_ocr import device
 from ms_ocr import ops as K
+from ms_ocr import plan
 from ms_ocr.convert.loader import round_to_bf16
-from ms_ocr.ops import backend, native
+from ms_ocr.ops import custom, native
+from ms_ocr.ops import kernels as routes
 from tests.helpers.native import build_kernels, needs_compiler
 
 needs_dnnl = pytest.mark.skipif(native.dnnl_path() is None, reason="MindSpore's wheel has no libdnnl here")
@@ -33,7 +34,7 @@ def kernels():
 
 
 def _gemm(kernels, x, w):
-    return backend.bf16_gemm_op(kernels)(Tensor(x), Tensor(w).astype(ms.bfloat16)).asnumpy()
+    return custom.bf16_gemm_op(kernels)(Tensor(x), Tensor(w).astype(ms.bfloat16)).asnumpy()
 
 
 @needs_compiler
@@ -53,7 +54,7 @@ def test_products_of_rounded_activations_summed_in_fp32(m, k, n, kernels, pynati
     exact = x.astype(np.float64) @ w.astype(np.float64).T
     assert np.abs(got - exact).max() > 10 * np.abs(got - want).max()
     # bf16 activations given as such are the same product
-    bf = backend.bf16_gemm_op(kernels)(Tensor(rne_bf16(x)).astype(ms.bfloat16), Tensor(w).astype(ms.bfloat16))
+    bf = custom.bf16_gemm_op(kernels)(Tensor(rne_bf16(x)).astype(ms.bfloat16), Tensor(w).astype(ms.bfloat16))
     assert np.array_equal(bf.asnumpy(), got)
 
 
@@ -85,32 +86,33 @@ def test_thread_count_does_not_change_the_result(kernels, pynative_cpu):
 
 @needs_compiler
 @needs_dnnl
-def test_matmul_t_routes_many_rows_against_bf16_weights(pynative_cpu, bf16_unset, monkeypatch):
+def test_matmul_t_routes_many_rows_against_bf16_weights(pynative_cpu, monkeypatch):
     """With products in bf16 on, more rows than a decode step's against a bf16 matrix take GemmBf16; a decode
     step's rows and fp32 weights do not, and the norm vectors are still widened (keeps_bf16)."""
     if not native.cpu_bf16_dot():
         monkeypatch.setattr(native, "cpu_bf16_dot", lambda: True)
-    assert backend.enable_bf16_products() is None and backend.BF16_PRODUCTS is not None
-    assert "bf16_products" in backend.routed()
+    assert routes.bf16_products_refused("CPU", pynative_cpu) is None
+    kn = routes.with_bf16_products(pynative_cpu)
+    assert kn.gemm_bf16 is not None and "bf16_products" in kn.routes
     kernels = native.load()
     rng = np.random.default_rng(2)
     w = Tensor(round_to_bf16(rng.standard_normal((96, 64)))).astype(ms.bfloat16)
     many, few = (Tensor(rng.standard_normal((r, 64)).astype(np.float32)) for r in (K.linear.NATIVE_MAX_ROWS + 1, 4))
     before = kernels.gemm_bf16_calls
-    got = K.matmul_t(many, w).asnumpy()
+    got = K.matmul_t(kn, many, w).asnumpy()
     assert kernels.gemm_bf16_calls == before + 1
     want = rne_bf16(many.asnumpy()).astype(np.float64) @ w.astype(ms.float32).asnumpy().T
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
-    K.matmul_t(few, w)
-    K.matmul_t(many, w.astype(ms.float32))
+    K.matmul_t(kn, few, w)
+    K.matmul_t(kn, many, w.astype(ms.float32))
     assert kernels.gemm_bf16_calls == before + 1
-    assert K.keeps_bf16(w) and not K.keeps_bf16(w[0]) and not K.keeps_bf16(w.astype(ms.float32))
+    assert K.keeps_bf16(kn, w) and not K.keeps_bf16(kn, w[0]) and not K.keeps_bf16(kn, w.astype(ms.float32))
 
 
 @needs_compiler
 @needs_dnnl
 @pytest.mark.parametrize("rows", [3, 40])
-def test_linear_conv_reads_a_convolution_weight_as_its_flattened_matrix(rows, pynative_cpu, bf16_unset, monkeypatch):
+def test_linear_conv_reads_a_convolution_weight_as_its_flattened_matrix(rows, pynative_cpu, monkeypatch):
     """ops.linear.linear_conv, a stride == kernel convolution's product x w.reshape(N, -1)^T + b: on the exact path
     (fp32 w, and a bf16 w widened) and, with products in bf16 on, more rows than a decode step's against a bf16
     [N, C, kh, kw] w given to GemmBf16 as it is (the kernel reads it as [N, C * kh * kw])."""
@@ -120,32 +122,36 @@ def test_linear_conv_reads_a_convolution_weight_as_its_flattened_matrix(rows, py
     b = rng.standard_normal(72).astype(np.float32)
     flat = w.reshape(72, -1).astype(np.float64)
     want = x.astype(np.float64) @ flat.T + b
-    got = K.linear_conv(Tensor(x), Tensor(w), Tensor(b)).asnumpy()
+    exact = pynative_cpu
+    got = K.linear_conv(exact, Tensor(x), Tensor(w), Tensor(b)).asnumpy()
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
     wb = Tensor(w).astype(ms.bfloat16)
-    assert np.abs(K.linear_conv(Tensor(x), wb).asnumpy() - (want - b)).max() <= 1e-5 * np.abs(want).max()
+    assert np.abs(K.linear_conv(exact, Tensor(x), wb).asnumpy() - (want - b)).max() <= 1e-5 * np.abs(want).max()
     if not native.cpu_bf16_dot():
         monkeypatch.setattr(native, "cpu_bf16_dot", lambda: True)
-    assert backend.enable_bf16_products() is None
+    assert routes.bf16_products_refused("CPU", exact) is None
+    kn = routes.with_bf16_products(exact)
     kernels = native.load()
     before = kernels.gemm_bf16_calls
-    got = K.linear_conv(Tensor(x), wb, Tensor(b)).asnumpy()
+    got = K.linear_conv(kn, Tensor(x), wb, Tensor(b)).asnumpy()
     routed = rows > K.linear.NATIVE_MAX_ROWS
     assert kernels.gemm_bf16_calls == before + routed
     rounded = (rne_bf16(x).astype(np.float64) if routed else x.astype(np.float64)) @ flat.T + b
     assert np.abs(got - rounded).max() <= 1e-5 * np.abs(rounded).max()
 
 
-def test_a_cpu_without_bf16_dot_products_keeps_fp32_and_says_so_once(bf16_unset, monkeypatch, capsys):
-    monkeypatch.setattr(backend, "_configured", "CPU")
+def test_a_cpu_without_bf16_dot_products_keeps_fp32_and_says_so_once(monkeypatch, capsys):
+    kn = routes.choose("CPU")
+    if kn.library is None:
+        pytest.skip("no native kernel library here")
     monkeypatch.setattr(native, "cpu_bf16_dot", lambda: False)
-    monkeypatch.setattr(device, "_NOTICES", set())
-    assert device.bf16_products("bf16", "CPU") is False and device.bf16_products("bf16", "CPU") is False
+    monkeypatch.setattr(plan, "_NOTICES", set())
+    assert plan.bf16_products("bf16", "CPU", kn) is None and plan.bf16_products("bf16", "CPU", kn) is None
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["[ms_ocr] --dtype bf16: products stay fp32 on bf16-rounded weights (this CPU has no bf16 dot "
                    "products (AVX512_BF16, AMX-BF16 or Arm BF16))"]
-    assert backend.BF16_PRODUCTS is None
-    assert device.bf16_products("auto", "CPU") is False and device.bf16_products("bf16", "Ascend") is True
+    assert plan.bf16_products("auto", "CPU", kn) is None
+    assert plan.bf16_products("bf16", "Ascend", routes.choose("Ascend")) is routes.choose("Ascend")
 
 
 def test_cpu_bf16_dot_reads_the_flags(tmp_path, monkeypatch):

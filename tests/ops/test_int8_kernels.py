@@ -1,4 +1,4 @@
-"""Weight-only int8 in the native kernels (ms_ocr/ops/native/kernels.cc): MatMulTQ8 (a decode step's rows against
+"""Weight-only int8 in the native kernels (ms_ocr/ops/native/gemv.h, quant.cc): MatMulTQ8 (a decode step's rows against
 an int8 weight with one fp32 scale per row, or per group of 32 / 64 columns), DequantQ8 (q * scale in fp32) and
 DecodeLayer over int8 matrices with their scales packed in one input; each against float64 NumPy over the
 dequantised weights, at every SIMD level this machine builds."""
@@ -8,8 +8,8 @@ import pytest
 import mindspore as ms
 from mindspore import Tensor
 
-from ms_ocr.models.quantize import quantize_rows as quantize  # symmetric int8 (tests/test_quantize.py)
-from ms_ocr.ops import backend
+from ms_ocr.convert.quantize import quantize_rows as quantize  # symmetric int8 (tests/test_quantize.py)
+from ms_ocr.ops import custom
 from tests.helpers.native import KERNEL_REFUSED, needs_compiler, op_cell
 from tests.helpers.quant import dequantized
 from tests.ops.test_gemm_bf16 import rne_bf16
@@ -29,7 +29,7 @@ def test_matmul_t_q8_at_every_isa_level(m, group, graph_cpu, isa_kernels):
     x = rng.standard_normal((m, cols)).astype(np.float32)
     want = x.astype(np.float64) @ dequantized(q, s).T
     before = isa_kernels.matmul_t_calls
-    got = op_cell(backend.int8_ops(isa_kernels)[0])(Tensor(x), Tensor(q), Tensor(s)).asnumpy()
+    got = op_cell(custom.int8_ops(isa_kernels)[0])(Tensor(x), Tensor(q), Tensor(s)).asnumpy()
     assert isa_kernels.matmul_t_calls == before + 1
     assert got.shape == (m, 301) and np.abs(got - want).max() <= 2e-5 * np.abs(want).max(), isa_kernels.isa_level
 
@@ -40,10 +40,10 @@ def test_dequant_q8_is_q_times_scale(group, graph_cpu, isa_kernels):
     rng = np.random.default_rng(4)
     q, s = quantize(rng.standard_normal((70, 352 if group else 333)), group=group)
     want = dequantized(q, s).astype(np.float32)  # exact: q * scale in fp32 rounds once, as float64's rounded
-    got = op_cell(backend.int8_ops(isa_kernels)[1])(Tensor(q), Tensor(s)).asnumpy()
+    got = op_cell(custom.int8_ops(isa_kernels)[1])(Tensor(q), Tensor(s)).asnumpy()
     assert np.array_equal(got, want)
     # for products in bf16: the same values rounded to bf16, nearest-even
-    bf16 = op_cell(backend.int8_ops(isa_kernels)[2])(Tensor(q), Tensor(s)).astype(ms.float32).asnumpy()
+    bf16 = op_cell(custom.int8_ops(isa_kernels)[2])(Tensor(q), Tensor(s)).astype(ms.float32).asnumpy()
     assert np.array_equal(bf16, rne_bf16(want))
 
 
@@ -54,7 +54,7 @@ def test_native_quantiser_is_numpys_bit_for_bit(group, isa_kernels, monkeypatch)
     NumPy: the same int8 values and scales, from fp32 and from raw bf16 words, with rows of zeros, values on the
     rounding ties (x.5: to even) and, per row, columns that are not whole vectors (1,003)."""
     from ms_ocr.convert.safetensors_io import widen_bf16
-    from ms_ocr.models import quantize as qmod
+    from ms_ocr.convert import quantize as qmod
     monkeypatch.setattr(qmod, "_native_kernels", lambda: isa_kernels)
     rng = np.random.default_rng(11 + group)
     cols = 1024 if group else 1003
@@ -82,9 +82,9 @@ def test_q8_kernels_refuse_groups_that_do_not_fit(pynative_cpu, isa_kernels):
     for groups in (12, 5):  # groups of 8 columns; 96 / 5 columns
         s = Tensor(np.ones((16, groups), np.float32))
         with pytest.raises(RuntimeError, match=KERNEL_REFUSED):
-            op_cell(backend.int8_ops(isa_kernels)[0])(x, Tensor(q), s).asnumpy()
+            op_cell(custom.int8_ops(isa_kernels)[0])(x, Tensor(q), s).asnumpy()
         with pytest.raises(RuntimeError, match=KERNEL_REFUSED):
-            op_cell(backend.int8_ops(isa_kernels)[1])(Tensor(q), s).asnumpy()
+            op_cell(custom.int8_ops(isa_kernels)[1])(Tensor(q), s).asnumpy()
 
 
 @pytest.mark.parametrize("group", [0, 32])
@@ -116,7 +116,7 @@ def test_decode_layer_over_int8_matrices(case, group, graph_cpu, isa_kernels):
         q, s = quantize(weights[i], group=group)
         args[i], deq[i] = q, dequantized(q, s).astype(np.float32)
         scales.append(s.ravel())
-    op = backend.native_ops(isa_kernels)[1][1 if qk_norm else 0]
+    op = custom.native_ops(isa_kernels)[1][1 if qk_norm else 0]
     before = isa_kernels.decode_layer_calls
     eps = [1e-6, group] if group else [1e-6]
     outs = op_cell(op)(*(Tensor(a) for a in tensors), *(Tensor(w) for w in args), Tensor(np.concatenate(scales)),

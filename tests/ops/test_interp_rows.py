@@ -1,4 +1,4 @@
-"""The native InterpRows (ms_ocr/ops/native/kernels.cc), which ops.interp_rows uses on the CPU to resample a ViT's
+"""The native InterpRows (ms_ocr/ops/native/gather.cc), which ops.interp_rows uses on the CPU to resample a ViT's
 learned position table to an image's patch grid (4 bilinear taps per patch) without [N, 4, C] intermediates:
 against float64 NumPy for fp32 and bf16 tables at every ISA level this machine builds, the routing, and the
 composed gather-multiply-sum it replaces. The vision parity tests run it inside PaddleOCR-VL's and HunyuanOCR's
@@ -10,20 +10,20 @@ from mindspore import Tensor, nn
 
 from ms_ocr import ops as K
 from ms_ocr.convert.loader import round_to_bf16
-from ms_ocr.ops import backend
+from ms_ocr.ops import custom
 from ms_ocr.processing import grid as G
 from tests.helpers.native import needs_compiler
 
 
 class _Interp(nn.Cell):
-    def __init__(self, op=None):
+    def __init__(self, op=None, kn=None):
         super().__init__()
-        self.op = op
+        self.op, self.kn = op, kn
 
     def construct(self, table, idx, w):
         if self.op is not None:
             return self.op(table, idx, w)
-        return K.interp_rows(table, idx, w)
+        return K.interp_rows(self.kn, table, idx, w)
 
 
 def _case(rng, side=27, dim=72, grid=(1, 31, 45)):
@@ -41,7 +41,7 @@ def reference(table, idx, w):
 def test_interp_rows_at_every_isa_level(graph_cpu, isa_kernels):
     """fp32 and bf16 tables (the same values) give the same rows, within float64's by fp32 rounding; an index
     outside the table adds nothing."""
-    op = backend.bf16_ops(isa_kernels)[2]
+    op = custom.bf16_ops(isa_kernels)[2]
     table, idx, w = _case(np.random.default_rng(1))
     idx[7, 3] = table.shape[0] + 2
     ref = reference(table, idx, w)
@@ -56,11 +56,11 @@ def test_interp_rows_routing(graph_cpu):
     """fp32 taps take the kernel on the CPU; graphs built for export take the composed gather, which computes the
     same to fp32 rounding."""
     table, idx, w = _case(np.random.default_rng(2), grid=(1, 64, 40))
-    assert backend.NATIVE_INTERP_ROWS is not None
-    kernel = _Interp()(Tensor(table), Tensor(idx), Tensor(w)).asnumpy()
-    with backend.without_native():
-        assert backend.NATIVE_INTERP_ROWS is None
-        composed = _Interp()(Tensor(table), Tensor(idx), Tensor(w)).asnumpy()
+    kn = graph_cpu
+    assert kn.interp_rows is not None
+    kernel = _Interp(kn=kn)(Tensor(table), Tensor(idx), Tensor(w)).asnumpy()
+    assert kn.without_native().interp_rows is None
+    composed = _Interp(kn=kn.without_native())(Tensor(table), Tensor(idx), Tensor(w)).asnumpy()
     ref = reference(table, idx, w)
     assert np.abs(kernel - ref).max() <= 1e-6 * np.abs(ref).max()
     assert np.abs(composed - ref).max() <= 1e-6 * np.abs(ref).max()

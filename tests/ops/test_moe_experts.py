@@ -1,7 +1,9 @@
-"""The native MoeExperts (ms_ocr/ops/native/kernels.cc): a decode step's routed experts of a DeepSeek MoE layer read
+"""The native MoeExperts (ms_ocr/ops/native/moe.cc): a decode step's routed experts of a DeepSeek MoE layer read
 from the stacked weights as they are stored (fp32, bf16, int8 with scales per row or per group of columns), against
 float64 NumPy over the same values, at every SIMD level this machine builds; and the MoE layer through it against
 its composed path (gather the selected experts, batched matmuls)."""
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -9,8 +11,8 @@ import mindspore as ms
 from mindspore import Tensor
 
 from ms_ocr.convert.loader import round_to_bf16
-from ms_ocr.models.quantize import quantize_rows
-from ms_ocr.ops import backend
+from ms_ocr.convert.quantize import quantize_rows
+from ms_ocr.ops import bind, custom
 from tests.helpers.native import KERNEL_REFUSED, needs_compiler, op_cell
 from tests.helpers.quant import dequantized
 
@@ -66,7 +68,7 @@ def test_moe_experts_at_every_isa_level(case, kind, graph_cpu, isa_kernels):
         args = [Tensor(p[0]) for p in parts] + [Tensor(p[1]) for p in parts]
         values = [p[2] for p in parts]
     want = reference(h.astype(np.float64), ids, w.astype(np.float64), *(v.astype(np.float64) for v in values))
-    op = backend.native_ops(isa_kernels)[5]
+    op = custom.native_ops(isa_kernels)[5]
     before = isa_kernels.moe_experts_calls
     got = op_cell(op)(Tensor(h), Tensor(ids), Tensor(w), *args).asnumpy()
     assert isa_kernels.moe_experts_calls == before + 1
@@ -81,7 +83,7 @@ def test_moe_experts_refuses_stacks_that_do_not_fit(pynative_cpu, isa_kernels):
                  Tensor(np.ones((1, 2), np.float32)))
     gate = Tensor(rng.standard_normal((4, 16, 32)).astype(np.float32))
     down = Tensor(rng.standard_normal((4, 32, 16)).astype(np.float32))
-    op = op_cell(backend.native_ops(isa_kernels)[5])
+    op = op_cell(custom.native_ops(isa_kernels)[5])
     with pytest.raises(RuntimeError, match=KERNEL_REFUSED):  # down [E, H, I] given where up [E, I, H] belongs
         op(h, ids, w, gate, down, down).asnumpy()
     q = Tensor(np.zeros((4, 16, 32), np.int8))
@@ -112,13 +114,15 @@ def test_moe_layer_through_the_kernel_matches_its_composed_path(dtype, graph_cpu
             return self.layer(x)
 
     x = Tensor(rng.standard_normal((3, 1, 64)).astype(np.float32))
-    if backend.NATIVE_MOE_EXPERTS is None:
+    kn = graph_cpu
+    if kn.moe_experts is None:
         pytest.skip("MoeExperts is not routed at this build's SIMD level")
-    kernels = backend.native_kernels()
+    kernels = kn.library
     before = kernels.moe_experts_calls
+    bind(layer, kn)
     got = Run()(x).asnumpy()
     assert kernels.moe_experts_calls == before + 1
-    monkeypatch.setattr(backend, "NATIVE_MOE_EXPERTS", None)  # the composed path
+    bind(layer, dataclasses.replace(kn, moe_experts=None))  # the composed path
     want = Run()(x).asnumpy()
     assert kernels.moe_experts_calls == before + 1
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()

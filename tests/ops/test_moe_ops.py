@@ -13,7 +13,8 @@ from mindspore import Tensor, ops
 
 from ms_ocr import ops as K
 from ms_ocr.nn.moe import MoE, route
-from ms_ocr.ops import backend
+from ms_ocr.ops import bind
+from ms_ocr.ops.kernels import COMPOSED, FUSED
 from ms_ocr.ops import moe as moe_mod
 
 
@@ -45,7 +46,7 @@ def np_unpermute(permuted, rows, probs):
 def test_permute_fallback_gives_the_documented_example():
     tokens = np.array([[1, 1, 1], [7, 7, 7], [2, 2, 2], [1, 1, 1], [2, 2, 2], [3, 3, 3]], np.float32)
     ids = np.array([5, 0, 3, 1, 2, 4], np.int32)[:, None]
-    permuted, rows = K.token_permute(Tensor(tokens), Tensor(ids))
+    permuted, rows = K.token_permute(COMPOSED, Tensor(tokens), Tensor(ids))
     assert permuted.asnumpy()[:, 0].tolist() == [7, 1, 2, 2, 3, 1]  # the MindSpore documentation's output
     assert rows.asnumpy().tolist() == [5, 0, 3, 1, 2, 4]
 
@@ -57,15 +58,15 @@ def test_fallbacks_match_the_documented_semantics():
     ids = np.stack([rng.choice(e, k, replace=False) for _ in range(t)]).astype(np.int32)
     probs = rng.random((t, k)).astype(np.float32)
     w = rng.standard_normal((e, n, h)).astype(np.float32)
-    permuted, rows = K.token_permute(Tensor(tokens), Tensor(ids))
+    permuted, rows = K.token_permute(COMPOSED, Tensor(tokens), Tensor(ids))
     want_p, want_rows = np_permute(tokens, ids)
     np.testing.assert_array_equal(permuted.asnumpy(), want_p)
     np.testing.assert_array_equal(rows.asnumpy(), want_rows)
     ends = K.expert_ends(Tensor(ids), e).asnumpy()
     np.testing.assert_array_equal(ends, np.cumsum(np.bincount(ids.reshape(-1), minlength=e)))
-    y = K.grouped_matmul(permuted, Tensor(w), Tensor(ends)).asnumpy()
+    y = K.grouped_matmul(COMPOSED, permuted, Tensor(w), Tensor(ends)).asnumpy()
     np.testing.assert_allclose(y, np_grouped_matmul(want_p, w, ends, True), rtol=1e-5, atol=1e-5)
-    out = K.token_unpermute(Tensor(y), rows, Tensor(probs)).asnumpy()
+    out = K.token_unpermute(COMPOSED, Tensor(y), rows, Tensor(probs)).asnumpy()
     np.testing.assert_allclose(out, np_unpermute(y, want_rows, probs), rtol=1e-5, atol=1e-5)
 
 
@@ -87,7 +88,7 @@ def test_routed_experts_fallback_and_fused_branch(fused, monkeypatch):
                      (moe.experts.up_proj, (experts, inter, hidden)), (moe.experts.down_proj, (experts, hidden, inter))):
         p.set_data(Tensor(rng.standard_normal(shape).astype(np.float32) * 0.3))
     x = rng.standard_normal((9, hidden)).astype(np.float32)
-    weights, ids = route(Tensor(x), moe.gate.weight, top_k, 1.0)
+    weights, ids = route(COMPOSED, Tensor(x), moe.gate.weight, top_k, 1.0)
     want = _reference_routed(x, weights.asnumpy(), ids.asnumpy(), moe.experts.gate_proj.asnumpy(),
                              moe.experts.up_proj.asnumpy(), moe.experts.down_proj.asnumpy())
     calls = []
@@ -112,7 +113,7 @@ def test_routed_experts_fallback_and_fused_branch(fused, monkeypatch):
         monkeypatch.setattr(moe_mod.ops, "moe_token_permute", bound(ops.moe_token_permute, "permute"))
         monkeypatch.setattr(ag, "grouped_matmul", bound(ag.grouped_matmul, "gmm"))
         monkeypatch.setattr(moe_mod.ops, "moe_token_unpermute", bound(ops.moe_token_unpermute, "unpermute"))
-        monkeypatch.setattr(backend, "FUSED", True)
+    bind(moe, FUSED if fused else COMPOSED)
     got = moe.routed_experts(Tensor(x), weights, ids).asnumpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     if fused:

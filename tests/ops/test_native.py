@@ -1,6 +1,7 @@
 """The native CPU kernels (ms_ocr/ops/native): built with the machine's compiler, run as MindSpore Custom ops
 in graph mode against NumPy, and the fallbacks when they cannot be built or are switched off."""
 
+import dataclasses
 import os
 import shutil
 
@@ -9,7 +10,8 @@ import pytest
 import mindspore as ms
 from mindspore import Tensor, nn
 
-from ms_ocr.ops import backend, native
+from ms_ocr.ops import custom, native
+from ms_ocr.ops import kernels as routes
 from ms_ocr.ops import linear as linear_mod
 from tests.helpers.native import build_kernels, needs_compiler, needs_x86
 
@@ -48,7 +50,7 @@ def test_matmul_t_kernel_matches_numpy(pynative_cpu, threads, m, n, k):
     kernels.set_threads(threads)
     try:
         x, w = _case(np.random.default_rng(m * 7 + n), m, n, k)
-        out = backend.native_ops(kernels)[0](Tensor(x), Tensor(w)).asnumpy()
+        out = custom.native_ops(kernels)[0](Tensor(x), Tensor(w)).asnumpy()
         ref = x.astype(np.float64) @ w.astype(np.float64).T
         assert out.shape == (m, n)
         assert np.abs(out - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max())
@@ -63,7 +65,7 @@ def test_matmul_t_at_every_isa_level(pynative_cpu, isa_kernels):
     and without a vector tail."""
     kernels = isa_kernels
     before = kernels.matmul_t_calls
-    op = backend.native_ops(kernels)[0]
+    op = custom.native_ops(kernels)[0]
     shapes = [(m, n, k) for m in range(1, 9) for n, k in [(1030, 1000), (5, 37), (19, 3)]]
     for m, n, k in shapes:
         x, w = _case(np.random.default_rng(m + n), m, n, k)
@@ -94,39 +96,32 @@ def test_isa_level_of_each_build(monkeypatch):
 
 
 @needs_compiler
-def test_route_table_applied_by_configure(graph_cpu, monkeypatch, capsys):
-    """configure routes exactly the kernels NATIVE_ROUTES lists for the library's level; MS_OCR_NATIVE_ROUTES
-    overrides it; a level without measurements routes none."""
+def test_route_table_applied_by_choose(graph_cpu, monkeypatch, capsys):
+    """choose routes exactly the kernels ROUTES lists for the library's level; MS_OCR_NATIVE_ROUTES overrides it;
+    a level without measurements routes none."""
     level = native.load().isa_level
-    monkeypatch.delenv(backend.ROUTES_ENV, raising=False)
-    try:
-        monkeypatch.setitem(backend.NATIVE_ROUTES, level, ("attention", "gelu"))
-        backend.configure("CPU")
-        assert backend.routed() == ("attention", "gelu")
-        assert backend.NATIVE_MATMUL_T is None and backend.NATIVE_DECODE_LAYER is None
-        assert backend.NATIVE_ATTENTION is not None and backend.NATIVE_GELU is not None
-        assert backend.native_kernels() is native.load()
-        monkeypatch.setitem(backend.NATIVE_ROUTES, level, ())
-        backend.configure("CPU")
-        assert backend.routed() == () and backend.native_kernels() is None
-        monkeypatch.setenv(backend.ROUTES_ENV, "matmul_t, decode_layer,bogus")
-        backend.configure("CPU")
-        assert backend.routed() == ("matmul_t", "decode_layer")
-        assert "unknown kernels ['bogus']" in capsys.readouterr().err
-        monkeypatch.setenv(backend.ROUTES_ENV, "all")
-        backend.configure("CPU")
-        assert backend.routed() == backend.KERNELS
-        monkeypatch.setenv(backend.ROUTES_ENV, "none")
-        backend.configure("CPU")
-        assert backend.routed() == ()
-        assert backend.native_routes("no-such-level") == ()
-        monkeypatch.delenv(backend.ROUTES_ENV)
-        assert backend.native_routes("neon") == ()  # not measured on an aarch64 host
-    finally:
-        monkeypatch.undo()
-        backend.configure("CPU")
-    assert set(backend.NATIVE_ROUTES) == set(native.ISA_LEVELS)
-    assert all(set(r) <= set(backend.KERNELS) for r in backend.NATIVE_ROUTES.values())
+    monkeypatch.delenv(routes.ROUTES_ENV, raising=False)
+    monkeypatch.setitem(routes.ROUTES, level, ("attention", "gelu"))
+    kn = routes.choose("CPU")
+    assert kn.routes == ("attention", "gelu")
+    assert kn.matmul_t is None and kn.decode_layer is None
+    assert kn.attention is not None and kn.gelu is not None
+    assert kn.library is native.load()
+    monkeypatch.setitem(routes.ROUTES, level, ())
+    assert routes.choose("CPU").routes == ()
+    monkeypatch.setenv(routes.ROUTES_ENV, "matmul_t, decode_layer,bogus")
+    assert routes.choose("CPU").routes == ("matmul_t", "decode_layer")
+    assert "unknown kernels ['bogus']" in capsys.readouterr().err
+    monkeypatch.setenv(routes.ROUTES_ENV, "all")
+    assert routes.choose("CPU").routes == routes.KERNELS
+    monkeypatch.setenv(routes.ROUTES_ENV, "none")
+    assert routes.choose("CPU").routes == ()
+    assert routes.native_routes("no-such-level") == ()
+    monkeypatch.delenv(routes.ROUTES_ENV)
+    assert routes.native_routes("neon") == ()  # not measured on an aarch64 host
+    monkeypatch.undo()
+    assert set(routes.ROUTES) == set(native.ISA_LEVELS)
+    assert all(set(r) <= set(routes.KERNELS) for r in routes.ROUTES.values())
 
 
 @needs_compiler
@@ -134,35 +129,29 @@ def test_route_table_applied_by_configure(graph_cpu, monkeypatch, capsys):
 def test_avx2_build_routes_its_levels_kernels(graph_cpu, monkeypatch):
     """A process whose library is the x86-64-v3 (AVX2/FMA) build gets the avx2 row of the route table, whatever
     the CPU runs: the kernels measured faster at that level, not VisionAttention."""
-    monkeypatch.delenv(backend.ROUTES_ENV, raising=False)
+    monkeypatch.delenv(routes.ROUTES_ENV, raising=False)
     monkeypatch.setitem(native._state, "kernels", build_kernels("x86-64-v3"))
-    try:
-        backend.configure("CPU")
-        assert native.isa_level() == "avx2"
-        assert backend.routed() == tuple(backend.NATIVE_ROUTES["avx2"])
-        assert backend.NATIVE_ATTENTION is None and backend.NATIVE_MATMUL_T is not None
-        assert backend.NATIVE_CAUSAL_ATTENTION is not None  # measured faster at AVX2 too (backend.py)
-    finally:
-        monkeypatch.undo()
-        backend.configure("CPU")
+    kn = routes.choose("CPU")
+    assert native.isa_level() == "avx2"
+    assert kn.routes == tuple(routes.ROUTES["avx2"])
+    assert kn.attention is None and kn.matmul_t is not None
+    assert kn.causal_attention is not None  # measured faster at AVX2 too (ops/kernels.py)
 
 
 @needs_compiler
 @pytest.mark.parametrize("m,native_used", [(1, True), (8, True), (9, False)])
 def test_matmul_t_routes_by_rows_and_weight_size(graph_cpu, all_routes, monkeypatch, m, native_used):
     calls = []
-    real = backend.NATIVE_MATMUL_T
-    monkeypatch.setattr(backend, "NATIVE_MATMUL_T", real)
+    kn = dataclasses.replace(all_routes, matmul_t=_Recorder(all_routes.matmul_t, "native", calls))
     monkeypatch.setattr(linear_mod, "NATIVE_MIN_WEIGHT", 96 * 64)
     monkeypatch.setattr(linear_mod, "_mm", _Recorder(linear_mod._mm, "matmul", calls))
-    monkeypatch.setattr(backend, "NATIVE_MATMUL_T", _Recorder(real, "native", calls))
     x, w = _case(np.random.default_rng(m), m, 96, 64)
-    out = linear_mod.matmul_t(Tensor(x), Tensor(w)).asnumpy()
+    out = linear_mod.matmul_t(kn, Tensor(x), Tensor(w)).asnumpy()
     assert calls == ["native" if native_used else "matmul"]
     assert np.abs(out - x @ w.T).max() < 1e-4
     calls.clear()
     small = Tensor(w[:95])  # one element row fewer than the threshold: MindSpore's MatMul
-    linear_mod.matmul_t(Tensor(x), small)
+    linear_mod.matmul_t(kn, Tensor(x), small)
     assert calls == ["matmul"]
 
 
@@ -179,27 +168,25 @@ def test_switched_off_or_unbuildable_falls_back(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(native, "_state", {})
     monkeypatch.setenv(native.ENV_SWITCH, "0")
     assert native.load() is None
-    assert backend.configure("CPU") == "CPU" and backend.NATIVE_MATMUL_T is None
+    assert routes.choose("CPU") is routes.COMPOSED
     monkeypatch.setattr(native, "_state", {})
     monkeypatch.delenv(native.ENV_SWITCH)
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
     monkeypatch.setenv("MS_OCR_HOME", str(tmp_path))
+    monkeypatch.setattr(native, "LIB_DIR", str(tmp_path / "lib"))  # an install without its libraries
     assert native.load() is None
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "native CPU kernels unavailable, using MindSpore's" in err
-    monkeypatch.undo()  # the process's loaded library and environment back, then the kernels chosen again
-    backend.configure("CPU")
+    assert err.count("\n") == 1 and "native CPU kernels unavailable" in err and "MindSpore's kernels, slower" in err
+    assert "install g++ and run python -m ms_ocr.ops.native" in err
+    monkeypatch.undo()  # the process's loaded library and environment back
     assert native.load() is not None or shutil.which(os.environ.get("CXX", "g++")) is None
 
 
 @needs_compiler
-def test_configure_and_export_contexts(graph_cpu, all_routes):
-    assert backend.NATIVE_MATMUL_T is not None and backend.native_kernels() is native.load()
-    with backend.without_native():
-        assert backend.NATIVE_MATMUL_T is None and backend.native_kernels() is None
-    with backend.portable():
-        assert backend.NATIVE_MATMUL_T is None
-    assert backend.NATIVE_MATMUL_T is not None
-    assert backend.configure("Ascend") == "Ascend" and backend.NATIVE_MATMUL_T is None
-    backend.configure("CPU")
-    assert backend.NATIVE_MATMUL_T is not None
+def test_kernels_for_export_name_no_library(graph_cpu, all_routes):
+    assert all_routes.matmul_t is not None and all_routes.library is native.load()
+    exported = all_routes.without_native()
+    assert exported.matmul_t is None and exported.library is None and exported.routes == ()
+    assert all_routes.for_onnx().matmul_t is None and all_routes.for_onnx().portable
+    assert all_routes.matmul_t is not None  # the process's own choice is unchanged
+    assert routes.choose("Ascend").matmul_t is None and routes.choose("Ascend").fused

@@ -8,7 +8,7 @@ import mindspore as ms
 from mindspore import Tensor
 
 from ms_ocr.convert.loader import round_to_bf16
-from ms_ocr.ops import backend, linear
+from ms_ocr.ops import custom, linear
 from tests.helpers.native import needs_compiler, op_cell
 from tests.ops import test_decode_layer
 
@@ -22,7 +22,7 @@ MATMUL_CASES = [(1, 1030, 1000), (4, 37, 37), (8, 257, 1152), (5, 9, 3)]
 
 @needs_compiler
 def test_matmul_t_bf16_weights_at_every_isa_level(graph_cpu, isa_kernels):
-    op = backend.native_ops(isa_kernels)[0]
+    op = custom.native_ops(isa_kernels)[0]
     rng = np.random.default_rng(3)
     before = isa_kernels.matmul_t_calls
     for m, n, k in MATMUL_CASES:
@@ -39,7 +39,7 @@ def test_matmul_t_bf16_weights_at_every_isa_level(graph_cpu, isa_kernels):
 
 @needs_compiler
 def test_decode_layer_bf16_weights_at_every_isa_level(graph_cpu, isa_kernels):
-    ops_by_qk_norm = backend.native_ops(isa_kernels)[1]
+    ops_by_qk_norm = custom.native_ops(isa_kernels)[1]
     before = isa_kernels.decode_layer_calls
     for i, case in enumerate(test_decode_layer.CASES):
         *tensors, weights = test_decode_layer.make_case(np.random.default_rng(20 + i), *case)
@@ -60,11 +60,11 @@ def test_decode_layer_bf16_weights_at_every_isa_level(graph_cpu, isa_kernels):
 def test_matmul_t_routes_bf16_weights(graph_cpu, all_routes):
     """ops.matmul_t sends an fp32 x against a large bf16 weight to the kernel, and a bf16 weight the kernel does
     not serve (small) to MatMul over its widened copy: both equal the fp32 weight's product."""
-    kernels = backend.native_kernels()
+    kernels = all_routes.library
     rng = np.random.default_rng(5)
     n = linear.NATIVE_MIN_WEIGHT // 256
     x, w = rng.standard_normal((2, 256)).astype(np.float32), round_to_bf16(rng.standard_normal((n, 256)) * 0.1)
-    f = op_cell(linear.matmul_t)
+    f = op_cell(linear.matmul_t, all_routes)
     before = kernels.matmul_t_calls
     got = f(Tensor(x), Tensor(w).astype(ms.bfloat16))
     assert kernels.matmul_t_calls == before + 1
@@ -91,7 +91,7 @@ def test_matmul_t_routes_bf16_weights(graph_cpu, all_routes):
 @needs_compiler
 def test_gather_rows_and_widen_at_every_isa_level(graph_cpu, isa_kernels):
     """GatherRows (the embedding lookup of a bf16 table) and WidenBf16 give the bf16 values exactly, in fp32."""
-    gather, widen, _ = backend.bf16_ops(isa_kernels)
+    gather, widen, _ = custom.bf16_ops(isa_kernels)
     rng = np.random.default_rng(9)
     table = round_to_bf16(rng.standard_normal((50, 37)))
     ids = np.array([[3, 0, 49], [7, 7, 60]], np.int32)  # 60: out of range, a zero row
@@ -109,8 +109,8 @@ def test_gather_rows_and_widen_at_every_isa_level(graph_cpu, isa_kernels):
     assert got.dtype == ms.float32 and np.array_equal(_bits(got), x.view(np.uint32))
 
 
-def _widen_fp32(w):
-    return linear.widen(w, ms.float32)
+def _widen_fp32(kn, w):
+    return linear.widen(kn, w, ms.float32)
 
 
 @needs_compiler
@@ -119,13 +119,13 @@ def test_widen_routes(graph_cpu):
     fp32 passes unchanged."""
     x = round_to_bf16(np.random.default_rng(4).standard_normal((64, 33)))
     xb = Tensor(x).astype(ms.bfloat16)
-    assert backend.NATIVE_WIDEN is not None
-    assert np.array_equal(_bits(op_cell(_widen_fp32)(xb)), x.view(np.uint32))
-    with backend.without_native():
-        assert backend.NATIVE_WIDEN is None
-        assert np.array_equal(_bits(op_cell(_widen_fp32)(xb)), x.view(np.uint32))
+    kn = graph_cpu
+    assert kn.widen is not None
+    assert np.array_equal(_bits(op_cell(_widen_fp32, kn)(xb)), x.view(np.uint32))
+    assert kn.without_native().widen is None
+    assert np.array_equal(_bits(op_cell(_widen_fp32, kn.without_native())(xb)), x.view(np.uint32))
     xf = Tensor(x)
-    assert np.array_equal(_bits(op_cell(_widen_fp32)(xf)), x.view(np.uint32))
+    assert np.array_equal(_bits(op_cell(_widen_fp32, kn)(xf)), x.view(np.uint32))
 
 
 @needs_compiler
@@ -134,7 +134,7 @@ def test_matmul_t_rows_equal_one_row_products_at_every_isa_level(graph_cpu, isa_
     gives, for every M the kernel takes (each level sizes its blocks per M; more than 6 rows run as two passes),
     with fp32 and bf16 weights, widths with and without a vector tail, more weight rows than one thread's range:
     a sequence's tokens do not depend on how many others decode beside it."""
-    op = backend.native_ops(isa_kernels)[0]
+    op = custom.native_ops(isa_kernels)[0]
     rng = np.random.default_rng(11)
     # PyNative: the op runs as it is, without a graph compiled for each of the 48 shapes (~2 min per level)
     ms.set_context(mode=ms.PYNATIVE_MODE)

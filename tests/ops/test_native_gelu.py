@@ -1,4 +1,4 @@
-"""The native GELU kernels (GeluTanh / GeluErf in ms_ocr/ops/native/kernels.cc), which ops.gelu_tanh / gelu_erf use
+"""The native GELU kernels (GeluTanh / GeluErf in ms_ocr/ops/native/activation.cc), which ops.gelu_tanh / gelu_erf use
 on the CPU for fp32: against float64 NumPy (the exact GELU through math.erf), against the composed formulas, at
 every ISA level this machine builds, and their routing."""
 
@@ -11,18 +11,22 @@ import mindspore as ms
 from mindspore import Tensor, nn
 
 from ms_ocr import ops as K
-from ms_ocr.ops import backend, native
+from ms_ocr.ops import custom, native
 from tests.helpers.native import needs_compiler
 
 
 
 class _Act(nn.Cell):
-    def __init__(self, fn):
+    """A Custom op on x, or with kernels `kn` an activation of ops/activation.py."""
+
+    def __init__(self, fn, kn=None):
         super().__init__()
-        self.fn = fn
+        self.fn, self.kn = fn, kn
 
     def construct(self, x):
-        return self.fn(x)
+        if self.kn is None:
+            return self.fn(x)
+        return self.fn(self.kn, x)
 
 
 def reference(x, erf_form):
@@ -44,17 +48,16 @@ def _inputs():
 @pytest.mark.parametrize("erf_form", [False, True])
 def test_gelu_kernels_match_numpy_and_composed(graph_cpu, all_routes, threads, erf_form):
     kernels = native.load()
-    assert kernels is not None and backend.NATIVE_GELU is not None
+    assert kernels is not None and all_routes.gelu is not None
     kernels.set_threads(threads)
     try:
         x = _inputs()
         fn = K.gelu_erf if erf_form else K.gelu_tanh
         before = kernels.gelu_calls
-        out = _Act(fn)(Tensor(x)).asnumpy()
+        out = _Act(fn, all_routes)(Tensor(x)).asnumpy()
         assert kernels.gelu_calls == before + 1 and out.shape == x.shape
         assert np.abs(out - reference(x, erf_form)).max() <= 5e-5  # |x| up to 100: a few fp32 ulps
-        with backend.without_native():
-            composed = _Act(fn)(Tensor(x)).asnumpy()
+        composed = _Act(fn, all_routes.without_native())(Tensor(x)).asnumpy()
         assert kernels.gelu_calls == before + 1
         assert np.abs(out - composed).max() <= 5e-5
     finally:
@@ -68,7 +71,7 @@ def test_gelu_at_every_isa_level(graph_cpu, isa_kernels):
     kernels = isa_kernels
     before = kernels.gelu_calls
     x = _inputs()
-    for op, erf_form in zip(backend.native_ops(kernels)[3], (False, True)):
+    for op, erf_form in zip(custom.native_ops(kernels)[3], (False, True)):
         out = _Act(op)(Tensor(x)).asnumpy()
         assert np.abs(out - reference(x, erf_form)).max() <= 5e-5, (kernels.isa_level, erf_form)
     assert kernels.gelu_calls == before + 2
@@ -80,9 +83,7 @@ def test_gelu_routing(graph_cpu, all_routes):
     kernels = native.load()
     x = _inputs()[:50]
     before = kernels.gelu_calls
-    out16 = _Act(K.gelu_tanh)(Tensor(x).astype(ms.float16)).asnumpy()
+    out16 = _Act(K.gelu_tanh, all_routes)(Tensor(x).astype(ms.float16)).asnumpy()
     assert kernels.gelu_calls == before
     assert np.abs(out16.astype(np.float64) - reference(x, False)).max() <= 0.1
-    with backend.without_native():
-        assert backend.NATIVE_GELU is None
-    assert backend.NATIVE_GELU is not None
+    assert all_routes.without_native().gelu is None and all_routes.gelu is not None

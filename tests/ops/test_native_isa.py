@@ -1,15 +1,19 @@
-"""Every native kernel at the SIMD levels this machine cannot run through MindSpore: kernels.cc cross-built for
-aarch64 (NEON) with a small standalone driver (tests/ops/kernel_harness.cc) and run under qemu-user, and the
-same driver built for x86 levels, against float64 NumPy (correctness only; qemu's timings mean nothing).
-The MindSpore Custom-op tests of each kernel cover the x86 levels this CPU runs (test_native.py and others)."""
+"""Every native kernel at the SIMD levels this machine cannot run through MindSpore, and every library the install
+builds: the kernels' sources cross-built for aarch64 (NEON) with a small standalone driver
+(tests/ops/kernel_harness.cc) and run under qemu-user, and the same driver linked against each install level's
+library (x86-64-v3, x86-64-v4, native; libraries.py) this CPU runs, against float64 NumPy (correctness only; qemu's
+timings mean nothing). The MindSpore Custom-op tests of each kernel cover the x86 levels this CPU runs (test_native.py
+and others). The pick among the built libraries (libraries.pick) for CPUs of other flag sets.
+"""
 
 import numpy as np
 import pytest
 
 from ms_ocr.convert.loader import round_to_bf16
 from ms_ocr.ops import native
+from ms_ocr.ops.native import libraries
 from tests.helpers.native import (AARCH64_CXX, AARCH64_SYSROOT, CXX, QEMU, bf16_bits, build_harness,
-                                  needs_aarch64_tools, needs_compiler, needs_x86, run_harness)
+                                  needs_aarch64_tools, needs_compiler, run_harness)
 from tests.ops import test_causal_attention, test_decode_layer, test_native_gelu, test_vision_attention
 
 
@@ -61,7 +65,7 @@ def _int8_cases():
     DequantQ8 (fp32 output) and DecodeLayer over the seven int8 matrices of each decode-layer case, against float64
     NumPy on the dequantised weights (tests/ops/test_int8_kernels.py runs the same through MindSpore at the x86
     levels)."""
-    from ms_ocr.models.quantize import quantize_rows
+    from ms_ocr.convert.quantize import quantize_rows
     from tests.helpers.quant import dequantized
 
     rng = np.random.default_rng(13)
@@ -183,17 +187,73 @@ def test_aarch64_neon_kernels_match_numpy(aarch64_harness, tmp_path, threads):
     _check_bf16(runner, tmp_path, threads, "neon")
 
 
+def _install_levels():
+    """(-march, the SIMD level its library reports) of each library the install builds on this machine that its CPU
+    runs (native: whatever this CPU's widest level is)."""
+    flags, level_of = libraries.cpu_flags(), {"x86-64-v3": "avx2", "x86-64-v4": "avx512", "armv8-a": "neon"}
+    return [(march, level_of.get(march)) for march in libraries.levels()
+            if march == "native" or libraries.NEEDS[march] <= flags]
+
+
 @needs_compiler
-@needs_x86
-@pytest.mark.parametrize("arch,level", [("x86-64-v3", "avx2")])
-def test_harness_builds_match_numpy(tmp_path, arch, level):
-    """The same driver and cases built for an x86 level (the level's arithmetic without MindSpore): it checks the
-    harness itself against the Custom-op tests' results. One level is enough for that: the Custom-op tests run
-    every x86 level this CPU has (the isa_kernels fixture), and the SSE2 build took ~65 s of the suite. The driver
-    is linked against that level's library as the runtime builds it (cached: the isa_kernels fixture builds it)."""
-    exe = build_harness(str(tmp_path), CXX, library=native.build(arch=arch))
+@pytest.mark.parametrize("arch,level", _install_levels())
+def test_install_level_libraries_match_numpy(tmp_path, arch, level):
+    """Each library the install builds (native.build returns the installed one; in a tree without them it compiles
+    that level into the cache) computes every kernel's cases within the tolerances and reports its level, its bf16
+    weights bit for bit its fp32 results: the driver linked against it, so the harness itself is checked against
+    the Custom-op tests' results too. (The SSE2 build, x86-64-v2, is the Custom-op tests' isa_kernels fixture's.)"""
+    library = native.build(arch=arch)
+    exe = build_harness(str(tmp_path), CXX, library=library)
     for name, kernel, inputs, out_shapes, refs, tol in CASES + INT8_CASES:
         outs, got_level = run_harness([exe], kernel, inputs, out_shapes, str(tmp_path / name))
-        assert got_level == level, name
+        assert got_level == (level or native.NativeKernels(library).isa_level), name
         _check(outs, refs, tol)
-    _check_bf16([exe], tmp_path, 2, level)
+    _check_bf16([exe], tmp_path, 2, got_level)
+
+
+# The records of an x86 install's libraries, as libraries.records reads them (native built on `BUILD_CPU`)
+BUILD_FLAGS = sorted(libraries.X86_64_V4 | {"avx512_bf16", "amx_tile", "amx_bf16", "sse2"})
+X86_INSTALL = [{"march": "x86-64-v3", "machine": "x86_64", "needs": sorted(libraries.X86_64_V3), "path": "v3"},
+               {"march": "x86-64-v4", "machine": "x86_64", "needs": sorted(libraries.X86_64_V4), "path": "v4"},
+               {"march": "native", "machine": "x86_64", "needs": BUILD_FLAGS, "cpu": "BUILD_CPU", "path": "native"}]
+
+
+@pytest.mark.parametrize("flags,tag,want", [
+    (BUILD_FLAGS, "BUILD_CPU", "native"),  # the CPU it was built on
+    (BUILD_FLAGS + ["avx512_fp16"], "A_NEWER_CPU", "native"),  # a CPU with all of its build CPU's flags and more
+    (sorted(libraries.X86_64_V4 | {"sse2"}), "AN_AVX512_CPU", "v4"),  # AVX-512 without the build CPU's bf16 / AMX
+    (sorted(libraries.X86_64_V3), "AN_AVX2_CPU", "v3"),  # AVX2 / FMA, no AVX-512 (e.g. Zen 3)
+    (sorted(libraries.X86_64_V3 - {"fma"}), "NO_FMA", None),  # short of x86-64-v3: none of them runs
+    (sorted(libraries.X86_64_V2), "AN_SSE4_CPU", None),
+])
+def test_pick_takes_the_best_library_the_cpu_runs(flags, tag, want):
+    """libraries.pick, as ggml picks among its CPU variants: native where the CPU has every flag of the CPU it was
+    built on, else the widest level whose instruction sets the CPU has; None when none runs (MindSpore's kernels)."""
+    chosen = libraries.pick(X86_INSTALL, frozenset(flags), tag, mach="x86_64")
+    assert (chosen and chosen["path"]) == want
+
+
+def test_pick_prefers_this_cpus_own_native_build_and_ignores_other_machines():
+    other = dict(X86_INSTALL[2], cpu="OTHER_CPU", path="native-other", needs=sorted(libraries.X86_64_V3))
+    arm = {"march": "armv8-a", "machine": "aarch64", "needs": ["asimd"], "path": "arm"}
+    unknown = {"march": "znver4", "machine": "x86_64", "needs": [], "path": "znver4"}  # only MS_OCR_NATIVE_ARCH's
+    recs = X86_INSTALL + [other, arm, unknown]
+    assert libraries.pick(recs, frozenset(BUILD_FLAGS), "BUILD_CPU", mach="x86_64")["path"] == "native"
+    assert libraries.pick(recs, frozenset(libraries.X86_64_V4), "ANOTHER", mach="x86_64")["path"] == "native-other"
+    assert libraries.pick(recs, frozenset({"asimd", "fp"}), "AN_ARM_CPU", mach="aarch64")["path"] == "arm"
+    assert libraries.pick(recs, frozenset({"fp"}), "AN_ARM_CPU", mach="aarch64") is None
+
+
+@needs_compiler
+def test_this_process_loads_the_best_installed_library():
+    """Where the install built its libraries (the set-up, scripts/ensure_env.sh, or setup.py), the process loads the
+    one `pick` takes for this CPU (native, where it was built on this CPU), and says which (build_arch)."""
+    recs = [r for r in libraries.records(native.LIB_DIR) if libraries.is_fresh(r)]
+    best = libraries.pick(recs, libraries.cpu_flags(), libraries.cpu_tag())
+    if best is None:
+        pytest.skip(f"no library in {native.LIB_DIR} runs on this CPU (scripts/ensure_env.sh builds them)")
+    kernels = native.load()
+    assert kernels is not None and kernels.path == best["path"] and kernels.march == best["march"]
+    assert native.build_arch() == best["march"]
+    if libraries.installed("native") is not None:
+        assert kernels.march == "native"

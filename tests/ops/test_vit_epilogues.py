@@ -1,4 +1,4 @@
-"""The element-wise work around a ViT layer's products, fused into native kernels (ms_ocr/ops/native/kernels.cc):
+"""The element-wise work around a ViT layer's products, fused into native kernels (ms_ocr/ops/native):
 ViTHeads (the q/k/v bias adds, head transposes and rope in one pass), VisionAttentionRows (attention written in
 the rows layout the out projection reads) and GemmBf16's epilogues (bias, GELU, residual on each thread's slice of
 a bf16 product). What each is documented to compute, against NumPy and against the composed MindSpore path it
@@ -13,7 +13,8 @@ from mindspore import Tensor
 
 from ms_ocr import ops as K
 from ms_ocr.convert.loader import round_to_bf16
-from ms_ocr.ops import backend, native
+from ms_ocr.ops import custom, native
+from ms_ocr.ops import kernels as routes
 from ms_ocr.ops.activation import gelu_erf, gelu_tanh
 from tests.helpers.native import build_kernels, needs_compiler
 from tests.ops.test_gemm_bf16 import needs_dnnl, rne_bf16
@@ -55,7 +56,7 @@ CASES = [(37, 3, 8), (64, 16, 72), (5, 2, 16)]  # rows, heads, head_dim (PaddleO
 @needs_compiler
 def test_vit_heads_computes_the_documented_formula_at_every_isa_level(pynative_cpu, isa_kernels):
     """Any tables (paired or not): q and k rotated by the general formula, v only biased, all [1, H, N, D]."""
-    op = backend.native_ops(isa_kernels)[6]
+    op = custom.native_ops(isa_kernels)[6]
     for n, heads, d in CASES:
         for paired in (True, False):
             ys, bs, (cos, sin) = _heads_case(np.random.default_rng(n + d), n, heads, d, paired)
@@ -69,7 +70,7 @@ def test_vit_heads_computes_the_documented_formula_at_every_isa_level(pynative_c
 @needs_compiler
 def test_vit_heads_refuses_tables_it_would_misread(pynative_cpu):
     """Rope tables with a leading axis > 1 (or of another row count) are an error, not the first table read."""
-    op = backend.native_ops(build_kernels("native"))[6]
+    op = custom.native_ops(build_kernels("native"))[6]
     ys, bs, (cos, sin) = _heads_case(np.random.default_rng(1), 4, 2, 8)
     args = [Tensor(a) for a in ys + bs]
     for bad in (np.concatenate([cos, cos]), cos[:, :, :3]):
@@ -82,29 +83,24 @@ def test_vit_heads_refuses_tables_it_would_misread(pynative_cpu):
 def test_vit_heads_is_the_composed_path_bit_for_bit(pynative_cpu, monkeypatch):
     """With paired tables (what the ViT layers pass) the kernel gives the composed ops' bits: each sum and product
     rounded once, no fused multiply-adds."""
-    monkeypatch.setenv(backend.ROUTES_ENV, "all")
-    backend.configure("CPU")
-    try:
-        assert backend.NATIVE_VIT_HEADS is not None
-        for n, heads, d in CASES:
-            ys, bs, (cos, sin) = _heads_case(np.random.default_rng(7 * n), n, heads, d)
-            args = [Tensor(a) for a in ys + bs] + [Tensor(cos), Tensor(sin), heads]
-            native_out = [t.asnumpy() for t in K.vit_heads(*args)]
-            with backend.without_native():
-                composed = [t.asnumpy() for t in K.vit_heads(*args)]
-            for a, b in zip(native_out, composed):
-                assert a.shape == b.shape and np.array_equal(a, b)
-            # and the composed path is not trivially the same op: the products do round
-            assert np.abs(native_out[0] - _heads_reference(ys, bs, cos, sin, heads)[0]).max() > 0
-    finally:
-        monkeypatch.undo()
-        backend.configure("CPU")
+    monkeypatch.setenv(routes.ROUTES_ENV, "all")
+    kn = routes.choose("CPU")
+    assert kn.vit_heads is not None
+    for n, heads, d in CASES:
+        ys, bs, (cos, sin) = _heads_case(np.random.default_rng(7 * n), n, heads, d)
+        args = [Tensor(a) for a in ys + bs] + [Tensor(cos), Tensor(sin), heads]
+        native_out = [t.asnumpy() for t in K.vit_heads(kn, *args)]
+        composed = [t.asnumpy() for t in K.vit_heads(kn.without_native(), *args)]
+        for a, b in zip(native_out, composed):
+            assert a.shape == b.shape and np.array_equal(a, b)
+        # and the composed path is not trivially the same op: the products do round
+        assert np.abs(native_out[0] - _heads_reference(ys, bs, cos, sin, heads)[0]).max() > 0
 
 
 @needs_compiler
 def test_attention_rows_is_attention_with_heads_moved_behind_rows(pynative_cpu, isa_kernels):
-    rows_op = backend.attention_rows_op(isa_kernels)
-    heads_op = backend.native_ops(isa_kernels)[2]
+    rows_op = custom.attention_rows_op(isa_kernels)
+    heads_op = custom.native_ops(isa_kernels)[2]
     rng = np.random.default_rng(11)
     for b, h, s, t, d in [(1, 16, 70, 70, 72), (2, 3, 33, 40, 8)]:
         shapes = ((b, h, s, d), (b, h, t, d), (b, h, t, d))
@@ -142,8 +138,8 @@ def test_gemm_bf16_epilogues(m, k, n, dnnl_kernels, pynative_cpu):
     w = Tensor(round_to_bf16(rng.standard_normal((n, k)) * 0.2)).astype(ms.bfloat16)
     b = rng.standard_normal(n).astype(np.float32)
     res = rng.standard_normal((m, n)).astype(np.float32)
-    plain = backend.bf16_gemm_op(dnnl_kernels)(Tensor(x), w).asnumpy()
-    ep = backend.bf16_epilogue_ops(dnnl_kernels)
+    plain = custom.bf16_gemm_op(dnnl_kernels)(Tensor(x), w).asnumpy()
+    ep = custom.bf16_epilogue_ops(dnnl_kernels)
     before = dnnl_kernels.gemm_bf16_calls
     biased = ep["bias"](Tensor(x), w, Tensor(b)).asnumpy()
     assert np.array_equal(biased, plain + b)
@@ -160,32 +156,34 @@ def test_gemm_bf16_epilogues(m, k, n, dnnl_kernels, pynative_cpu):
 
 @needs_compiler
 @needs_dnnl
-def test_linear_bias_routes_bf16_products_through_one_epilogue_op(pynative_cpu, bf16_unset, monkeypatch):
+def test_linear_bias_routes_bf16_products_through_one_epilogue_op(pynative_cpu, monkeypatch):
     """With products in bf16 on, linear_bias over many rows and a bf16 matrix is one GemmBf16 variant and equals
     the composed sum (GemmBf16, + b, GELU, + residual); a decode step's rows, an fp32 matrix and an activation
     without an epilogue take the composed ops."""
     if not native.cpu_bf16_dot():
         monkeypatch.setattr(native, "cpu_bf16_dot", lambda: True)
-    assert backend.enable_bf16_products() is None and backend.BF16_EPILOGUES is not None
+    assert routes.bf16_products_refused("CPU", pynative_cpu) is None
+    kn = routes.with_bf16_products(pynative_cpu)
+    assert kn.gemm_bf16_bias is not None
     kernels = native.load()
     rng = np.random.default_rng(3)
     w = Tensor(round_to_bf16(rng.standard_normal((96, 64)) * 0.2)).astype(ms.bfloat16)
     b = Tensor(rng.standard_normal(96).astype(np.float32))
     x = Tensor(rng.standard_normal((20, 64)).astype(np.float32))
     res = Tensor(rng.standard_normal((20, 96)).astype(np.float32))
-    plain = K.matmul_t(x, w).asnumpy()
+    plain = K.matmul_t(kn, x, w).asnumpy()
     before = kernels.gemm_bf16_calls
-    got = K.linear_bias(x, w, b, act=gelu_erf, act_role=K.epilogue_role(gelu_erf)).asnumpy()
+    got = K.linear_bias(kn, x, w, b, act=gelu_erf, act_role=K.epilogue_role(gelu_erf)).asnumpy()
     assert kernels.gemm_bf16_calls == before + 1
-    want = gelu_erf(Tensor(plain) + b).asnumpy()
+    want = gelu_erf(kn, Tensor(plain) + b).asnumpy()
     assert np.abs(got - want).max() <= 2e-6 * np.abs(want).max()
-    assert np.array_equal(K.linear_bias(x, w, b, residual=res).asnumpy(), res.asnumpy() + (plain + b.asnumpy()))
+    assert np.array_equal(K.linear_bias(kn, x, w, b, residual=res).asnumpy(), res.asnumpy() + (plain + b.asnumpy()))
     assert kernels.gemm_bf16_calls == before + 2
     assert K.epilogue_role(gelu_tanh) == "gelu_tanh" and K.epilogue_role(K.silu) is None
-    K.linear_bias(x, w, b, act=K.silu)  # no epilogue for SiLU: GemmBf16, then the composed bias add and SiLU
+    K.linear_bias(kn, x, w, b, act=K.silu)  # no epilogue for SiLU: GemmBf16, then the composed bias add and SiLU
     assert kernels.gemm_bf16_calls == before + 3
-    K.linear_bias(x[:4], w, b)  # a decode step's rows
-    K.linear_bias(x, w.astype(ms.float32), b)  # an fp32 matrix
+    K.linear_bias(kn, x[:4], w, b)  # a decode step's rows
+    K.linear_bias(kn, x, w.astype(ms.float32), b)  # an fp32 matrix
     assert kernels.gemm_bf16_calls == before + 3
 
 
@@ -194,7 +192,7 @@ def test_layer_norm_rows_at_every_isa_level(pynative_cpu, isa_kernels):
     """(x - mean) / sqrt(var + eps) * w + b per row, against float64 NumPy; rows of a width that is not a multiple
     of any vector width, and rows with a large common offset (the two-pass variance keeps its error at the size of
     the mean's fp32 rounding; a one-pass E[x^2] - mean^2 would lose the variance there)."""
-    op = backend.native_ops(isa_kernels)[7]
+    op = custom.native_ops(isa_kernels)[7]
     rng = np.random.default_rng(5)
     for shape, offset in (((37, 1152), 0.0), ((2, 9, 77), 0.0), ((16, 72), 300.0)):
         c = shape[-1]
@@ -213,18 +211,13 @@ def test_layer_norm_rows_at_every_isa_level(pynative_cpu, isa_kernels):
 def test_layer_norm_routes_fp32_to_the_kernel(pynative_cpu, monkeypatch):
     """Routed, K.layer_norm of fp32 tensors is the kernel and agrees with MindSpore's LayerNorm (the unrouted path);
     graphs built for export (without_native) keep MindSpore's."""
-    monkeypatch.setenv(backend.ROUTES_ENV, "all")
-    backend.configure("CPU")
-    try:
-        assert backend.NATIVE_LAYER_NORM is not None
-        rng = np.random.default_rng(8)
-        x, w, b = (Tensor(rng.standard_normal(s).astype(np.float32)) for s in ((64, 1152), (1152,), (1152,)))
-        native_out = K.layer_norm(x, w, b, 1e-6).asnumpy()
-        with backend.without_native():
-            assert backend.NATIVE_LAYER_NORM is None
-            mindspore_out = K.layer_norm(x, w, b, 1e-6).asnumpy()
-        assert 0 < np.abs(native_out - mindspore_out).max() <= 2e-5 * np.abs(mindspore_out).max()
-    finally:
-        monkeypatch.undo()
-        backend.configure("CPU")
+    monkeypatch.setenv(routes.ROUTES_ENV, "all")
+    kn = routes.choose("CPU")
+    assert kn.layer_norm is not None
+    rng = np.random.default_rng(8)
+    x, w, b = (Tensor(rng.standard_normal(s).astype(np.float32)) for s in ((64, 1152), (1152,), (1152,)))
+    native_out = K.layer_norm(kn, x, w, b, 1e-6).asnumpy()
+    assert kn.without_native().layer_norm is None
+    mindspore_out = K.layer_norm(kn.without_native(), x, w, b, 1e-6).asnumpy()
+    assert 0 < np.abs(native_out - mindspore_out).max() <= 2e-5 * np.abs(mindspore_out).max()
 

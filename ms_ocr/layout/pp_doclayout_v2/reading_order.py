@@ -119,7 +119,7 @@ class _Conv1x1(nn.Cell):
 
     def construct(self, x):
         b, s, t, cin = x.shape
-        y = F.linear(x.reshape(-1, cin), self.weight.reshape(self.weight.shape[0], cin), self.bias)
+        y = F.linear(self.kernels, x.reshape(-1, cin), self.weight.reshape(self.weight.shape[0], cin), self.bias)
         return y.reshape(b, s, t, -1).transpose(0, 3, 1, 2)
 
 
@@ -176,7 +176,7 @@ class Layer(nn.Cell):
         scores = ops.matmul(heads(sa.query(x)) * (sa.head_dim ** -0.5), heads(sa.key(x)).transpose(0, 1, 3, 2))
         ctx = ops.matmul(ops.softmax(scores + bias, -1), heads(sa.value(x)))
         h = self.attention.output(ctx.transpose(0, 2, 1, 3).reshape(b, s, d), x)
-        return self.output(self.act(self.intermediate.dense(h)), h)
+        return self.output(self.act(self.kernels, self.intermediate.dense(h)), h)
 
 
 class _Encoder(nn.Cell):

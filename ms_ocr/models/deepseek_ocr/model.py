@@ -3,7 +3,7 @@
 
 from mindspore import Tensor, nn, ops
 
-from ms_ocr.models.base import DeepEncoderModel
+from ms_ocr.nn.deepencoder import DeepEncoderModel
 from ms_ocr.models.deepseek_ocr.host import view_args
 from ms_ocr.models.deepseek_ocr.vision import DeepEncoderV1
 

@@ -31,7 +31,7 @@ class ClipAttention(nn.Cell):
         q = q.reshape(b, s, self.heads, d).transpose(0, 2, 1, 3)
         k = k.reshape(b, s, self.heads, d).transpose(0, 2, 1, 3)
         v = v.reshape(b, s, self.heads, d).transpose(0, 2, 1, 3)
-        return self.out_proj(F.merge_heads(K.attention(q, k, v, None, d ** -0.5, bf16_ok=True)))
+        return self.out_proj(F.merge_heads(K.attention(self.kernels, q, k, v, None, d ** -0.5, bf16_ok=True)))
 
 
 class ClipMLP(nn.Cell):
@@ -41,7 +41,7 @@ class ClipMLP(nn.Cell):
         self.fc2 = Linear(hidden, dim)
 
     def construct(self, x):
-        return self.fc2(K.quick_gelu(self.fc1(x)))
+        return self.fc2(K.quick_gelu(self.kernels, self.fc1(x)))
 
 
 class ClipLayer(nn.Cell):

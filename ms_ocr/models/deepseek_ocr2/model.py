@@ -4,7 +4,7 @@
 import numpy as np
 from mindspore import Tensor, nn, ops
 
-from ms_ocr.models.base import DeepEncoderModel
+from ms_ocr.nn.deepencoder import DeepEncoderModel
 from ms_ocr.models.deepseek_ocr2.host import view_args
 from ms_ocr.models.deepseek_ocr2.vision import ENCODER_LAYER_WEIGHTS, DeepseekOCR2Vision, EncoderLayerStep
 from ms_ocr.ops import get_activation
@@ -35,8 +35,8 @@ class QueryEncoderLayerwise:
         cfg = vision.encoder_cfg
         self.vision, self.layers = vision, list(enc.layers)
         self.prep, self.head = _EncoderPrepStep(vision), _EncoderHeadStep(vision)
-        self.layer_step = EncoderLayerStep(cfg.num_attention_heads, cfg.num_key_value_heads, cfg.rms_norm_eps,
-                                           get_activation(cfg.hidden_act))
+        self.layer_step = EncoderLayerStep(vision.kernels, cfg.num_attention_heads, cfg.num_key_value_heads,
+                                           cfg.rms_norm_eps, get_activation(cfg.hidden_act))
 
     def __call__(self, call, sam_out, pos, visible):
         x, cos, sin, mask = call(self.prep, sam_out, pos, visible)

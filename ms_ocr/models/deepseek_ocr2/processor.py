@@ -59,6 +59,8 @@ def pad_square(chw, color):
 
 
 class DeepseekOCR2Processor:
+    mode = None  # no resolution modes
+
     def __init__(self, tokenizer, settings, image_token_id):
         self.tokenizer = tokenizer
         self.s = settings

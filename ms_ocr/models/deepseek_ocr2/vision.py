@@ -21,18 +21,18 @@ ENCODER_LAYER_WEIGHTS = ("input_layernorm.weight", "self_attn.q_proj.weight", "s
                          "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
 
 
-def encoder_layer(x, cos, sin, mask, weights, heads, kv_heads, eps, act):
+def encoder_layer(kn, x, cos, sin, mask, weights, heads, kv_heads, eps, act):
     """One Qwen2 encoder layer as a function of its weights (ENCODER_LAYER_WEIGHTS order)."""
     inw, qw, qb, kw, kb, vw, vb, ow, postw, gw, uw, dw = weights
     b, s, c = x.shape
     d = c // heads
-    h = K.rms_norm(x, inw, eps)
-    q = F.linear(h, qw, qb).reshape(b, s, heads, d).transpose(0, 2, 1, 3)
-    k = F.linear(h, kw, kb).reshape(b, s, kv_heads, d).transpose(0, 2, 1, 3)
-    v = F.linear(h, vw, vb).reshape(b, s, kv_heads, d).transpose(0, 2, 1, 3)
-    q, k = K.apply_rope(q, cos, sin), K.apply_rope(k, cos, sin)
-    x = x + F.linear(F.merge_heads(K.attention(q, k, v, mask, d ** -0.5)), ow)
-    return x + F.gated_mlp(K.rms_norm(x, postw, eps), gw, uw, dw, act)
+    h = K.rms_norm(kn, x, inw, eps)
+    q = F.linear(kn, h, qw, qb).reshape(b, s, heads, d).transpose(0, 2, 1, 3)
+    k = F.linear(kn, h, kw, kb).reshape(b, s, kv_heads, d).transpose(0, 2, 1, 3)
+    v = F.linear(kn, h, vw, vb).reshape(b, s, kv_heads, d).transpose(0, 2, 1, 3)
+    q, k = K.apply_rope(kn, q, cos, sin), K.apply_rope(kn, k, cos, sin)
+    x = x + F.linear(kn, F.merge_heads(K.attention(kn, q, k, v, mask, d ** -0.5)), ow)
+    return x + F.gated_mlp(kn, K.rms_norm(kn, x, postw, eps), gw, uw, dw, act)
 
 
 class EncoderAttention(nn.Cell):
@@ -49,8 +49,9 @@ class EncoderAttention(nn.Cell):
         q = self.q_proj(h).reshape(b, s, self.heads, self.dim).transpose(0, 2, 1, 3)
         k = self.k_proj(h).reshape(b, s, self.kv_heads, self.dim).transpose(0, 2, 1, 3)
         v = self.v_proj(h).reshape(b, s, self.kv_heads, self.dim).transpose(0, 2, 1, 3)
-        q, k = K.apply_rope(q, cos, sin), K.apply_rope(k, cos, sin)
-        return self.o_proj(F.merge_heads(K.attention(q, k, v, mask, self.dim ** -0.5)))
+        kn = self.kernels
+        q, k = K.apply_rope(kn, q, cos, sin), K.apply_rope(kn, k, cos, sin)
+        return self.o_proj(F.merge_heads(K.attention(kn, q, k, v, mask, self.dim ** -0.5)))
 
 
 class EncoderLayer(nn.Cell, WeightOrder):
@@ -97,7 +98,7 @@ class QueryEncoder(nn.Cell):
         queries = self.query_768.weight if p <= 144 else self.query_1024.weight
         x = ops.concat((feats, ops.broadcast_to(queries[None], (n,) + queries.shape).astype(feats.dtype)), 1)
         cos, sin = self.rotary(pos)
-        return x, cos, sin, K.attention_mask(visible[None, None])
+        return x, cos, sin, K.attention_mask(self.kernels, visible[None, None])
 
     def finish(self, x, num_patches):
         return self.model.model.norm(x)[:, num_patches:]
@@ -119,13 +120,13 @@ def hybrid_visible(num_patches, num_queries):
 
 
 class EncoderLayerStep(nn.Cell):
-    def __init__(self, heads, kv_heads, eps, act):
+    def __init__(self, kernels, heads, kv_heads, eps, act):
         super().__init__()
-        self.heads, self.kv_heads, self.eps, self.act = heads, kv_heads, eps, act
+        self.kernels, self.heads, self.kv_heads, self.eps, self.act = kernels, heads, kv_heads, eps, act
 
     def construct(self, x, cos, sin, mask, inw, qw, qb, kw, kb, vw, vb, ow, postw, gw, uw, dw):
-        return encoder_layer(x, cos, sin, mask, (inw, qw, qb, kw, kb, vw, vb, ow, postw, gw, uw, dw), self.heads,
-                             self.kv_heads, self.eps, self.act)
+        return encoder_layer(self.kernels, x, cos, sin, mask, (inw, qw, qb, kw, kb, vw, vb, ow, postw, gw, uw, dw),
+                             self.heads, self.kv_heads, self.eps, self.act)
 
 
 class Projector(nn.Cell):

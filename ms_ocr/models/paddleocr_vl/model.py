@@ -1,14 +1,14 @@
 """PaddleOCR-VL 0.9B as one Cell with the hub's parameter names (visual.*, mlp_AR.*, model.*, lm_head).
 
-The methods are the interface ms_ocr/steps.py and ms_ocr/runtime/ drive.
+The methods are the interface ms_ocr/interfaces.py states (VLMModel, ViTStackTower).
 """
 
-from ms_ocr.models.base import VLMCell
+from ms_ocr.nn.vlm import ViTStackModel
 from ms_ocr.models.paddleocr_vl.language import TextModel
 from ms_ocr.models.paddleocr_vl.vision import Projector, VisionModel
 
 
-class PaddleOCRVLModel(VLMCell):
+class PaddleOCRVLModel(ViTStackModel):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.visual = VisionModel(cfg.vision)

@@ -52,4 +52,4 @@ class Projector(nn.Cell):
         m = merge_idx.shape[0]
         # [M, 4] patch indices in (row, col) block order -> [M, 4, C] -> [M, 4C]
         x = ops.gather(x, merge_idx, 0).reshape(m, -1)
-        return self.linear_2(K.gelu_erf(self.linear_1(x)))
+        return self.linear_2(K.gelu_erf(self.kernels, self.linear_1(x)))

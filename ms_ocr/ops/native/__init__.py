@@ -1,15 +1,17 @@
-"""CPU kernels of our own (kernels.cc beside this file) as MindSpore Custom AOT operators.
+"""CPU kernels of our own (the C++ sources beside this file) as MindSpore Custom AOT operators.
 
 MindSpore 2.10's CPU MatMul reads a very large matrix-vector product's weight (a VLM's head, every decode step) well
 below the rate a plain vector loop over a block of weight rows on every core reaches, and its runtime's launches
-between small kernels cost more than their arithmetic (docs/native-kernels.md). The library is compiled on first use
-with the machine's C++ compiler (`$CXX`, default g++; `-O3 -march=native -fopenmp`; MS_OCR_NATIVE_ARCH=<target>
-builds for another -march, e.g. x86-64-v3 for AVX2/FMA) into a cache folder keyed by the source, the compiler, the
-flags and the CPU, and loaded once. kernels.cc is one source over a vector width: the library reports the SIMD level
-it was compiled for (`isa_level`: "avx512", "avx2", "neon", "sse2" or "scalar"), and ops/backend.py routes to each
-kernel only at the levels where it was measured faster than MindSpore's composed path (docs/native-kernels.md).
-Where it cannot be built (no compiler, a failing build) or MS_OCR_NATIVE=0 is set, `load` returns None and the ops
-keep MindSpore's kernels; nothing else changes.
+between small kernels cost more than their arithmetic (docs/native-kernels.md). The sources are one file per kernel
+family over a vector width (kernels.h lists the entry points); the install compiles them into one library per ISA
+level (libraries.py: x86-64-v3, x86-64-v4 and native on x86-64, armv8-a and native on aarch64) and `load` opens the
+best one this CPU runs, compiling nothing. The library reports the SIMD level it was compiled for (`isa_level`:
+"avx512", "avx2", "neon", "sse2" or "scalar"), and the ops route to each kernel only at the levels where it was
+measured faster than MindSpore's composed path (docs/native-kernels.md). MS_OCR_NATIVE_ARCH=<target> loads the
+library of another -march (an installed level, or any target, built on first use into $MS_OCR_HOME/kernels/, e.g.
+x86-64-v2 for the SSE2 build). Where no library runs (none built: no compiler at install; a CPU none was built for)
+or MS_OCR_NATIVE=0 is set, `load` returns None, saying why in one line on stderr (MS_OCR_NATIVE=0: silently), and
+the ops keep MindSpore's kernels; nothing else changes.
 """
 
 import ctypes
@@ -18,25 +20,27 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels.cc")
+from ms_ocr.ops.native import libraries
+from ms_ocr.ops.native.libraries import FLAGS, LIB_NAME, LIBS, cpu_tag  # noqa: F401 (the tests build with them)
+
 ENV_SWITCH = "MS_OCR_NATIVE"
-ARCH_ENV = "MS_OCR_NATIVE_ARCH"  # the -march target of the build (default: native)
-LIB_NAME = "libms_ocr_kernels.so"
-# -ffp-contract=fast: the kernels' a * b + c on vectors become FMAs where the ISA has them
-FLAGS = ("-O3", "-ffp-contract=fast", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
-LIBS = ("-ldl",)  # GemmBf16 opens MindSpore's oneDNN at run time
+ARCH_ENV = "MS_OCR_NATIVE_ARCH"  # the -march of the library to load (default: the best installed for this CPU)
+LIB_DIR = libraries.LIB_DIR  # the install's libraries
 ISA_LEVELS = ("avx512", "avx2", "neon", "sse2", "scalar")
+NOT_BUILT = ("native CPU kernels unavailable: none {why}; ms_ocr runs on MindSpore's kernels, slower; {fix} to build "
+             "them")
 
 _state = {}
 
 
 class NativeKernels:
-    """A loaded kernel library: its path (for ops.Custom's "path:function") and the ctypes handle."""
+    """A loaded kernel library: its path (for ops.Custom's "path:function"), the -march it was built for where
+    known, and the ctypes handle."""
 
-    def __init__(self, path):
+    def __init__(self, path, march=None):
         self.path = path
+        self.march = march
         self.lib = ctypes.CDLL(path)
         self.lib.ms_ocr_set_threads.argtypes = [ctypes.c_int]
         self.lib.ms_ocr_matmul_t_calls.restype = ctypes.c_int64
@@ -141,77 +145,87 @@ class NativeKernels:
 
     @property
     def isa_level(self):
-        """The SIMD level the library was compiled for (one of ISA_LEVELS), as kernels.cc reports it."""
+        """The SIMD level the library was compiled for (one of ISA_LEVELS), as it reports it (simd.h)."""
         return self.lib.ms_ocr_isa_level().decode()
 
 
-def _cpu_tag():
-    """What -march=native depends on: the CPU model and its flags."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            info = f.read()
-        lines = [line for line in info.splitlines() if line.startswith(("model name", "flags"))]
-        return "\n".join(sorted(set(lines)))
-    except OSError:
-        return platform.processor()
-
-
 def _compiler_version(cxx):
-    out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60, check=True)
-    return out.stdout.splitlines()[0] if out.stdout else cxx
+    return libraries.compiler_version(cxx)
 
 
 def cache_dir():
+    """Where libraries of other targets are built on demand: $MS_OCR_HOME/kernels (default ~/.cache/ms_ocr)."""
     home = os.environ.get("MS_OCR_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "ms_ocr")
     return os.path.join(home, "kernels")
 
 
 def build_arch():
-    """The -march target builds use: $MS_OCR_NATIVE_ARCH, else native."""
-    return os.environ.get(ARCH_ENV) or "native"
+    """The -march of the process's library: the level `load` picked, else $MS_OCR_NATIVE_ARCH, else native."""
+    return _state.get("march") or os.environ.get(ARCH_ENV) or "native"
 
 
 def build(dst_dir=None, cxx=None, arch=None):
-    """Compile kernels.cc for `-march=arch` (default `build_arch()`; once per source, compiler, flags and CPU) and
-    return the library's path. Tests build every ISA level the machine runs (x86-64-v2/v3/v4, native).
+    """The path of a library built for `-march=arch` (default $MS_OCR_NATIVE_ARCH, else native): the install's when
+    it has a fresh one (and no `dst_dir` is given), else compiled into `dst_dir` (default cache_dir()) under a folder
+    keyed by the sources, the compiler, the flags and the CPU, once. The tests build every ISA level the machine
+    runs this way (x86-64-v2/v3/v4, native).
 
     Raises OSError / subprocess.CalledProcessError / subprocess.TimeoutExpired when it cannot be built."""
     cxx = cxx or os.environ.get("CXX", "g++")
-    arch = arch or build_arch()
-    with open(SOURCE, "rb") as f:
-        source = f.read()
-    flags = (f"-march={arch}",) + FLAGS
-    key = hashlib.sha256(b"\0".join([source, _compiler_version(cxx).encode(), " ".join(flags + LIBS).encode(),
-                                     _cpu_tag().encode()])).hexdigest()[:16]
-    folder = os.path.join(dst_dir or cache_dir(), key)
-    path = os.path.join(folder, LIB_NAME)
-    if os.path.isfile(path):
-        return path
-    os.makedirs(folder, exist_ok=True)
-    # build beside the target and rename: concurrent first runs never load a half-written library
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
-    os.close(fd)
-    try:
-        subprocess.run([cxx, *flags, SOURCE, "-o", tmp, *LIBS], capture_output=True, text=True, timeout=300, check=True)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    arch = arch or os.environ.get(ARCH_ENV) or "native"
+    if dst_dir is None:
+        found = libraries.installed(arch, LIB_DIR)
+        if found:
+            return found
+    flags = (f"-march={arch}",) + FLAGS + libraries.LINK_FLAGS + LIBS
+    key = hashlib.sha256(b"\0".join([(libraries.source_digest() or "").encode(), _compiler_version(cxx).encode(),
+                                     " ".join(flags).encode(), cpu_tag().encode()])).hexdigest()[:16]
+    path = os.path.join(dst_dir or cache_dir(), key, LIB_NAME)
+    if not os.path.isfile(path):
+        libraries.compile_libraries([(path, arch)], cxx)
     return path
 
 
+def _library():
+    """(path, -march) of the library this process loads, or None after saying why on stderr."""
+    arch = os.environ.get(ARCH_ENV)
+    if arch:  # a developer's choice of build: compiled here when the install has none
+        return build(arch=arch), arch
+    recs = libraries.records(LIB_DIR)
+    digest = libraries.source_digest()
+    fresh = [r for r in recs if libraries.is_fresh(r, digest)]
+    chosen = libraries.pick(fresh, libraries.cpu_flags(), cpu_tag())
+    if chosen is None and len(fresh) < len(recs) and libraries.compiler() is not None:
+        # a source tree whose kernels changed since its set-up built them: this CPU's own build, once
+        print("[ms_ocr] the native kernel sources changed since they were built: building them for this CPU",
+              file=sys.stderr)
+        libraries.install(LIB_DIR, ["native"])
+        chosen = libraries.pick(libraries.records(LIB_DIR), libraries.cpu_flags(), cpu_tag())
+    if chosen is not None:
+        return chosen["path"], chosen["march"]
+    if libraries.compiler() is None:
+        why, fix = "built (no C++ compiler at the set-up)", f"install g++ and run {libraries.HINT}"
+    else:
+        why, fix = "built for this CPU", f"run {libraries.HINT} (or ./ocr.sh's set-up)"
+    print("[ms_ocr] " + NOT_BUILT.format(why=why, fix=fix), file=sys.stderr)
+    return None
+
+
 def load():
-    """The process's NativeKernels, built and loaded on first call; None where unavailable (see the module
-    docstring) — the reason is printed once to stderr."""
+    """The process's NativeKernels, loaded on first call; None where unavailable (see the module docstring) — the
+    reason is printed once to stderr."""
     if "kernels" in _state:
         return _state["kernels"]
     kernels = None
     if os.environ.get(ENV_SWITCH, "1") != "0" and sys.platform.startswith("linux"):
         try:
-            kernels = NativeKernels(build())
+            found = _library()
+            if found is not None:
+                kernels = NativeKernels(*found)
+                _state["march"] = found[1]
         except (OSError, subprocess.SubprocessError) as e:
-            lines = (getattr(e, "stderr", None) or str(e)).strip().splitlines() or [type(e).__name__]
-            print(f"[ms_ocr] native CPU kernels unavailable, using MindSpore's ({lines[-1]})", file=sys.stderr)
+            print(f"[ms_ocr] native CPU kernels unavailable, using MindSpore's ({libraries.first_error(e)})",
+                  file=sys.stderr)
     _state["kernels"] = kernels
     return kernels
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ms_ocr.layout.pp_doclayout_v2.config import PPDocLayoutV2Config
+from tests.helpers.native import bound
 from tests.helpers.parity import randomize_with_stats_, rel_err
 from tests.layout.pp_doclayout_v2.test_reading_order import TINY as RO
 from tests.layout.test_detector import TINY
@@ -24,7 +25,7 @@ def test_end_to_end_with_reading_order(graph_mode, monkeypatch):
                class_order=[3, 0, 4, 1, 2])
     ref = PPDocLayoutV2ForObjectDetection(RefConfig(**raw)).eval()
     randomize_with_stats_(ref, 11)
-    ours = PPDocLayoutV2(PPDocLayoutV2Config.from_dict(raw))
+    ours = bound(PPDocLayoutV2(PPDocLayoutV2Config.from_dict(raw)))
     state = {k: v for k, v in ref.state_dict().items() if not k.endswith("num_batches_tracked")
              and "denoising" not in k and "rel_pos_x_bias" not in k and "rel_pos_y_bias" not in k}
     params = dict(ours.parameters_and_names())

@@ -5,6 +5,7 @@ sizes, with tied and untied heads; a save_pretrained folder loaded strictly."""
 import numpy as np
 import pytest
 
+from tests.helpers.native import bound
 from tests.helpers.parity import rel_err
 from tests.helpers.tiny_layout import load_reference_state, tiny_reference_model
 
@@ -18,7 +19,7 @@ def test_mask_branch_matches_reference(graph_mode):
     from ms_ocr.layout.pp_doclayout_v3.mask_head import MaskHybridEncoder
     from tests.helpers.tiny_layout import CONFIG_V3
     ref = tiny_reference_model("v3", 3).model.encoder
-    ours = MaskHybridEncoder(PPDocLayoutV3Config.from_dict(CONFIG_V3))
+    ours = bound(MaskHybridEncoder(PPDocLayoutV3Config.from_dict(CONFIG_V3)))
     load_reference_state(ours, {k: v for k, v in ref.state_dict().items() if not k.endswith("num_batches_tracked")})
     rng = np.random.default_rng(2)
     h, w = 12, 16  # the stride-8 map of a 96 x 128 input
@@ -59,7 +60,7 @@ def test_model_matches_reference(graph_mode, tied, size):
     from ms_ocr.layout.pp_doclayout_v3 import PPDocLayoutV3, PPDocLayoutV3Config
     from tests.helpers.tiny_layout import CONFIG_V3
     ref = tiny_reference_model("v3", 11, tie_word_embeddings=tied)
-    ours = PPDocLayoutV3(PPDocLayoutV3Config.from_dict(dict(CONFIG_V3, tie_word_embeddings=tied)))
+    ours = bound(PPDocLayoutV3(PPDocLayoutV3Config.from_dict(dict(CONFIG_V3, tie_word_embeddings=tied))))
     state = {k: v for k, v in ref.state_dict().items() if not k.endswith("num_batches_tracked") and "denoising" not in k
              and not (tied and (".decoder.class_embed." in k or ".decoder.bbox_embed." in k))}
     load_reference_state(ours, state)

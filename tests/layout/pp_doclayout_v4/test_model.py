@@ -6,6 +6,7 @@ names) loaded strictly."""
 import numpy as np
 import pytest
 
+from tests.helpers.native import bound
 from tests.helpers.parity import rel_err
 from tests.helpers.tiny_layout import CONFIG_V4, load_reference_state, tiny_reference_model
 
@@ -17,7 +18,7 @@ def test_order_heads_match_reference(graph_mode):
     from ms_ocr.layout.pp_doclayout_v4.heads import RelativeOrderHead, SuccessorOrderHead
     decoder = tiny_reference_model("v4", 4).model.decoder
     cfg = PPDocLayoutV4Config.from_dict(CONFIG_V4)
-    succ, rel = SuccessorOrderHead(cfg), RelativeOrderHead(cfg)
+    succ, rel = bound(SuccessorOrderHead(cfg)), bound(RelativeOrderHead(cfg))
     load_reference_state(succ, decoder.successor_order_head.state_dict())
     load_reference_state(rel, decoder.relative_order_head.state_dict())
     assert abs(float(decoder.relative_order_head.s2r_fusion.closure_weight.detach()) - 1) < 0.5  # the closure counts
@@ -40,7 +41,7 @@ def test_geometry_head_matches_reference(graph_mode):
     from ms_ocr.layout.pp_doclayout_v4 import PPDocLayoutV4Config
     from ms_ocr.layout.pp_doclayout_v4.heads import DeformHead
     head = tiny_reference_model("v4", 6).model.deform_head
-    ours = DeformHead(PPDocLayoutV4Config.from_dict(CONFIG_V4))
+    ours = bound(DeformHead(PPDocLayoutV4Config.from_dict(CONFIG_V4)))
     load_reference_state(ours, head.state_dict())
     feats = np.random.default_rng(2).standard_normal((3, 32, 7, 9)).astype(np.float32) * 3
     with torch.no_grad():
@@ -57,7 +58,7 @@ def test_model_matches_reference(graph_mode, geometry, size):
     import torch
     from ms_ocr.layout.pp_doclayout_v4 import PPDocLayoutV4, PPDocLayoutV4Config
     ref = tiny_reference_model("v4", 11, deform_pred=geometry)
-    ours = PPDocLayoutV4(PPDocLayoutV4Config.from_dict(dict(CONFIG_V4, deform_pred=geometry)))
+    ours = bound(PPDocLayoutV4(PPDocLayoutV4Config.from_dict(dict(CONFIG_V4, deform_pred=geometry))))
     load_reference_state(ours, {k: v for k, v in ref.state_dict().items()
                        if not k.endswith("num_batches_tracked") and "denoising" not in k})
     x = np.random.default_rng(size[0]).uniform(0, 1, (1, 3) + size).astype(np.float32)

@@ -9,12 +9,13 @@ from ms_ocr.convert.loader import load_weights
 from ms_ocr.models.deepseek_ocr.vision import DeepEncoderV1, assembly_index
 from ms_ocr.processing.resample import bicubic_aa_matrix
 from tests.helpers.golden_v1 import clip_kwargs, golden, pixels, sam_kwargs, tiny_config, weights
+from tests.helpers.native import bound
 from tests.helpers.parity import rel_err
 
 
 @pytest.fixture(scope="module")
 def encoder(graph_mode):
-    enc = DeepEncoderV1(sam_kwargs(), clip_kwargs(), tiny_config()["n_embed"])
+    enc = bound(DeepEncoderV1(sam_kwargs(), clip_kwargs(), tiny_config()["n_embed"]))
     drop = ("vision_model.embeddings.patch_embedding.",)
     load_weights(enc, [t for t in weights("") if not t[0].startswith(drop)], lambda n: n, source="golden")
     return enc

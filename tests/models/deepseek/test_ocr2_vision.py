@@ -4,13 +4,15 @@ decoder inside the full model, against transformers' DeepseekOcr2ForConditionalG
 import numpy as np
 import pytest
 import torch
+import mindspore as ms
 
 from ms_ocr.convert.loader import load_weights
 from ms_ocr.models.deepseek_ocr2.config import DeepseekOCR2Config
 from ms_ocr.models.deepseek_ocr2.convert import name_table
 from ms_ocr.models.deepseek_ocr2.model import DeepseekOCR2Model
-from ms_ocr.ops import backend
+from ms_ocr.plan import Plan
 from ms_ocr.runtime import Buckets, Prepared, VisionInputs, VLMRuntime
+from tests.helpers.native import bound
 from tests.helpers.parity import rel_err
 from tests.helpers.tiny_deepseek import TILE, GLOBAL, tiny_model, view_inputs
 
@@ -22,9 +24,10 @@ def pair(graph_mode, tmp_path_factory):
     ref.save_pretrained(folder)  # hub names, one tensor per expert
     from ms_ocr.convert.safetensors_io import iter_checkpoint
     cfg = DeepseekOCR2Config.from_dict(ref.config.to_dict())
-    net = DeepseekOCR2Model(cfg)
+    net = bound(DeepseekOCR2Model(cfg))
     load_weights(net, iter_checkpoint(str(folder)), name_table(cfg), source="tiny")
-    return ref, VLMRuntime(net, 2048, buckets=Buckets(prefill=32, slots=64)), cfg
+    plan = Plan("CPU", net.kernels, ms.float32, kv_dtype=ms.float32)
+    return ref, VLMRuntime(net, plan, 2048, buckets=Buckets(prefill=32, slots=64)), cfg
 
 
 @pytest.mark.parametrize("tiles", [0, 2, 3])
@@ -64,9 +67,9 @@ def test_multimodal_prefill_and_decode_logits(pair):
     assert rel_err(last, want[s - 1]) < 1e-4
     # one sequence on the CPU: the whole-model graph with the native MoeExperts where it is routed, else layer
     # graphs with the experts routed on the host; both run here
-    assert rt.moe.decode_on_host == (backend.NATIVE_MOE_EXPERTS is None)
+    assert rt.moe.decode_on_host == (rt.plan.kernels.moe_experts is None)
     rt.moe.decode_on_host = True
-    steps = (rt.moe.moe_step, rt.moe.experts_moe_step, rt.moe.experts_head_step)
+    steps = [rt.moe.layer_step(*kind) for kind in ((False, "moe"), (True, "moe"), (True, "head"))]
     before = [len(step.compile_cache) for step in steps]
     for i, tok in enumerate(cont[:-1]):
         whole = _whole_graph_decode(rt, int(tok), s + i)  # writes the same cache rows as the step below
@@ -74,8 +77,8 @@ def test_multimodal_prefill_and_decode_logits(pair):
         assert rel_err(step, want[s + i]) < 1e-4, f"decode step {i}"
         assert rel_err(whole, want[s + i]) < 1e-4, f"whole-graph decode step {i}"
     # every MoE layer ran through one shared graph (weights and KV caches as inputs), not a graph per layer: the
-    # first MoE layer through moe_decode_step, each later one through experts_moe_decode_step, which also runs
-    # the experts of the layer before it (the last layer's experts run with the head)
+    # first MoE layer through the (no experts, "moe") step, each later one through the (experts, "moe") one, which
+    # also runs the experts of the layer before it (the last layer's experts run with the head)
     assert sum(layer.moe for layer in rt.model.text_layers()) > 1
     assert [len(step.compile_cache) - b for step, b in zip(steps, before)] == [1, 1, 1]
 

@@ -11,6 +11,7 @@ from mindspore import Tensor
 
 from ms_ocr.convert.loader import load_weights
 from ms_ocr.nn.sam import SamEncoder
+from tests.helpers.native import bound
 from tests.helpers.parity import randomize_, rel_err
 
 CFG = dict(hidden_size=32, output_channels=16, num_hidden_layers=4, num_attention_heads=2, image_size=128,
@@ -38,8 +39,8 @@ def pair(graph_mode):
     config = DeepseekOcr2SamVisionConfig(**CFG)
     config._attn_implementation = "eager"
     ref = randomize_(DeepseekOcr2SamVisionEncoder(config).eval(), 5)  # rel-pos and position tables random too
-    ours = SamEncoder(dim=32, depth=4, heads=2, mlp_dim=64, patch=16, image_size=128, window=3, global_layers=(1, 3),
-                      out_channels=16, downsample=(24, 48))
+    ours = bound(SamEncoder(dim=32, depth=4, heads=2, mlp_dim=64, patch=16, image_size=128, window=3,
+                            global_layers=(1, 3), out_channels=16, downsample=(24, 48)))
     tensors = [(hub_name(n), p.detach().numpy(), "F32") for n, p in ref.state_dict().items()]
     load_weights(ours, tensors, lambda n: n, source="tiny sam")
     return ref, ours

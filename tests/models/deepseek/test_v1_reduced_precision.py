@@ -84,14 +84,13 @@ def test_bf16_logits_agree_with_the_official_code_under_autocast(v1, tmp_path):
 @pytest.mark.parametrize("quantize", ["int8"])
 def test_int8_matches_the_reference_on_the_dequantised_weights(v1, quantize, tmp_path, graph_mode):
     from ms_ocr import models
-    from ms_ocr.ops import backend
     folder, page = v1
     spec = models.get("deepseek-ocr")
     net = spec.load(folder, "CPU", "auto", quantize=quantize).runtime.model
     assert net.head_quantized and not net.tied
     moe = [layer.mlp for layer in net.text_layers() if layer.moe]
     assert moe
-    if backend.NATIVE_MOE_EXPERTS is not None:  # the routed experts, read by MoeExperts, in int8 too
+    if net.kernels.moe_experts is not None:  # the routed experts, read by MoeExperts, in int8 too
         assert all(m.quantized and str(m.experts.up_proj.dtype) == "Int8" for m in moe)
     names = write_dequantised_copy(net, spec, folder, tmp_path / "dequantised")
     assert "lm_head.weight" in names

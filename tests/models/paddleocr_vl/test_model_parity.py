@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from ms_ocr.ops import backend
+from ms_ocr.ops import kernels as routes
+from tests.helpers.native import kernels_with
 from tests.matrix.models import paddle_patches, paddle_prompt, reference_forward
 from tests.models.paddleocr_vl.conftest import rel_err
 
@@ -23,10 +24,10 @@ def test_vision_tower_composed_attention(tiny_dir, graph_mode, reference):
     grids = GRIDS[-1]
     pix = paddle_patches(grids, 4)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(backend, "NATIVE_ATTENTION", None)
+        kernels_with(mp, attention=None, attention_rows=None)
         pipeline = paddleocr_vl.load(tiny_dir, "CPU", "auto", Buckets(prefill=32, slots=64))
         inputs = pipeline.vision_inputs({"image_grid_thw": np.array(grids), "pixel_values": pix})
-        kernels = backend.native_kernels()
+        kernels = pipeline.runtime.plan.kernels.library
         before = kernels.attention_calls if kernels is not None else 0
         feats = pipeline.runtime.encode_images(inputs).asnumpy()
         assert kernels is None or kernels.attention_calls == before
@@ -54,15 +55,14 @@ def test_decode_through_native_kernels_matches_reference(tiny_dir, graph_mode, r
     from ms_ocr.models.paddleocr_vl import SPEC as paddleocr_vl
     from ms_ocr.ops import linear
     from ms_ocr.runtime import Buckets
-    monkeypatch.setenv(backend.ROUTES_ENV, "all")  # every route, whatever this ISA level's table routes
-    backend.configure("CPU")
-    kernels = backend.native_kernels()
+    monkeypatch.setenv(routes.ROUTES_ENV, "all")  # every route, whatever this ISA level's table routes
+    kernels = routes.choose("CPU").library
     assert kernels is not None, "native kernels unavailable (no C++ compiler?)"
     monkeypatch.setattr(linear, "NATIVE_MIN_WEIGHT", 1)
     if route != "fused_layers":
-        monkeypatch.setattr(backend, "NATIVE_DECODE_LAYER", None)
+        kernels_with(monkeypatch, decode_layer=None)
     if route == "composed":
-        monkeypatch.setattr(backend, "NATIVE_MATMUL_T", None)
+        kernels_with(monkeypatch, matmul_t=None)
     pipeline = paddleocr_vl.load(tiny_dir, "CPU", "auto", Buckets(prefill=32, slots=64))  # its own graphs
     cfg = pipeline.cfg
     grids = [(1, 4, 6)]

@@ -1,12 +1,14 @@
-"""The text-side interface every VLM Cell shares (see ms_ocr/steps.py): a CausalDecoder under `model`
-and an optional untied `lm_head`. Model Cells add their vision tower and vision_embed / vision_head."""
+"""The model Cell every VLM shares (interfaces.VLMModel): a CausalDecoder under `model` and an optional untied
+`lm_head` (VLMCell), and the two kinds of vision tower a model declares by its base class: a ViT stack
+(ViTStackModel) or views run by the model itself (ViewsModel; nn/deepencoder.py DeepEncoderModel). The runtime and
+the exporters dispatch on these classes."""
 
-from mindspore import nn, ops
+from mindspore import nn
 
 from ms_ocr import ops as K
 from ms_ocr.convert.loader import is_state
-from ms_ocr.nn import Linear, PatchEmbed
-from ms_ocr.nn.deepencoder import DeepEncoderViews, moe_decoder, run_views
+from ms_ocr.nn.layers import Linear
+from ms_ocr.nn.patch import PatchEmbed
 from ms_ocr.nn.sam import PatchConv
 
 
@@ -24,10 +26,10 @@ class VLMCell(nn.Cell):
         self.head_quantized = False  # --quantize int8 (models/quantize.py): the head's matrix int8, with weight_scale
 
     def bf16_weight_names(self):
-        """The Parameters a bf16 checkpoint keeps in bf16 on the CPU (device.bf16_resident): the decoder layers'
+        """The Parameters a bf16 checkpoint keeps in bf16 on the CPU (plan.bf16_resident): the decoder layers'
         weights, which a decode step's native DecodeLayer reads as bf16 and the prefill layer graphs widen as
-        they run (F.widen), the ViT layers' weights (widened once per layer, runtime.vision.VisionEncoder.layer), and the
-        embeddings / head (the native MatMulT reads the head as bf16; the gathered embedding rows are widened).
+        they run (F.widen), the ViT layers' weights (widened once per layer, runtime.vision.VisionEncoder.layer), and
+        the embeddings / head (the native MatMulT reads the head as bf16; the gathered embedding rows are widened).
         MoE layers' weights too (router, stacked experts, shared experts): their graphs widen the weights they
         use, the selected experts only, next to each product (ops.linear.matmul_t, nn.moe). Empty when a dense
         layer's MLP is not SiLU-gated (the native kernel does not serve it): fp32 weights then."""
@@ -42,7 +44,7 @@ class VLMCell(nn.Cell):
         return names
 
     def bf16_product_weight_names(self):
-        """With products in bf16 (--dtype bf16 where the CPU has bf16 dot products, device.bf16_products): the
+        """With products in bf16 (--dtype bf16 where the CPU has bf16 dot products, plan.bf16_products): the
         matrices of every linear layer, those bf16_weight_names leaves out too (the projectors and HunyuanOCR's
         merger, the patch embeddings, DeepSeek's DeepEncoders: their products go through F.linear, or for the
         stride == kernel convolutions' 4-D weights ops.linear.linear_conv, which multiply a bf16 matrix in bf16 as
@@ -58,7 +60,7 @@ class VLMCell(nn.Cell):
             table = self.model.embed_tokens
             return K.embedding_rows_q8(table.weight, table.weight_scale, input_ids)
         if self.widen_embeddings:  # a bf16 table on the CPU: rows widened to fp32 (native GatherRows)
-            return K.embedding_rows(self.model.embed_tokens.weight, input_ids)
+            return K.embedding_rows(self.kernels, self.model.embed_tokens.weight, input_ids)
         return self.model.embed_tokens(input_ids)
 
     def text_rotary(self, pos):
@@ -79,33 +81,25 @@ class VLMCell(nn.Cell):
     def logits(self, h):
         if self.head_quantized:
             head = self.model.embed_tokens if self.tied else self.lm_head
-            return K.matmul_t_q8(h, head.weight, head.weight_scale)
+            return K.matmul_t_q8(self.kernels, h, head.weight, head.weight_scale)
         weight = self.model.embed_tokens.weight if self.tied else self.lm_head.weight
-        return K.matmul_t(h, weight)
+        return K.matmul_t(self.kernels, h, weight)
 
     def allocate_cache(self, batch, slots, dtype, flat=True):
         for layer in self.text_layers():
             layer.self_attn.allocate_cache(batch, slots, dtype, flat)
 
 
-class DeepEncoderModel(VLMCell, DeepEncoderViews):
-    """A DeepEncoder VLM (DeepSeek-OCR v1, v2): its `vision` Cell, the DeepSeek MoE decoder, and encode_views: per
-    image, each view size (tiles as one batch, then the global view) through SAM block by block and the model's
-    `post_step` (one compiled graph per size, kept under `steps_name`), then `assemble(item, views)` -> [M, H].
-    A model sets host_view_args, post_step, steps_name and assemble."""
+class ViTStackModel(VLMCell):
+    """A VLM whose vision tower is a stack of ViTLayers (interfaces.ViTStackTower): a subclass provides
+    `vision_embed(*embed arrays)`, `vision_layers()` and `vision_head(x, *head arrays)`; the runtime runs the layers
+    block by block (runtime/vision.py), the MindIR export as one graph."""
 
-    post_step = None
-    steps_name = None
 
-    def __init__(self, cfg, vision):
-        super().__init__(cfg)
-        self.vision = vision
-        self.model = moe_decoder(cfg.text)
+class ViewsModel(VLMCell):
+    """A VLM whose vision tower runs views of an image itself (interfaces.ViewsTower): a subclass provides
+    `encode_views(encoder, vision_inputs)`, `view_step()`, `assemble_step()` and `view_args(pixels)`, and no ViT
+    layer stack."""
 
-    def assemble(self, item, views):
-        raise NotImplementedError
-
-    def encode_views(self, encoder, vision_inputs):
-        out = [self.assemble(item, run_views(encoder, self.vision, self.post_step, self.steps_name, item.embed))
-               for item in vision_inputs]
-        return out[0] if len(out) == 1 else ops.concat(out, 0)
+    def vision_layers(self):
+        return []

@@ -1,0 +1,398 @@
+// DecodeLayer / DecodeLayerBf16: one dense decoder layer of a decode step in one call (ops/decode_layer.py): input
+// RMSNorm, q/k/v, rope (the general rotate-half form, so XD-RoPE too), optional q/k norms, GQA softmax attention over
+// the read-only cache plus the token's own key, o_proj and residual, post-attention RMSNorm, gated MLP and residual,
+// in one parallel region on the decode team; the products are gemv.h's (fp32, bf16 or int8 weights; bf16 on the AMX
+// tiles with DecodeLayerBf16).
+#include <atomic>
+#include <vector>
+
+#include "activation.h"
+#include "gemv.h"
+#include "team.h"
+
+namespace ms_ocr {
+namespace {
+
+// ---- attention over the cache -----------------------------------------------------------------------------------
+// out[j * stride + i] = dot(q + j * d, k_i, d) + bias_i for `count` query rows against the n key rows
+// k_i = keys + rows[i] * d, bias_i = mask[rows[i]]: the scores of one attention group over the slots it sees.
+// Two key rows at a time, four query rows each (eight independent accumulator chains: one row's four chains of
+// d / kVL dependent FMAs left the loop bound by FMA latency); each dot's products and sums are those of dot(),
+// in the same order (bit-identical).
+constexpr int64_t kAhead = 8;  // key/value rows prefetched ahead of the attention loops
+
+template <int J, typename KT>
+inline void dots_pair(const float* q, const KT* k0, const KT* k1, int64_t d, float* out0, float* out1,
+                      int64_t stride) {
+  vf a0[J] = {}, a1[J] = {};
+  int64_t i = 0;
+  for (; i + kVL <= d; i += kVL) {
+    const vf kv0 = vload(k0 + i), kv1 = vload(k1 + i);
+    for (int j = 0; j < J; ++j) {
+      const vf qv = vload(q + j * d + i);
+      a0[j] = vfma(qv, kv0, a0[j]);
+      a1[j] = vfma(qv, kv1, a1[j]);
+    }
+  }
+  if (i < d) {
+    const vf kv0 = vload_tail(k0 + i, d - i), kv1 = vload_tail(k1 + i, d - i);
+    for (int j = 0; j < J; ++j) {
+      const vf qv = vload_tail(q + j * d + i, d - i);
+      a0[j] = vfma(qv, kv0, a0[j]);
+      a1[j] = vfma(qv, kv1, a1[j]);
+    }
+  }
+  for (int j = 0; j < J; ++j) {
+    out0[j * stride] = vsum(a0[j]);
+    out1[j * stride] = vsum(a1[j]);
+  }
+}
+
+template <typename KT>
+inline void attention_scores(const float* q, int64_t count, const KT* keys, const float* mask,
+                             const int64_t* rows, int64_t n, int64_t d, float* out, int64_t stride) {
+  for (int64_t j = 0; j < count; j += 4) {
+    const int64_t jn = count - j < 4 ? count - j : 4;
+    const float* qj = q + j * d;
+    float* oj = out + j * stride;
+    int64_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+      const KT *k0 = keys + rows[i] * d, *k1 = keys + rows[i + 1] * d;
+      if (i + kAhead + 1 < n) {
+        const char *f0 = reinterpret_cast<const char*>(keys + rows[i + kAhead] * d),
+                   *f1 = reinterpret_cast<const char*>(keys + rows[i + kAhead + 1] * d);
+        for (int64_t l = 0; l < d * static_cast<int64_t>(sizeof(KT)); l += 64) {
+          __builtin_prefetch(f0 + l, 0, 3);
+          __builtin_prefetch(f1 + l, 0, 3);
+        }
+      }
+      switch (jn) {
+        case 4: dots_pair<4>(qj, k0, k1, d, oj + i, oj + i + 1, stride); break;
+        case 3: dots_pair<3>(qj, k0, k1, d, oj + i, oj + i + 1, stride); break;
+        case 2: dots_pair<2>(qj, k0, k1, d, oj + i, oj + i + 1, stride); break;
+        default: dots_pair<1>(qj, k0, k1, d, oj + i, oj + i + 1, stride); break;
+      }
+      for (int64_t u = 0; u < jn; ++u) {
+        oj[u * stride + i] += mask[rows[i]];
+        oj[u * stride + i + 1] += mask[rows[i + 1]];
+      }
+    }
+    for (; i < n; ++i)
+      for (int64_t u = 0; u < jn; ++u) oj[u * stride + i] = dot(qj + u * d, keys + rows[i] * d, d) + mask[rows[i]];
+  }
+}
+
+// out[j] = sum_i p[j * stride + i] * inv[j] * values_i + p[j * stride + n] * inv[j] * v_new (i < n in order,
+// values_i = values + rows[i] * d) for `count` query rows: the attention-weighted sum of one group's value rows.
+// The sums stay in registers, J rows x C vectors of columns at a time (one pass over the value rows per column
+// block, each value row read once overall); the same FMAs in the same order as accumulating each row's sum in
+// memory one value row at a time (bit-identical), without that loop's store per FMA.
+template <int J, int C, typename KT>
+inline void weighted_block(const float* p, int64_t stride, const float* inv, const KT* values,
+                           const int64_t* rows, int64_t n, const float* v_new, int64_t d, int64_t e, float* out) {
+  vf acc[J][C] = {};
+  auto add = [&](const auto* row, int64_t i) {
+    vf v[C];
+    for (int c = 0; c < C; ++c) v[c] = vload(row + c * kVL);
+    for (int j = 0; j < J; ++j) {
+      const vf a = vset(p[j * stride + i] * inv[j]);
+      for (int c = 0; c < C; ++c) acc[j][c] = vfma(a, v[c], acc[j][c]);
+    }
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n)
+      for (int64_t l = 0; l < C * kVL * static_cast<int64_t>(sizeof(KT)); l += 64)
+        __builtin_prefetch(reinterpret_cast<const char*>(values + rows[i + kAhead] * d + e) + l, 0, 3);
+    add(values + rows[i] * d + e, i);
+  }
+  add(v_new + e, n);  // the token's own value row, last
+  for (int j = 0; j < J; ++j)
+    for (int c = 0; c < C; ++c) vstore(out + j * d + e + c * kVL, acc[j][c]);
+}
+
+template <int J, typename KT>
+inline void weighted_rows(const float* p, int64_t stride, const float* inv, const KT* values,
+                          const int64_t* rows, int64_t n, const float* v_new, int64_t d, float* out) {
+  constexpr int C = kVRegs >= 32 ? 4 : 2;
+  int64_t e = 0;
+  for (; e + C * kVL <= d; e += C * kVL) weighted_block<J, C>(p, stride, inv, values, rows, n, v_new, d, e, out);
+  for (; e + kVL <= d; e += kVL) weighted_block<J, 1>(p, stride, inv, values, rows, n, v_new, d, e, out);
+  for (; e < d; ++e)  // columns past the last full vector (head dims that are no multiple of kVL)
+    for (int j = 0; j < J; ++j) {
+      float acc = 0.f;
+      for (int64_t i = 0; i <= n; ++i)
+        acc = std::fma(p[j * stride + i] * inv[j], i < n ? to_float(values[rows[i] * d + e]) : v_new[e], acc);
+      out[j * d + e] = acc;
+    }
+}
+
+template <typename KT>
+inline void attention_values(const float* p, int64_t count, int64_t stride, const float* inv, const KT* values,
+                             const int64_t* rows, int64_t n, const float* v_new, int64_t d, float* out) {
+  for (int64_t j = 0; j < count; j += 4) {
+    const float *pj = p + j * stride, *ij = inv + j;
+    float* oj = out + j * d;
+    switch (count - j < 4 ? count - j : 4) {
+      case 4: weighted_rows<4>(pj, stride, ij, values, rows, n, v_new, d, oj); break;
+      case 3: weighted_rows<3>(pj, stride, ij, values, rows, n, v_new, d, oj); break;
+      case 2: weighted_rows<2>(pj, stride, ij, values, rows, n, v_new, d, oj); break;
+      default: weighted_rows<1>(pj, stride, ij, values, rows, n, v_new, d, oj); break;
+    }
+  }
+}
+
+// ---- the layer's steps ------------------------------------------------------------------------------------------
+
+// out = w * x / sqrt(mean(x^2) + eps)
+void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps) {
+  const float inv = 1.f / std::sqrt(dot(x, x, n) / static_cast<float>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv);
+}
+
+// x <- x * cos + rotate_half(x) * sin, rotate_half(x) = concat(-x[D/2:], x[:D/2]) (the general form: XD-RoPE's
+// halves differ too)
+void rope(float* x, const float* cos, const float* sin, int64_t d) {
+  const int64_t half = d / 2;
+  float rot[512];
+  for (int64_t i = 0; i < half; ++i) {
+    rot[i] = -x[half + i];
+    rot[half + i] = x[i];
+  }
+  for (int64_t i = 0; i < d; ++i) x[i] = x[i] * cos[i] + rot[i] * sin[i];
+}
+
+// e[i] = exp(s[i] - mx) for i < n; returns the sum
+float exp_sum(float* s, int64_t n, float mx) {
+  vf acc = {};
+  const vf m = vset(mx);
+  int64_t i = 0;
+  for (; i + kVL <= n; i += kVL) {
+    const vf e = vexp(vload(s + i) - m);
+    vstore(s + i, e);
+    acc += e;
+  }
+  float sum = vsum(acc);
+  for (; i < n; ++i) {
+    s[i] = std::exp(s[i] - mx);
+    sum += s[i];
+  }
+  return sum;
+}
+
+// The products of a group with the same input (q, k, v; gate, up), over the team, in chunks of rows handed out on
+// demand through `next` (the niced launcher thread takes fewer); ends with the team's barrier.
+void parallel_products(int m, const Product* ps, int n, const TeamCtx& team, std::atomic<int64_t>& next) {
+  // rows per chunk: 64, 128 on the tiles (their blocks of 32 rows prefetch the next block within a chunk)
+  auto chunk = [&](int j) -> int64_t { return ps[j].px != nullptr ? 128 : 64; };
+  int64_t first[4] = {0, 0, 0, 0};
+  for (int j = 0; j < n; ++j) first[j + 1] = first[j] + (ps[j].out + chunk(j) - 1) / chunk(j);
+  for (int64_t c = next.fetch_add(1); c < first[n]; c = next.fetch_add(1)) {
+    int j = 0;
+    while (c >= first[j + 1]) ++j;
+    const Product& p = ps[j];
+    const int64_t o = (c - first[j]) * chunk(j);
+    product_rows(p, m, o, o + chunk(j) < p.out ? o + chunk(j) : p.out);
+  }
+  team.sync();
+}
+
+// DecodeLayer's body; tiles: the bf16 weights' products on AMX (DecodeLayerBf16, when ms_ocr_amx_init turned it
+// on), activations rounded to bf16.
+int decode_layer_entry(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, bool tiles) {
+  if (nparam < 19 || nparam > 22) return 1;
+  // 20 / 22: int8 matrices, their scales packed in one input before eps
+  const bool quant = nparam == 20 || nparam == 22, qk_norm = nparam >= 21;
+  const int n_in = nparam - 3;
+  auto in = [&](int i) { return static_cast<const float*>(params[i]); };
+  // weights: fp32 or bfloat16 each (or int8 with scales: one per row, or with eps [2] = {eps, G} one per group of
+  // G columns of a row); the norms' (small) vectors are widened once here, the products' matrices as they are read
+  const float* scales = quant ? in(n_in - 2) : nullptr;
+  const int64_t group = quant && shapes[n_in - 1][0] == 2 ? static_cast<int64_t>(in(n_in - 1)[1]) : 0;
+  bool groups_fit = group % 16 == 0;
+  auto wt = [&](int i) {
+    if (!is_int8(dtypes[i])) return Weight{params[i], is_bf16(dtypes[i])};
+    const float* s = scales;
+    groups_fit = groups_fit && (group == 0 || shapes[i][1] % group == 0);
+    scales += shapes[i][0] * (group ? shapes[i][1] / group : 1);
+    return Weight{params[i], false, s, group};
+  };
+  if (quant ? (!is_int8(dtypes[7]) || ndims[n_in - 2] != 1) : is_int8(dtypes[7])) return 1;  // int8 needs scales
+  std::vector<float> norm_bufs[4];
+  auto vec = [&](int i, std::vector<float>& buf) {
+    if (!is_bf16(dtypes[i])) return in(i);
+    buf.resize(shapes[i][0]);
+    for (int64_t j = 0; j < shapes[i][0]; ++j) buf[j] = to_float(static_cast<const bf16*>(params[i])[j]);
+    return static_cast<const float*>(buf.data());
+  };
+  const float *x = in(0), *cos = in(1), *sin = in(2), *mask = in(3);
+  // the caches: fp32, or bf16 (--kv-cache-dtype bf16: read widened, exact; this token's k and v are rounded to
+  // bf16 before they are used, as the cache will hold them)
+  const bool kv16 = is_bf16(dtypes[4]);
+  if (kv16 != is_bf16(dtypes[5])) return 1;
+  const void *kc = params[4], *vc = params[5];
+  const Weight qw = wt(7), kw = wt(8), vw = wt(9);
+  const int w = qk_norm ? 12 : 10;
+  const Weight ow = wt(w), gw = wt(w + 2), uw = wt(w + 3), dw = wt(w + 4);
+  tiles = tiles && shapes[0][0] >= kTileMinRows && qw.bf16 && ow.bf16 && gw.bf16 && uw.bf16 && dw.bf16;
+  // every scale of the 7 matrices, and whole groups
+  if (quant && (!groups_fit || scales != in(n_in - 2) + shapes[n_in - 2][0])) return 1;
+  const float *inw = vec(6, norm_bufs[0]), *postw = vec(w + 1, norm_bufs[1]);
+  const float *qnw = qk_norm ? vec(10, norm_bufs[2]) : nullptr, *knw = qk_norm ? vec(11, norm_bufs[3]) : nullptr;
+  const float eps = in(n_in - 1)[0];
+  float* x_out = static_cast<float*>(params[n_in]);
+  float* k_out = static_cast<float*>(params[n_in + 1]);
+  float* v_out = static_cast<float*>(params[n_in + 2]);
+  if (ndims[0] != 3 || ndims[4] != 4 || shapes[0][1] != 1) return 1;
+  const int64_t b = shapes[0][0], hidden = shapes[0][2], hkv = shapes[4][1], t = shapes[4][2], d = shapes[4][3];
+  const int64_t hq = shapes[7][0] / d, inter = shapes[w + 2][0];
+  if (b < 1 || b > 8 || d > 512 || hq % hkv != 0 || shapes[4][0] != b) return 1;
+  const int64_t rep = hq / hkv;
+  const int64_t rope_stride = shapes[1][0] == 1 ? 0 : d, mask_stride = shapes[3][0] == 1 ? 0 : t;
+  const float scale = 1.f / std::sqrt(static_cast<float>(d));
+  g_decode_layer_calls.fetch_add(1);
+
+  // this token's k and v ([B, Hkv, 1, D] = [B, Hkv * D]) are computed in the output buffers themselves
+  float *k = k_out, *v = v_out;
+  std::vector<float> q(b * hq * d), attn(b * hq * d), x1(b * hidden), g(b * inter), u(b * inter);
+  const int m = static_cast<int>(b);
+  // the attention's tasks: split until there are two per thread (the launcher thread may be niced)
+  int64_t splits = 1;
+  while (b * hkv * splits < 2 * g_threads && rep % (splits * 2) == 0) splits *= 2;
+  std::atomic<int64_t> next[5] = {};  // the work-sharing phases' next chunk / task
+  team_run(g_threads, [&](const TeamCtx& team) {
+    // each thread normalises the rows for itself (no barrier): h_own feeds its share of the products
+    std::vector<float> h_own(b * hidden);
+    for (int64_t r = 0; r < b; ++r) rms_norm(x + r * hidden, inw, h_own.data() + r * hidden, hidden, eps);
+    // --dtype bf16 on the tiles: the rows a product group reads rounded to bf16 and packed, by each thread for
+    // itself (x as it is when the tiles are off)
+#if defined(MS_OCR_AMX)
+    if (tiles) amx_begin();
+#endif
+    TileRows tr;
+    auto rounded = [&](const float* rows, int64_t width) -> std::pair<const float*, const uint16_t*> {
+      if (!tiles) return {rows, nullptr};
+      tr.set(rows, m, width);
+      return {tr.rows.data(), tr.tiles()};
+    };
+    {
+      const auto [xh, ph] = rounded(h_own.data(), hidden);
+      const Product ps[] = {{xh, qw, q.data(), hq * d, hidden, nullptr, ph},
+                            {xh, kw, k, hkv * d, hidden, nullptr, ph},
+                            {xh, vw, v, hkv * d, hidden, nullptr, ph}};
+      parallel_products(m, ps, 3, team, next[0]);
+    }
+    if (team.tid == team.n - 1) {  // a worker, not the (possibly niced) launcher
+      for (int64_t r = 0; r < b; ++r) {
+        const float *c = cos + r * rope_stride, *s = sin + r * rope_stride;
+        for (int64_t i = 0; i < hq; ++i) {
+          float* qi = q.data() + (r * hq + i) * d;
+          rope(qi, c, s, d);
+          if (qk_norm) rms_norm(qi, qnw, qi, d, eps);
+          for (int64_t j = 0; j < d; ++j) qi[j] *= scale;
+        }
+        for (int64_t i = 0; i < hkv; ++i) {
+          float* ki = k + (r * hkv + i) * d;
+          rope(ki, c, s, d);
+          if (qk_norm) rms_norm(ki, knw, ki, d, eps);
+          if (kv16) {
+            float* vi = v + (r * hkv + i) * d;
+            for (int64_t j = 0; j < d; ++j) {
+              ki[j] = to_float(round_bf16(ki[j]));
+              vi[j] = to_float(round_bf16(vi[j]));
+            }
+          }
+        }
+      }
+    }
+    team.sync();
+    {
+      // softmax over [q k_cache^T + mask, q k_new] and the matching sum of [v_cache, v_new]; slots the mask hides
+      // (NEG_BIAS) would weigh exactly 0 and are skipped. One task = `per` query heads of one kv group of one
+      // sequence (GQA): each cached key and value row is read once for all of them, while it is in L1, instead of
+      // once per head; per head the dot products, softmax and sums are the same, in the same order, as one head
+      // alone.
+      const int64_t per = rep / splits, stride = t + 1, tasks = b * hkv * splits;
+      std::vector<float> scores(stride * per), inv(per);
+      std::vector<int64_t> seen(t);
+      for (int64_t task = next[1].fetch_add(1); task < tasks; task = next[1].fetch_add(1)) {
+        const int64_t r = task / (hkv * splits), gi = task / splits % hkv, h0 = gi * rep + task % splits * per;
+        const int64_t g_kv = r * hkv + gi;
+        const float* qs = q.data() + (r * hq + h0) * d;
+        const int64_t at = g_kv * t * d;  // the group's first cache row
+        const float* mrow = mask + r * mask_stride;
+        int64_t n = 0;
+        for (int64_t s = 0; s < t; ++s)
+          if (mrow[s] > -1e38f) seen[n++] = s;
+        // the group's scores, softmax and weighted values over its cache rows (fp32 or bf16: one instance each)
+        auto attend = [&](const auto* keys, const auto* values) {
+          attention_scores(qs, per, keys + at, mrow, seen.data(), n, d, scores.data(), stride);
+          for (int64_t j = 0; j < per; ++j) {
+            float* sj = scores.data() + j * stride;
+            sj[n] = dot(qs + j * d, k + g_kv * d, d);
+            float mx = sj[n];
+            for (int64_t i = 0; i < n; ++i) mx = sj[i] > mx ? sj[i] : mx;
+            inv[j] = 1.f / exp_sum(sj, n + 1, mx);
+          }
+          attention_values(scores.data(), per, stride, inv.data(), values + at, seen.data(), n, v + g_kv * d, d,
+                           attn.data() + (r * hq + h0) * d);
+        };
+        if (kv16)
+          attend(static_cast<const bf16*>(kc), static_cast<const bf16*>(vc));
+        else
+          attend(static_cast<const float*>(kc), static_cast<const float*>(vc));
+      }
+      team.sync();
+    }
+    {
+      const auto [xa, pa] = rounded(attn.data(), hq * d);
+      const Product ps[] = {{xa, ow, x1.data(), hidden, hq * d, x, pa}};
+      parallel_products(m, ps, 1, team, next[2]);
+    }
+    for (int64_t r = 0; r < b; ++r) rms_norm(x1.data() + r * hidden, postw, h_own.data() + r * hidden, hidden, eps);
+    {
+      const auto [xh, ph] = rounded(h_own.data(), hidden);
+      const Product ps[] = {{xh, gw, g.data(), inter, hidden, nullptr, ph},
+                            {xh, uw, u.data(), inter, hidden, nullptr, ph}};
+      parallel_products(m, ps, 2, team, next[3]);
+    }
+    team_silu_mul(g.data(), u.data(), b * inter, team);
+    {
+      const auto [xg, pg] = rounded(g.data(), inter);
+      const Product ps[] = {{xg, dw, x_out, hidden, inter, x1.data(), pg}};
+      parallel_products(m, ps, 1, team, next[4]);
+    }
+#if defined(MS_OCR_AMX)
+    if (tiles) amx_end();
+#endif
+  });
+  return 0;
+}
+
+}  // namespace
+}  // namespace ms_ocr
+
+using namespace ms_ocr;
+
+extern "C" {
+
+// DecodeLayer: one dense pre-norm decoder layer (RMSNorm -> GQA attention with rope -> residual -> RMSNorm ->
+// SiLU-gated MLP -> residual) for one new token per sequence over KV caches it only reads, as
+// F.decoder_attention_decode + F.gated_mlp compose it (ms_ocr/ops/decode_layer.py describes the operands).
+// Inputs: x [B, 1, H]; cos, sin [B|1, 1, 1, D]; mask [B|1, 1, 1, T] (additive); k_cache, v_cache [B, Hkv, T, D];
+// input_layernorm [H]; q_proj [Hq*D, H]; k_proj, v_proj [Hkv*D, H]; (query/key norms [D] when qk-normed);
+// o_proj [H, Hq*D]; post_attention_layernorm [H]; gate_proj, up_proj [I, H]; down_proj [H, I]; eps [1] (int8
+// matrices with group scales: [2], eps and the group size).
+// Outputs: x [B, 1, H] and this token's k, v [B, Hkv, 1, D].
+int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+                void* extra) {
+  (void)stream; (void)extra;
+  return decode_layer_entry(nparam, params, ndims, shapes, dtypes, false);
+}
+// DecodeLayer with --dtype bf16's products: on the tiles where AMX is on (else DecodeLayer's)
+int DecodeLayerBf16(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+                    void* extra) {
+  (void)stream; (void)extra;
+  return decode_layer_entry(nparam, params, ndims, shapes, dtypes, g_amx);
+}
+
+}  // extern "C"

@@ -1,0 +1,140 @@
+// GemmBf16 and its epilogues: --dtype bf16's products (bf16 operands, fp32 sums) through the oneDNN library MindSpore's
+// wheel ships (dnnl.h), split into g_threads column (or row) slices, the epilogue run on each slice while it is in
+// its core's cache.
+#include <dlfcn.h>
+#include <omp.h>
+
+#include <vector>
+
+#include "activation.h"
+#include "common.h"
+#include "dnnl.h"
+
+namespace ms_ocr {
+
+dnnl_gemm_bf16_fn g_dnnl_gemm_bf16 = nullptr;
+dnnl_sgemm_fn g_dnnl_sgemm = nullptr;
+
+namespace {
+
+// What a GemmBf16 variant does to its output slice after the product, on the thread that computed it (the slice is
+// still in that core's cache): y += b, then GELU (erf or tanh form) or y = res + y.
+enum class Epilogue { kNone, kBias, kBiasGeluErf, kBiasGeluTanh, kBiasResidual };
+
+void apply_epilogue(Epilogue ep, float* y, int64_t ldy, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                    const float* b, const float* res) {
+  if (ep == Epilogue::kNone) return;
+  for (int64_t r = r0; r < r1; ++r) {
+    float* yr = y + r * ldy;
+    for (int64_t j = c0; j < c1; ++j) yr[j] = yr[j] + b[j];
+    if (ep == Epilogue::kBiasGeluErf) {
+      gelu_range<true>(yr + c0, yr + c0, c1 - c0);
+    } else if (ep == Epilogue::kBiasGeluTanh) {
+      gelu_range<false>(yr + c0, yr + c0, c1 - c0);
+    } else if (ep == Epilogue::kBiasResidual) {
+      const float* rr = res + r * ldy;
+      for (int64_t j = c0; j < c1; ++j) yr[j] = rr[j] + yr[j];
+    }
+  }
+}
+
+// GemmBf16 and its variants: x [M, K] (fp32, rounded to bf16 here, or bf16), w [N, K] (bf16; or a convolution's
+// [N, C, kh, kw] read as [N, C * kh * kw], which MindSpore's CPU Reshape cannot flatten in bf16) [, b [N] fp32 [, res
+// [M, N] fp32]] -> y [M, N] = x w^T (fp32): each product of bf16 values summed in fp32, then the epilogue.
+int gemm_bf16_entry(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, Epilogue ep) {
+  const int inputs = ep == Epilogue::kNone ? 2 : ep == Epilogue::kBiasResidual ? 4 : 3;
+  if (g_dnnl_gemm_bf16 == nullptr || nparam != inputs + 1 || ndims[0] != 2 || ndims[1] < 2 || ndims[1] > 4 ||
+      !is_bf16(dtypes[1]))
+    return 1;
+  const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[1][0];
+  int64_t wk = 1;
+  for (int d = 1; d < ndims[1]; ++d) wk *= shapes[1][d];
+  if (wk != k || m < 1 || n < 1 || k < 1) return 1;
+  if (inputs >= 3 && (ndims[2] != 1 || shapes[2][0] != n || is_bf16(dtypes[2]))) return 1;
+  if (inputs == 4 && (ndims[3] != 2 || shapes[3][0] != m || shapes[3][1] != n || is_bf16(dtypes[3]))) return 1;
+  const float* b = inputs >= 3 ? static_cast<const float*>(params[2]) : nullptr;
+  const float* res = inputs == 4 ? static_cast<const float*>(params[3]) : nullptr;
+  g_gemm_bf16_calls.fetch_add(1);
+  const uint16_t* w = static_cast<const uint16_t*>(params[1]);
+  float* y = static_cast<float*>(params[inputs]);
+  const uint16_t* xb = static_cast<const uint16_t*>(params[0]);
+  std::vector<uint16_t> rounded;
+  if (!is_bf16(dtypes[0])) {
+    const float* x = static_cast<const float*>(params[0]);
+    rounded.resize(static_cast<size_t>(m * k));
+#pragma omp parallel for num_threads(m * k >= (1 << 16) ? g_threads : 1) schedule(static)
+    for (int64_t i = 0; i < m * k; ++i) rounded[i] = round_bf16(x[i]);
+    xb = rounded.data();
+  }
+  // slices: along N (the weight's rows) unless M is the longer side; multiples of 64 keep the kernels' tiles whole
+  const bool by_rows = m > n;
+  const int64_t len = by_rows ? m : n;
+  int parts = static_cast<int>(len / 64 < g_threads ? (len / 64 > 0 ? len / 64 : 1) : g_threads);
+  const int64_t step = ((len + parts - 1) / parts + 63) / 64 * 64;
+  parts = static_cast<int>((len + step - 1) / step);
+  int failed = 0;
+#pragma omp parallel for num_threads(parts) schedule(static) reduction(|| : failed)
+  for (int t = 0; t < parts; ++t) {
+    const int64_t a = t * step, cnt = (a + step < len ? step : len - a);
+    int status = by_rows ? g_dnnl_gemm_bf16('N', 'T', cnt, n, k, 1.f, xb + a * k, k, w, k, 0.f, y + a * n, n)
+                         : g_dnnl_gemm_bf16('N', 'T', m, cnt, k, 1.f, xb, k, w + a * k, k, 0.f, y + a, n);
+    failed = failed || status != 0;
+    if (status == 0) {
+      if (by_rows)
+        apply_epilogue(ep, y, n, a, a + cnt, 0, n, b, res);
+      else
+        apply_epilogue(ep, y, n, 0, m, a, a + cnt, b, res);
+    }
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace ms_ocr
+
+using namespace ms_ocr;
+
+extern "C" {
+
+// Opens oneDNN at `path` and finds its bf16 gemm: 0 on success.
+int ms_ocr_load_dnnl(const char* path) {
+  void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) return 1;
+  g_dnnl_gemm_bf16 = reinterpret_cast<dnnl_gemm_bf16_fn>(dlsym(handle, "dnnl_gemm_bf16bf16f32"));
+  g_dnnl_sgemm = reinterpret_cast<dnnl_sgemm_fn>(dlsym(handle, "dnnl_sgemm"));
+  return g_dnnl_gemm_bf16 == nullptr ? 2 : 0;
+}
+
+// Whether Conv2dAffine has its fp32 gemm (after ms_ocr_load_dnnl).
+int ms_ocr_has_sgemm() { return g_dnnl_sgemm != nullptr; }
+
+int GemmBf16(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+             void* extra) {
+  (void)stream; (void)extra;
+  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kNone);
+}
+// x w^T + b
+int GemmBf16Bias(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+                 void* extra) {
+  (void)stream; (void)extra;
+  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBias);
+}
+// GELU(x w^T + b), the exact (erf) form and the tanh approximation (GeluErf / GeluTanh's formulas)
+int GemmBf16BiasGeluErf(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+                        void* extra) {
+  (void)stream; (void)extra;
+  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBiasGeluErf);
+}
+int GemmBf16BiasGeluTanh(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
+                         void* stream, void* extra) {
+  (void)stream; (void)extra;
+  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBiasGeluTanh);
+}
+// res + (x w^T + b): a residual branch's last product
+int GemmBf16BiasResidual(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
+                         void* stream, void* extra) {
+  (void)stream; (void)extra;
+  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBiasResidual);
+}
+
+}  // extern "C"
