@@ -34,6 +34,8 @@ _BOUNDS = (
     ("repetition_penalty", lambda v: 0 < v < float("inf"), "a finite number > 0"),
     ("no_repeat_ngram", lambda v: v >= 0, ">= 0 (0: off)"),
     ("dpi", lambda v: 10 <= v <= MAX_DPI, f"in 10..{MAX_DPI}"),
+    ("max_pixels", lambda v: v >= 1, "at least 1"),
+    ("clean_up_from", lambda v: v >= 0, ">= 0 (0: off)"),
 )
 
 
@@ -79,13 +81,13 @@ def model_spec(args):
 
 def add_device_args(p):
     """--dtype, --quantize, --kv-cache-dtype, --device, --threads: where and in which precision the model runs."""
-    from ms_ocr.models.quantize import KV_CACHE_DTYPES, MODES
-    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
+    from ms_ocr.plan import DTYPES, KV_CACHE_DTYPES, QUANTIZE
+    p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="auto follows the checkpoint, exactly: on the CPU a bf16 checkpoint's weights stay bf16 in "
                         "memory with fp32 compute; fp32 widens them at load; bf16 on a CPU with bf16 dot products "
                         "(AVX512_BF16, AMX, Arm BF16) computes the products of vision and prompt in bf16, with a "
                         "bf16 KV cache")
-    p.add_argument("--quantize", default="none", choices=MODES,
+    p.add_argument("--quantize", default="none", choices=QUANTIZE,
                    help="int8: the decoder's dense layers, a MoE decoder's routed experts and the head (a tied "
                         "one: the embedding table) in weight-only int8 with a scale per row, made at load (decode "
                         "reads half the bytes of bf16; CPU only); int8-g64 / int8-g32: a scale per 64 / 32 columns "
@@ -107,21 +109,80 @@ def add_sampling_args(p):
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--repetition-penalty", type=float, default=None,
+                   help="default: the model's, as its reference client decodes (hunyuan-ocr 1.5: 1.08; otherwise 1 "
+                        "= off)")
     p.add_argument("--no-repeat-ngram", type=int, default=None,
                    help="ban repeating n-grams of this size (0 = off; default: the model's, e.g. deepseek-ocr 30 "
                         "within 90 tokens)")
+    p.add_argument("--no-early-stop", action="store_true",
+                   help="turn off the model's stop rules (hunyuan-ocr 1.5: generation ends once the answer's last "
+                        "characters repeat one unit 8 times, checked from 4,000 characters on, every 1,000, as "
+                        "Tencent's clients stop)")
     p.add_argument("--seed", type=int, default=None)
 
 
 def sampling_config(args, spec, pipe):
-    """generate.model_sampling from the shared sampling options; CliError if invalid."""
+    """generate.model_sampling from the shared sampling options (`spec`: the checkpoint version's); CliError if
+    invalid."""
     from ms_ocr.generate import model_sampling
     try:
         return model_sampling(spec, pipe.processor.tokenizer, args.max_new_tokens, args.temperature, args.top_p,
-                              args.top_k, args.repetition_penalty, args.no_repeat_ngram, args.seed)
+                              args.top_k, args.repetition_penalty, args.no_repeat_ngram, args.seed,
+                              early_stop=not args.no_early_stop)
     except ValueError as e:
         raise CliError(str(e)) from None
+
+
+# post-processing options of the models (ModelSpec.postprocess_options) a flag sets: flag -> (key, value of args)
+OUTPUT_OPTIONS = {"--clean-up-from": ("clean_up_from", lambda args: args.clean_up_from),
+                  "--no-doc-postprocess": ("normalize_doc_parse", lambda args: False if args.no_doc_postprocess
+                                           else None)}
+
+
+def add_output_args(p):
+    """--max-pixels and the flags that change a model's post-processing (OUTPUT_OPTIONS)."""
+    p.add_argument("--max-pixels", type=int, default=None,
+                   help="resize each image to at most this many pixels (models with a pixel budget: paddleocr-vl, "
+                        "hunyuan-ocr; default: the checkpoint's max_pixels, e.g. HunyuanOCR 1.0's 4,194,304; "
+                        "HunyuanOCR-1.5 pages up to ~4096x4096 cost minutes of vision on a CPU: its README)")
+    p.add_argument("--clean-up-from", type=int, default=None, metavar="CHARS",
+                   help="cut a repeated tail from answers of at least CHARS characters (0 = off; default: the "
+                        "model's: hunyuan-ocr 1.0 8,000, 1.5 2,000)")
+    p.add_argument("--no-doc-postprocess", action="store_true",
+                   help="hunyuan-ocr 1.5: leave doc_parse answers as the model wrote them (default: Tencent's "
+                        "markdown normalisation, layout coordinates stripped)")
+
+
+def apply_output_args(args, spec, pipe):
+    """The output flags on a loaded pipeline of `spec` (the checkpoint version's); CliError where one does not
+    apply to the model."""
+    from ms_ocr.vlm import cap_pixels
+    if args.max_pixels is not None:
+        try:
+            cap_pixels(pipe, args.max_pixels)
+        except ValueError as e:
+            raise CliError(str(e)) from None
+    for flag, (key, value) in OUTPUT_OPTIONS.items():
+        if value(args) is None:
+            continue
+        if key not in (spec.postprocess_options or {}):
+            owners = ", ".join(f"{v.name} {name}" if name else v.name for s in models.specs()
+                               for name, v in s.all_versions() if key in (v.postprocess_options or {}))
+            version = f" {spec.version}" if spec.version else ""
+            raise CliError(f"{flag} applies to {owners}, not {spec.name}{version}")
+        pipe.postprocess_options[key] = value(args)
+
+
+def print_notes(name, result, out=None):
+    """One stderr line per note of a result: the model's (e.g. a spotting_json answer that did not parse whole)
+    and a stop rule that ended the answer."""
+    out = out or sys.stderr
+    for note in result.get("notes", ()):
+        print(f"note: {name}: {note}", file=out)
+    if "stopped_by" in result:
+        print(f"note: {name}: generation stopped early ({result['stopped_by']}: the answer kept repeating its last "
+              "characters); --no-early-stop turns this off", file=out)
 
 
 def resolve_prompt(args, task_prompts, model):

@@ -7,7 +7,9 @@ together (right-padded, each written into its own slot's cache rows); then one c
 every running sequence per token. A sequence that stops frees its slot at once and the next request is admitted,
 so short outputs never wait for long ones. With host-written caches (off Ascend) the running sequences are kept
 in the lowest slots and a step computes only the rows that cover them (1, 2, 4 or 8), so a lone request decodes
-as fast as one alone. Sampling is ms_ocr/generate.py's, output handling VLMPipeline.finish.
+as fast as one alone. Sampling is ms_ocr/generate.py's, output handling VLMPipeline.finish; a request's stop rules
+(SamplingConfig.stop_rules, ms_ocr/stop_rules.py) see each of its tokens and may end it (finish_reason "stop", the
+rule's name as the result's `stopped_by`).
 """
 
 import itertools
@@ -61,6 +63,8 @@ class _Sequence:
     prefill_ms: float = 0.0
     decode_s: float = 0.0
     reported: bool = False  # on_result was called for it
+    watches: list = field(default_factory=list)  # its sampling's stop rules, started (ms_ocr/stop_rules.py)
+    stopped_by: str = None  # the name of the stop rule that ended it
 
 
 class BatchEngine:
@@ -222,7 +226,9 @@ class BatchEngine:
                 n_prompt = prep.input_ids.shape[0]
                 max_new = min(cfg.max_new_tokens, self.max_output, self.max_total - n_prompt)
                 seq = _Sequence(req, prep, slot, max_new, np.random.default_rng(cfg.seed), t0,
-                                prompt=[int(t) for t in prep.input_ids], vision_ms=vision_ms, prefill_ms=prefill_ms)
+                                prompt=[int(t) for t in prep.input_ids], vision_ms=vision_ms, prefill_ms=prefill_ms,
+                                watches=[(rule.name, rule.start(self.pipe.processor.tokenizer, self.pipe.eos_ids))
+                                         for rule in cfg.stop_rules])
             except Exception as e:  # noqa: BLE001 - this request fails alone
                 on_result(req, None, e)
                 continue
@@ -254,6 +260,9 @@ class BatchEngine:
         stop = tok in self.eos and not seq.request.ignore_eos
         if seq.request.on_token is not None and seq.request.on_token(tok):
             stop = True
+        for name, watch in seq.watches:
+            if watch(tok) and not stop:
+                stop, seq.stopped_by = True, name
         if stop or len(seq.generated) >= seq.max_new:
             del active[seq.slot]
             self._finish(seq, "stop" if stop else "length", on_result)
@@ -304,6 +313,8 @@ class BatchEngine:
             "decode_tokens_per_s": n_dec / seq.decode_s if n_dec and seq.decode_s > 0 else 0.0,
             "prompt_tokens": int(seq.prep.input_ids.shape[0]),
         }
+        if seq.stopped_by is not None:
+            result["stopped_by"] = seq.stopped_by
         if seq.request.dump:
             result["dump"] = {"logits": np.stack(seq.logits), "token_ids": np.asarray(seq.generated, np.int64)}
         seq.reported = True  # an error raised by on_result itself is the caller's (e.g. a full disk): not retried

@@ -17,6 +17,7 @@ class SamplingConfig:
     no_repeat_window: int = 0         # 0 -> whole sequence
     no_repeat_exempt: tuple = ()      # token ids whose n-grams are never banned
     seed: int = None
+    stop_rules: tuple = ()            # ms_ocr.stop_rules rules (e.g. TailRepetition), checked after every token
 
     def validate(self):
         if self.max_new_tokens < 1:
@@ -38,17 +39,21 @@ class SamplingConfig:
 
 
 def model_sampling(spec, tokenizer, max_new_tokens=1024, temperature=0.0, top_p=1.0, top_k=0,
-                   repetition_penalty=1.0, no_repeat_ngram=None, seed=None):
-    """A validated SamplingConfig (ValueError if not) for a model (its ModelSpec): no_repeat_ngram None takes the
-    model's default n-gram blocking (spec.no_repeat, its exempt tokens looked up in `tokenizer`), 0 turns it off."""
+                   repetition_penalty=None, no_repeat_ngram=None, seed=None, early_stop=True):
+    """A validated SamplingConfig (ValueError if not) for a model (its ModelSpec, of the checkpoint's version):
+    no_repeat_ngram None takes the model's default n-gram blocking (spec.no_repeat, its exempt tokens looked up in
+    `tokenizer`), 0 turns it off; repetition_penalty None takes the model's (spec.repetition_penalty); early_stop
+    False leaves out the model's stop rules (spec.stop_rules)."""
     ngram, window, exempt = no_repeat_ngram or 0, 0, ()
     default = spec.no_repeat
     if no_repeat_ngram is None and default:
         ngram, window = default["size"], default["window"]
         exempt = tuple(i for i in (tokenizer.token_to_id(t) for t in default["exempt_tokens"]) if i is not None)
+    penalty = spec.repetition_penalty if repetition_penalty is None else repetition_penalty
     sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-                              repetition_penalty=repetition_penalty, no_repeat_ngram_size=ngram,
-                              no_repeat_window=window, no_repeat_exempt=exempt, seed=seed)
+                              repetition_penalty=penalty, no_repeat_ngram_size=ngram,
+                              no_repeat_window=window, no_repeat_exempt=exempt, seed=seed,
+                              stop_rules=tuple(spec.stop_rules) if early_stop else ())
     sampling.validate()
     return sampling
 

@@ -8,8 +8,9 @@ import sys
 os.environ.setdefault("GLOG_v", "3")
 
 from ms_ocr import models  # noqa: E402 - the registry: plain data, no framework import
-from ms_ocr.cli import (CliError, Parser, add_device_args, add_mode_arg, add_sampling_args, cli_main,  # noqa: E402
-                        model_spec, resolve_prompt, sampling_config)
+from ms_ocr.cli import (CliError, Parser, add_device_args, add_mode_arg, add_output_args,  # noqa: E402
+                        add_sampling_args, apply_output_args, cli_main, model_spec, print_notes, resolve_prompt,
+                        sampling_config)
 
 
 def build_parser():
@@ -27,6 +28,7 @@ def build_parser():
     p.add_argument("--max-new-tokens", type=int, default=1024)
     add_device_args(p)
     add_sampling_args(p)
+    add_output_args(p)
     p.add_argument("--stream", action="store_true", help="print text as tokens arrive")
     p.add_argument("--json", action="store_true", help="one JSON object per image on stdout")
     p.add_argument("--figures", metavar="DIR", help="deepseek-ocr: save the crops of `image` blocks (markdown links)")
@@ -121,6 +123,7 @@ def run(argv):
     if not args.mindir:
         from ms_ocr.weights import locate
         model_dir = locate(args.model, args.model_path)
+    spec = spec.for_checkpoint(args.mindir or model_dir)  # the checkpoint version's tasks and defaults
     prompt, task = resolve_prompt(args, spec.tasks, args.model)
     if args.visualize:
         box_tasks = spec.box_tasks
@@ -153,6 +156,7 @@ def run(argv):
                              kv_cache_dtype=args.kv_cache_dtype)
     if args.mode:
         pipe.processor.set_mode(args.mode)
+    apply_output_args(args, spec, pipe)
     sampling = sampling_config(args, spec, pipe)
     from ms_ocr.batch.names import display, to_json
     groups = [images] if args.one_prompt else [[item] for item in images]
@@ -169,6 +173,7 @@ def run(argv):
         step_logits = []
         result = pipe.run([img for _, img in group], prompt, sampling, on_token=printer, task=task,
                           on_logits=step_logits.append if args.dump else None, release_vision=release)
+        print_notes(display(name), result)
         if args.dump:
             dump_dir = save_dump(args.dump, [path for path, _ in group], step_logits, result["token_ids"])
         if drawing:
@@ -180,7 +185,7 @@ def run(argv):
         if args.json:
             record = {"image": name, "text": result["text"], "token_ids": result["token_ids"],
                       "finish_reason": result["finish_reason"], "timings": result["timings"]}
-            for key in ("boxes", "grounding"):
+            for key in ("boxes", "grounding", "stopped_by"):
                 if key in result:
                     record[key] = result[key]
             if args.dump:

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from ms_ocr.compiler import CompileCache
+from ms_ocr.compile_cache import CompileCache
 from ms_ocr.proc import peak_rss_gb, process_age_ms, rss_gb
 from ms_ocr.runtime import Prepared, release_weights
 
@@ -48,6 +48,24 @@ class TaskInputs:
         return max(settings.max_pixels, self.pixels[task][1]) if task in self.pixels else settings.max_pixels
 
 
+def cap_pixels(pipe, max_pixels):
+    """Resize the pipeline's images to at most `max_pixels` pixels (--max-pixels): the checkpoint's bound lowered,
+    and each task's own bound (TaskInputs.pixels) with it. ValueError for a model without pixel bounds, a cap above
+    the checkpoint's bound or below one merged patch."""
+    from ms_ocr.processing.vlm_processor import VLMProcessor
+    if not isinstance(pipe.processor, VLMProcessor):
+        raise ValueError(f"--max-pixels applies to models that resize to a pixel budget, not {pipe.name}")
+    settings = pipe.processor.settings
+    floor = (settings.patch_size * settings.merge_size) ** 2
+    if not floor <= max_pixels <= settings.max_pixels:
+        raise ValueError(f"--max-pixels must be in {floor}..{settings.max_pixels} (one merged patch .. the "
+                         f"checkpoint's max_pixels), not {max_pixels}")
+    pipe.processor.settings = dataclasses.replace(settings, max_pixels=max_pixels,
+                                                  min_pixels=min(settings.min_pixels, max_pixels))
+    capped = {task: (min(lo, max_pixels), min(hi, max_pixels)) for task, (lo, hi) in pipe.task_inputs.pixels.items()}
+    pipe.task_inputs = dataclasses.replace(pipe.task_inputs, pixels=capped)
+
+
 def text_line_height(model_dir):
     """preprocessor_config.json's `text_line_height` (an ms_ocr key: the checkpoint reads single text lines of this
     height, the demo model), or None. Read for the models whose ModelSpec says line_reader."""
@@ -64,7 +82,8 @@ class VLMPipeline:
     steps' inputs, one per image; `num_pos_axes` is the number of rope position rows the decoder takes;
     `postprocess(text, task, images) -> (text, extras)` is the model's output handling (cleanup, parsed boxes).
     `line_height`: the height of the single text lines the checkpoint reads (a line reader: ms_ocr/line_reader.py),
-    or None.
+    or None. `spec`: the ModelSpec of the checkpoint's version (set by ModelSpec.load); `postprocess_options`:
+    keyword options an entry point passes to `postprocess` over the spec's defaults (e.g. clean_up_from).
     """
 
     def __init__(self, name, model_dir, cfg, processor, runtime, vision_inputs, eos_ids, num_pos_axes,
@@ -85,6 +104,8 @@ class VLMPipeline:
         self.runs = 0
         self._load_text, self._vision_params = None, ()
         self.line_height = line_height
+        self.spec = None
+        self.postprocess_options = {}
         # a line reader's streams get the ids of "\n" between two lines (line_reader.LineReader)
         self.line_break_ids = tuple(processor.tokenizer.encode("\n", add_special_tokens=False)) \
             if line_height else ()
@@ -207,5 +228,5 @@ class VLMPipeline:
                                      skip_special_tokens=not self.task_inputs.keeps_special_tokens(task))
         extras = {}
         if self.postprocess is not None:
-            text, extras = self.postprocess(text, task, images)
+            text, extras = self.postprocess(text, task, images, **self.postprocess_options)
         return {"text": text, "token_ids": list(token_ids), "finish_reason": finish_reason, **extras}

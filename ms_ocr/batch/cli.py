@@ -13,8 +13,9 @@ os.environ.setdefault("GLOG_v", "3")
 
 from ms_ocr import models  # noqa: E402
 from ms_ocr.proc import peak_rss_gb  # noqa: E402
-from ms_ocr.cli import (CliError, Parser, add_device_args, add_mode_arg, add_sampling_args, cli_main,  # noqa: E402
-                        model_spec, resolve_prompt, sampling_config)
+from ms_ocr.cli import (CliError, Parser, add_device_args, add_mode_arg, add_output_args,  # noqa: E402
+                        add_sampling_args, apply_output_args, cli_main, model_spec, print_notes, resolve_prompt,
+                        sampling_config)
 
 
 def build_parser():
@@ -37,6 +38,7 @@ def build_parser():
     add_device_args(p)
     p.add_argument("--dpi", type=int, default=200, help="PDF rasterisation resolution (10-600)")
     add_sampling_args(p)
+    add_output_args(p)
     p.add_argument("--visualize", action="store_true", help="draw parsed boxes into OUT/vis/ (tasks with boxes)")
     p.add_argument("--dump", nargs="*", metavar="KEY_GLOB",
                    help="precision dump: per-step logits and token ids of the inputs whose key matches a glob "
@@ -91,15 +93,25 @@ class Progress:
             sys.stderr.write("\n")
 
 
-def job_identity(args, model, model_dir, prompt, task):
-    """The settings that decide a page's text: a page in OUT counts as done only for the same ones (job.py)."""
+def job_identity(args, model, model_dir, prompt, task, repetition_penalty=None):
+    """The settings that decide a page's text: a page in OUT counts as done only for the same ones (job.py).
+    `repetition_penalty`: the one decoding uses (--repetition-penalty, else the checkpoint version's); the output
+    flags are recorded only when given (a job of an earlier ms_ocr, which had none of them, stays the same job)."""
     from ms_ocr.batch.job import checkpoint_fingerprint
     from ms_ocr.batch.job import precision_identity
+    penalty = args.repetition_penalty if args.repetition_penalty is not None else repetition_penalty
+    flags = {"early_stop": False} if args.no_early_stop else {}
+    if args.max_pixels is not None:
+        flags["max_pixels"] = args.max_pixels
+    if args.clean_up_from is not None:
+        flags["clean_up_from"] = args.clean_up_from
+    if args.no_doc_postprocess:
+        flags["doc_postprocess"] = False
     return {"tool": "ms_ocr.batch", "model": model, "checkpoint": checkpoint_fingerprint(model_dir), "task": task,
             "prompt": prompt, "mode": args.mode, "dpi": args.dpi, "max_output_length": args.max_output_length,
             "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
-            "repetition_penalty": args.repetition_penalty, "no_repeat_ngram": args.no_repeat_ngram,
-            "seed": args.seed, **precision_identity(args)}
+            "repetition_penalty": 1.0 if penalty is None else penalty, "no_repeat_ngram": args.no_repeat_ngram,
+            "seed": args.seed, **flags, **precision_identity(args)}
 
 
 class RunState:
@@ -126,22 +138,23 @@ def run(argv, state=None):
     spec = model_spec(args)
     model = spec.package
     args.max_new_tokens = args.max_output_length  # the sampling default for inputs
+    shard = rank_and_world(args)
+    if shard is None:
+        return 0
+    from ms_ocr.weights import locate
+    model_dir = locate(args.model, args.model_path)
+    spec = spec.for_checkpoint(model_dir)  # the checkpoint version's tasks and defaults
     job_prompt, job_task = resolve_prompt(args, spec.tasks, args.model)
     from ms_ocr.batch import inputs as I
     from ms_ocr.batch import job as J
     from ms_ocr.batch import results as R
-    shard = rank_and_world(args)
-    if shard is None:
-        return 0
     rank, world = shard
     items = I.shard(I.collect(args.input), rank, world)
     for item in items:
         if item.task is not None and item.task not in spec.tasks:
             raise CliError(f"{item.key}: unknown task {item.task!r} for {args.model}; choose one of: "
                            f"{', '.join(spec.tasks)}")
-    from ms_ocr.weights import locate
-    model_dir = locate(args.model, args.model_path)
-    identity = job_identity(args, model, model_dir, job_prompt, job_task)
+    identity = job_identity(args, model, model_dir, job_prompt, job_task, spec.repetition_penalty)
     with J.FolderLock(args.out, None if world == 1 else f"rank{rank}-of{world}"):
         state.out = args.out
         foreign = R.foreign_files(args.out)
@@ -176,6 +189,7 @@ def _run_job(args, spec, model_dir, items, job_prompt, job_task, world, rank, st
                      kv_cache_dtype=args.kv_cache_dtype)
     if args.mode:
         pipe.processor.set_mode(args.mode)
+    apply_output_args(args, spec, pipe)
     sampling = sampling_config(args, spec, pipe)
     from ms_ocr import line_reader
     from ms_ocr.engine import BatchEngine, Request
@@ -222,9 +236,10 @@ def _run_job(args, spec, model_dir, items, job_prompt, job_task, world, rank, st
         else:
             record.update(text=result["text"], num_tokens=len(result["token_ids"]), token_ids=result["token_ids"],
                           finish_reason=result["finish_reason"], task=req.task, timings=result["timings"])
-            for key in ("boxes", "grounding"):
+            for key in ("boxes", "grounding", "stopped_by"):
                 if key in result:
                     record[key] = result[key]
+            print_notes(item.key, result)
             if "dump" in result:
                 record["dump"] = R.save_dump(args.out, item, result["dump"])
             if args.visualize and result.get("boxes"):

@@ -129,13 +129,17 @@ def job_identity(args):
     from ms_ocr.weights import locate
     layout_dir, version = locate_layout(args.layout_model_path, args.pipeline_version)
     model_dir = locate(args.recognizer, args.model_path)
+    # the penalty decoding uses: --repetition-penalty, else the checkpoint version's (1.0 but for HunyuanOCR-1.5)
+    penalty = args.repetition_penalty if args.repetition_penalty is not None else \
+        models.get(args.recognizer).for_checkpoint(model_dir).repetition_penalty
+    early_stop = {"early_stop": False} if args.no_early_stop else {}  # recorded when given: earlier runs' stay theirs
     return {"tool": "ms_ocr.pipeline", "recognizer": models.canonical(args.recognizer),
             "checkpoint": checkpoint_fingerprint(model_dir), "layout_checkpoint": checkpoint_fingerprint(layout_dir),
             "pipeline_version": version.name, "layout_threshold": args.layout_threshold,
             "charts": args.charts, "keep_all_labels": args.keep_all_labels, "dpi": args.dpi,
             "max_new_tokens": args.max_new_tokens or REGION_TOKENS, "temperature": args.temperature,
-            "top_p": args.top_p, "top_k": args.top_k, "repetition_penalty": args.repetition_penalty,
-            "no_repeat_ngram": args.no_repeat_ngram, "seed": args.seed, **J.precision_identity(args)}
+            "top_p": args.top_p, "top_k": args.top_k, "repetition_penalty": penalty,
+            "no_repeat_ngram": args.no_repeat_ngram, "seed": args.seed, **early_stop, **J.precision_identity(args)}
 
 
 class RunState:

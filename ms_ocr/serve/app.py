@@ -20,7 +20,7 @@ from ms_ocr.generate import SamplingConfig
 from ms_ocr.serve import media, page
 from ms_ocr.serve.metrics import Metrics
 from ms_ocr.serve.prompt import prepare
-from ms_ocr.serve.protocol import ApiError, decode_body, parse_chat_request, read_messages
+from ms_ocr.serve.protocol import ApiError, decode_body, parse_chat_request, read_body, read_messages
 from ms_ocr.serve.worker import Job, ShuttingDown
 from ms_ocr.textstream import TextStream
 
@@ -47,6 +47,7 @@ class ServerState:
     max_lines: int = 128       # a line reader's text lines per request (--max-lines-per-request)
     body_timeout: float = 60.0  # seconds a client may take to send its request body
     stall_timeout: float = 30.0  # seconds a stream may wait for a client that does not read it
+    spec: object = None        # the ModelSpec of the checkpoint's version: its decoding defaults (sampling_for)
 
 
 def _short(exc, limit=300):
@@ -59,16 +60,20 @@ def _error(status, message, param=None):
     return JSONResponse(ApiError(status, message, param).body(), status_code=status)
 
 
-def sampling_for(req, max_new):
-    """The request's SamplingConfig (greedy unless a temperature is given)."""
+def sampling_for(req, max_new, spec=None):
+    """The request's SamplingConfig (greedy unless a temperature is given). What the request does not name is the
+    model's decoding as its reference client runs it (`spec`, the checkpoint version's ModelSpec:
+    repetition_penalty, stop_rules; ms_ocr's own request field `early_stop: false` drops the stop rules)."""
     x = req.vllm_xargs
     seed = None if req.seed is None else req.seed % 2 ** 64  # vLLM takes any 64-bit seed: negative ones wrap
+    penalty = spec.repetition_penalty if spec is not None else 1.0
+    rules = tuple(spec.stop_rules) if spec is not None and req.early_stop is not False else ()
     return SamplingConfig(max_new_tokens=max_new, temperature=req.temperature or 0.0,
                           top_p=req.top_p if req.top_p is not None else 1.0,
                           top_k=max(req.top_k or 0, 0),
-                          repetition_penalty=req.repetition_penalty if req.repetition_penalty is not None else 1.0,
+                          repetition_penalty=req.repetition_penalty if req.repetition_penalty is not None else penalty,
                           no_repeat_ngram_size=x.ngram_size if x else 0, no_repeat_window=x.window_size if x else 0,
-                          no_repeat_exempt=tuple(x.whitelist_token_ids) if x else (), seed=seed)
+                          no_repeat_exempt=tuple(x.whitelist_token_ids) if x else (), seed=seed, stop_rules=rules)
 
 
 def create_app(state):
@@ -138,29 +143,6 @@ def create_app(state):
     return app
 
 
-async def _read_body(http_request, limit, timeout):
-    """The body, refused with 413 past `limit` bytes (read in chunks: a huge body is never held whole) and with
-    408 when it has not all arrived within `timeout` seconds (a client trickling bytes holds no connection for
-    ever)."""
-    declared = http_request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, f"the request body is larger than the server's limit of {limit} bytes")
-
-    async def read():
-        chunks, size = [], 0
-        async for chunk in http_request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise ApiError(413, f"the request body is larger than the server's limit of {limit} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    try:
-        return await asyncio.wait_for(read(), timeout)
-    except asyncio.TimeoutError:
-        raise ApiError(408, f"the request body did not arrive within {timeout:g} s") from None
-
-
 def _decode_and_prepare(state, conversation, encoded, pixels, mm):
     """The request's model inputs, its images decoded within the server's decode budget (media.Decoded): the
     full-size pixels are held only until the processor has resized them."""
@@ -170,7 +152,7 @@ def _decode_and_prepare(state, conversation, encoded, pixels, mm):
 
 async def _chat(state, http_request):
     arrival = time.perf_counter()
-    req = parse_chat_request(decode_body(await _read_body(http_request, state.limits.max_request_bytes,
+    req = parse_chat_request(decode_body(await read_body(http_request, state.limits.max_request_bytes,
                                                           state.body_timeout)))
     if req.model is not None and req.model != state.model_name:
         raise ApiError(404, f"The model `{req.model}` does not exist.", param="model")
@@ -198,7 +180,7 @@ async def _chat(state, http_request):
                                 f"you requested {n_prompt + max(max_new, 0)} tokens ({n_prompt} in the messages, "
                                 f"{max(max_new, 0)} in the completion). Please reduce the length of the messages "
                                 "or completion.", param="max_tokens")
-        sampling = sampling_for(req, max_new)
+        sampling = sampling_for(req, max_new, state.spec)
         try:
             sampling.validate()
         except ValueError as e:
@@ -206,8 +188,11 @@ async def _chat(state, http_request):
         key = f"chatcmpl-{uuid.uuid4().hex}"
         stream = TextStream(state.pipe.processor.tokenizer, req.skip_special_tokens, state.pipe.eos_ids, req.stop)
         events = asyncio.Queue()
+        # the task whose prompt the request sends decides the model's post-processing of its answer (e.g.
+        # HunyuanOCR-1.5's doc_parse normalisation), as Tencent's clients decide it by the prompt
+        task = state.pipe.task_inputs.task_of(conversation.prompt)
         job = Job(key, prep, sampling, stream, loop, events, state.metrics, arrival, lines=lines,
-                  ignore_eos=req.ignore_eos, postprocess=not req.skip_postprocess)
+                  ignore_eos=req.ignore_eos, postprocess=not req.skip_postprocess, task=task)
         state.worker.submit(job)
         submitted = True
     finally:

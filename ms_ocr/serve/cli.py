@@ -16,7 +16,8 @@ os.environ.setdefault("GLOG_v", "3")
 import uvicorn  # noqa: E402
 
 from ms_ocr import models  # noqa: E402
-from ms_ocr.cli import MAX_BATCH, CliError, Parser, add_device_args, add_mode_arg, cli_main, model_spec  # noqa: E402
+from ms_ocr.cli import (MAX_BATCH, CliError, Parser, add_device_args, add_mode_arg, add_output_args,  # noqa: E402
+                        apply_output_args, cli_main, model_spec)
 
 DEFAULT_MAX_MODEL_LEN = 12288  # room for PaddleX's default 8,192 completion tokens after a large page
 API_KEY_ENV = "MS_OCR_API_KEY"  # the --api-key default (as vLLM's VLLM_API_KEY)
@@ -68,6 +69,7 @@ def build_parser():
                    help="seconds a stream waits for a client that does not read it before dropping the request")
     add_mode_arg(p)
     add_device_args(p)
+    add_output_args(p)
     p.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
                    help="compile the graphs with one small request before serving (default on)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
@@ -87,7 +89,9 @@ def warmup_request(spec, pipe):
 
 
 def build_server(args, pipe, spec):
-    """(ServerState, FastAPI app, worker) for a loaded pipeline; the worker is started (warm-up included)."""
+    """(ServerState, FastAPI app, worker) for a loaded pipeline; the worker is started (warm-up included). The
+    state's spec is the checkpoint version's (its tasks and decoding defaults)."""
+    spec = spec.for_checkpoint(pipe.model_dir)
     from ms_ocr.engine import BatchEngine
     from ms_ocr.generate import SamplingConfig
     from ms_ocr.serve.app import ServerState, create_app
@@ -112,7 +116,7 @@ def build_server(args, pipe, spec):
                          budget=DecodeBudget(args.decode_pixel_budget))
     state = ServerState(pipe, worker, name, max_len, limits, Metrics(name), created=int(time.time()),
                         api_key=args.api_key, max_lines=args.max_lines_per_request, body_timeout=args.body_timeout,
-                        stall_timeout=args.stall_timeout)
+                        stall_timeout=args.stall_timeout, spec=spec)
     return state, create_app(state), worker
 
 
@@ -158,12 +162,14 @@ def run(argv):
     spec = model_spec(args)
     from ms_ocr.weights import locate
     model_dir = locate(args.model, args.model_path)
+    spec = spec.for_checkpoint(model_dir)  # the checkpoint version's tasks and decoding defaults
     from ms_ocr.device import setup
     target = setup(args.device, args.threads)
     pipe = spec.load(model_dir, target, args.dtype, quantize=args.quantize,
                      kv_cache_dtype=args.kv_cache_dtype)
     if args.mode:
         pipe.processor.set_mode(args.mode)
+    apply_output_args(args, spec, pipe)
     t0 = time.perf_counter()
     state, app, worker = build_server(args, pipe, spec)
     print(f"ms_ocr serving {state.model_name} on http://{args.host}:{args.port}/v1, its page at "

@@ -4,6 +4,7 @@ Fields the OCR clients send (PaddleX's GenAIClient, HunyuanOCR's and DeepSeek-OC
 and checked; other fields the openai client may add (user, n=1, logprobs=false, ...) are ignored as vLLM does.
 """
 
+import asyncio
 import json
 from typing import Literal, Optional, Union
 
@@ -76,6 +77,7 @@ class ChatCompletionRequest(_Model):
     stop: Optional[Union[str, list[str]]] = None
     skip_special_tokens: bool = True
     skip_postprocess: bool = False  # ms_ocr's own: the raw decoded text instead of the model's post-processing
+    early_stop: Optional[bool] = None  # ms_ocr's own: false drops the model's stop rules (default: the model's)
     ignore_eos: bool = False
     mm_processor_kwargs: Optional[MMProcessorKwargs] = None
     vllm_xargs: Optional[VllmXargs] = None
@@ -172,3 +174,26 @@ def read_messages(messages):
         raise ApiError(400, "the messages hold no user text or image", param="messages")
     has_system = any(m.role == "system" for m in messages)
     return Conversation("\n".join(system) if has_system else None, "\n".join(texts), urls)
+
+
+async def read_body(http_request, limit, timeout):
+    """The body, refused with 413 past `limit` bytes (read in chunks: a huge body is never held whole) and with
+    408 when it has not all arrived within `timeout` seconds (a client trickling bytes holds no connection for
+    ever)."""
+    declared = http_request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, f"the request body is larger than the server's limit of {limit} bytes")
+
+    async def read():
+        chunks, size = [], 0
+        async for chunk in http_request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"the request body is larger than the server's limit of {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    try:
+        return await asyncio.wait_for(read(), timeout)
+    except asyncio.TimeoutError:
+        raise ApiError(408, f"the request body did not arrive within {timeout:g} s") from None

@@ -60,6 +60,37 @@ def make_hunyuan_ocr(out_dir, seed=0):
     return out_dir
 
 
+# HunyuanOCR-1.5's published differences from 1.0's files (docs/model-versions.md, section 4): the vision tower's
+# sequence budget vision_config.max_vit_seq_len 65,536, the text fields also at the root of the nested config, pages
+# up to 4096x4096 pixels (65,536 patches).
+HUNYUAN_1_5_MAX_PIXELS = 4096 * 4096
+
+
+def as_hunyuan_ocr_1_5(folder):
+    """Rewrite a HunyuanOCR folder's config.json and preprocessor_config.json as HunyuanOCR-1.5 publishes them;
+    returns `folder`. The architecture and weights are 1.0's (the same tensor shapes)."""
+    path = os.path.join(folder, "config.json")
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    for key, value in config["text_config"].items():
+        config.setdefault(key, value)
+    config["vision_config"]["max_vit_seq_len"] = 65536
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
+    path = os.path.join(folder, "preprocessor_config.json")
+    with open(path, encoding="utf-8") as f:
+        settings = json.load(f)
+    settings["max_pixels"] = HUNYUAN_1_5_MAX_PIXELS
+    settings["size"] = {**settings.get("size", {}), "longest_edge": HUNYUAN_1_5_MAX_PIXELS}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(settings, f, indent=2)
+    return folder
+
+
+def make_hunyuan_ocr_1_5(out_dir, seed=0):
+    return as_hunyuan_ocr_1_5(make_hunyuan_ocr(out_dir, seed))
+
+
 def make_deepseek_ocr2(out_dir, seed=0):
     """DeepSeek-OCR-2 at its real size (SAM ViT-B, Qwen2-0.5B query encoder, 3B MoE decoder: the transformers
     config defaults but for the text model, set to DeepSeek-OCR's) with random weights, built in bf16."""
@@ -243,6 +274,7 @@ def make_pp_doclayout_v4(out_dir, seed=0):
 
 BUILDERS = {"paddleocr-vl": make_paddleocr_vl, "pp-doclayout-v2": make_pp_doclayout_v2,
             "pp-doclayout-v3": make_pp_doclayout_v3, "pp-doclayout-v4": make_pp_doclayout_v4, "hunyuan-ocr": make_hunyuan_ocr,
+            "hunyuan-ocr-1.5": make_hunyuan_ocr_1_5,
             "deepseek-ocr2": make_deepseek_ocr2, "deepseek-ocr": make_deepseek_ocr,
             **{f"pp-doclayout-{v}-scored": (lambda out_dir, v=v: make_pp_doclayout_scored(out_dir, v))
                for v in ("v2", "v3", "v4")}}

@@ -169,8 +169,9 @@ def reference_inputs(ref, images, prompt, system=None):
                                    return_tensors="pt")
 
 
-def reference_greedy(folder, images, prompt, max_new_tokens, system=None, weights_dtype=None):
-    """Greedy token ids from transformers' generate (fp32 compute; weights optionally rounded to bf16)."""
+def reference_greedy(folder, images, prompt, max_new_tokens, system=None, weights_dtype=None, repetition_penalty=1.0):
+    """Greedy token ids from transformers' generate (fp32 compute; weights optionally rounded to bf16), with
+    `repetition_penalty` as HunyuanOCR-1.5's transformers client passes it to generate."""
     import torch
     from transformers import HunYuanVLForConditionalGeneration
 
@@ -178,5 +179,6 @@ def reference_greedy(folder, images, prompt, max_new_tokens, system=None, weight
     model = model.float().eval()
     inputs = reference_inputs(reference_processor(folder), images, prompt, system)
     with torch.no_grad():
-        out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+        out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
+                             repetition_penalty=repetition_penalty)
     return out[0, inputs["input_ids"].shape[1]:].tolist()

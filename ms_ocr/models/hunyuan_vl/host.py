@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from ms_ocr.models.hunyuan_vl.postprocess import clean_repeated_substrings, parse_spotting
-from ms_ocr.models.hunyuan_vl.spec import SPEC
+from ms_ocr.models.hunyuan_vl.markdown import normalize_doc_parse_markdown
+from ms_ocr.models.hunyuan_vl.postprocess import clean_repeated_substrings, parse_spotting, parse_spotting_json
 from ms_ocr.processing import grid as G
 from ms_ocr.runtime import VisionInputs
 
@@ -32,10 +32,22 @@ def vision_inputs(cfg, processed):
     return out
 
 
-def postprocess(text, task, images):
-    """The reference's runaway-repeat cleanup; spotting output parsed into boxes in image pixels."""
-    text = clean_repeated_substrings(text)
+SPOTTING_TASKS = ("spotting", "spotting_hunyuan")  # 1.0's spotting prompt, under its 1.0 and 1.5 names
+
+
+def postprocess(text, task, images, clean_up_from=8000, normalize_doc_parse=False):
+    """Tencent's order: the runaway-repeat cleanup (answers of `clean_up_from`+ characters; 1.0 8,000, 1.5 2,000:
+    ModelSpec.postprocess_options), then for 1.5's doc_parse the markdown normalisation (markdown.py); spotting
+    answers parsed into boxes in image pixels ("boxes"; a spotting_json answer that does not parse whole: the
+    boxes that do and "notes", one line)."""
+    text = clean_repeated_substrings(text, clean_up_from)
+    if normalize_doc_parse and task == "doc_parse":
+        text, _ = normalize_doc_parse_markdown(text)
     extras = {}
-    if task in SPEC.box_tasks and len(images) == 1:
+    if len(images) == 1 and task in SPOTTING_TASKS:
         extras["boxes"] = parse_spotting(text, images[0].width, images[0].height)
+    elif len(images) == 1 and task == "spotting_json":
+        extras["boxes"], note = parse_spotting_json(text, images[0].width, images[0].height)
+        if note is not None:
+            extras["notes"] = [note]
     return text, extras

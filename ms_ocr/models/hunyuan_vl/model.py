@@ -1,14 +1,14 @@
 """HunyuanOCR 1B as one Cell with the hub's parameter names (vit.*, vit.perceive.*, model.*, lm_head).
 
-The methods are the interface ms_ocr/steps.py and ms_ocr/runtime/ drive.
+The methods are the interface ms_ocr/interfaces.py states (VLMModel, ViTStackTower).
 """
 
-from ms_ocr.models.base import VLMCell
+from ms_ocr.nn.vlm import ViTStackModel
 from ms_ocr.models.hunyuan_vl.language import TextModel
 from ms_ocr.models.hunyuan_vl.vision import VisionTransformer
 
 
-class HunyuanOCRModel(VLMCell):
+class HunyuanOCRModel(ViTStackModel):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.vit = VisionTransformer(cfg.vision, cfg.text.hidden_size)

@@ -83,14 +83,18 @@ class HunyuanOCRProcessor(VLMProcessor):
     def from_pretrained(cls, model_dir, cfg):
         """Tokenizer, chat template and image settings of `model_dir`, checked against `cfg` (HunyuanOCRConfig).
 
-        The hub's original (v1.0) checkpoint is prompted with an empty system message, as Tencent's own
-        inference scripts do (it adds `<｜hy_place▁holder▁no▁3｜>` after BOS); nested-config checkpoints
-        (HunyuanOCR-1.5, transformers saves) without one.
+        An empty system message (the template adds `<｜hy_place▁holder▁no▁3｜>` after BOS) comes first for the
+        hub's original (v1.0) file, as Tencent's 1.0 vLLM script sends it, and for HunyuanOCR-1.5, as every 1.5
+        client of Tencent's sends it (inference/vLLM/infer_vllm_client.py, inference/transformers/infer_hf_8gpu.py
+        at commit c55965d3); a transformers save of 1.0 without one, as Tencent's 1.0 transformers script
+        (Hunyuan-OCR-master/Hunyuan-OCR-hf/run_hy_ocr.py).
         """
+        from ms_ocr.models.hunyuan_vl.version import recognise
         settings = read_image_settings(model_dir, IMAGE_DEFAULTS)
         check_patch_settings(settings, cfg.vision)
+        system = cfg.flat_layout or recognise(model_dir) == "1.5"
         return cls(Tokenizer.from_dir(model_dir), load_chat_template(model_dir), settings, cfg.image_token_id,
-                   len(cfg.text.xdrope_section), system_prompt="" if cfg.flat_layout else None)
+                   len(cfg.text.xdrope_section), system_prompt="" if system else None)
 
     def resample(self):
         # Always bicubic: the reference ignores the file's `resample` (PIL's default for RGB).

@@ -24,7 +24,7 @@ class Activation(nn.Cell):
         self.act = K.get_activation(name)
 
     def construct(self, x):
-        return self.act(x)
+        return self.act(self.kernels, x)
 
 
 class PatchMerger(nn.Cell):

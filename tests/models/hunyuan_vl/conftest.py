@@ -7,6 +7,19 @@ def hy_dir(hunyuan_checkpoint):
 
 
 @pytest.fixture(scope="session")
+def hy15_dir(hunyuan_checkpoint, tmp_path_factory):
+    """The tiny checkpoint with HunyuanOCR-1.5's published config differences (tests/matrix/layouts.set_version:
+    the text fields also at the root, vision_config.max_vit_seq_len 65,536)."""
+    import shutil
+
+    from tests.matrix.layouts import set_version
+    folder = str(tmp_path_factory.mktemp("hunyuan_v1_5") / "ckpt")
+    shutil.copytree(hunyuan_checkpoint(), folder)
+    set_version(folder, "hunyuan-1.5")
+    return folder
+
+
+@pytest.fixture(scope="session")
 def hy_reference(hy_dir):
     import torch
     from transformers import HunYuanVLForConditionalGeneration
