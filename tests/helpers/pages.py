@@ -2,7 +2,7 @@
 distinct labels make distinct files); `page`, a random light background with dark text rows (engine and server
 tests); `document_page`, a deterministic document-like page (title, paragraphs, a ruled table) for benchmarks and
 the full-size tests; `layout_page`, a page drawn from layout blocks (the document pipeline's tests and benchmark,
-and text regions for the batch benchmark)."""
+and text regions for the batch benchmark); `article_pdf`, such pages as a PDF (the pipeline benchmark's)."""
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -82,3 +82,11 @@ def layout_page(blocks, width, height, seed=0):
         for y in range(y1 + 4, y2 - 12, 18):
             d.text((x1 + 6, y), " ".join(rng.choice(words, size=max(1, (x2 - x1) // 70))), fill=(20, 20, 20))
     return img
+
+
+def article_pdf(path, pages=10, width=768, height=1024):
+    """A PDF of `pages` article pages (ARTICLE_BLOCKS drawn by layout_page, page i with seed i) at 96 dpi, so
+    rendering it at 96 dpi gives width x height pixels with the blocks where ARTICLE_BLOCKS puts them."""
+    images = [layout_page(ARTICLE_BLOCKS, width, height, seed=i) for i in range(pages)]
+    images[0].save(path, "PDF", resolution=96.0, save_all=True, append_images=images[1:])
+    return path
