@@ -210,14 +210,23 @@ def test_sigterm_answers_what_is_in_flight_and_exits_0(server):
     def whole():
         results["whole"] = httpx.post(chat, json=long, timeout=120)
 
+    decoding = threading.Event()
+
     def streamed():
+        lines = results["stream"] = []
         with httpx.stream("POST", chat, json=long | {"stream": True}, timeout=120) as r:
-            results["stream"] = [line for line in r.iter_lines() if line]
+            for line in r.iter_lines():
+                if line:
+                    lines.append(line)
+                    decoding.set()
 
     threads = [threading.Thread(target=whole), threading.Thread(target=streamed)]
     for t in threads:
         t.start()
-    time.sleep(6)  # both admitted and decoding
+    # SIGTERM once the stream's first tokens arrive, not after a fixed wait: 2,000 tokens of the demo model can be
+    # done in a few seconds on a fast machine, and a stream already finished has nothing to cut
+    assert decoding.wait(120)
+    time.sleep(0.3)
     proc.send_signal(signal.SIGTERM)
     for t in threads:
         t.join(60)
