@@ -25,7 +25,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from tests.helpers.bench_report import print_table, write_json  # noqa: E402
+from bench.report import print_table, write_json  # noqa: E402
 os.environ.setdefault("GLOG_v", "3")
 
 # name -> (what it is, timed calls)

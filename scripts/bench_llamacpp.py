@@ -29,7 +29,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from tests.helpers.bench_report import parse_log  # noqa: E402
+from bench.report import parse_log  # noqa: E402
 
 PEER = os.environ.get("PEER", os.path.join(os.path.expanduser("~"), ".cache", "llamacpp-peer"))
 SRC = os.path.join(PEER, "llama_cpp_python-0.3.36", "vendor", "llama.cpp")

@@ -28,81 +28,16 @@ sys.path.insert(0, REPO)
 
 os.environ.setdefault("GLOG_v", "3")
 
-from ms_ocr.plan import KV_CACHE_DTYPES, QUANTIZE as QUANT_MODES  # noqa: E402 - tuples, no framework
+from bench.references import reference_model_and_inputs  # noqa: E402,F401 - torch/transformers inside it only
+from bench.report import median_result, process_report, round_ratios, tokens_agreement, write_json  # noqa: E402
+from bench.run import add_run_args, ensure_checkpoint, precision_argv, run_json_worker  # noqa: E402
 from ms_ocr.proc import peak_rss_gb  # noqa: E402 - plain /proc reads, no framework
-from tests.helpers.bench_report import (median_result, process_report, round_ratios,  # noqa: E402
-                                        tokens_agreement, write_json)
 
 # The decode roofline: the decoder's weights read once per token at the measured two-thread read bandwidth, at
 # 4 bytes a weight (fp32) and at 2 (a bf16 checkpoint kept in bf16: --dtype auto/bf16, docs/precision.md).
 READ_BANDWIDTH_GBS = 30.0
 # --isa levels of the process table and the -march ms_ocr's native kernels are built for at each
 ISA_ARCH = {"avx2": "x86-64-v3"}
-
-
-def ensure_checkpoint(model, folder=None):
-    """`folder` (default ~/.cache/ms_ocr/bench/<model>_random), with a random real-config checkpoint of `model`
-    built into it first if it has none."""
-    folder = folder or os.path.join(os.path.expanduser("~"), ".cache", "ms_ocr", "bench",
-                                    model.replace("-", "_") + "_random")
-    if not os.path.isfile(os.path.join(folder, "config.json")):
-        print(f"building random real-config {model} checkpoint in {folder} ...", flush=True)
-        build_checkpoint(model, folder)
-    return folder
-
-
-def add_run_args(p, region=None):
-    """The options every model benchmark shares: --model, --ckpt, --threads, --dtype (ms_ocr's), --out, and with
-    `region` (width, height) --width / --height of the text regions it reads."""
-    p.add_argument("--model", default="paddleocr-vl")
-    p.add_argument("--ckpt", default=None, help="checkpoint folder (default: a cached random real-config one)")
-    if region:
-        p.add_argument("--width", type=int, default=region[0])
-        p.add_argument("--height", type=int, default=region[1])
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default="auto",
-                   help="ms_ocr's --dtype: auto keeps a bf16 checkpoint's text weights in bf16 on the CPU, as users "
-                        "run it (docs/precision.md); fp32 widens every weight at load (transformers always runs "
-                        "fp32)")
-    p.add_argument("--quantize", choices=QUANT_MODES, default="none", help="ms_ocr's --quantize")
-    p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto", help="ms_ocr's --kv-cache-dtype")
-    p.add_argument("--out", default=os.path.join(REPO, "bench_out"))
-
-
-def precision_argv(args):
-    """ms_ocr's precision options as add_run_args parsed them, for a worker's or ms_ocr's command line."""
-    return ["--dtype", args.dtype, "--quantize", args.quantize, "--kv-cache-dtype", args.kv_cache_dtype]
-
-
-def parse_main_args(p, worker):
-    """Parse a two-process benchmark's command line: as its --worker, run `worker(args)`, print its JSON figures and
-    exit; as the main process, return the arguments with --ckpt resolved (ensure_checkpoint)."""
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.worker:
-        print(json.dumps(worker(args)))
-        raise SystemExit(0)
-    args.ckpt = ensure_checkpoint(args.model, args.ckpt)
-    return args
-
-
-def run_json_worker(script, argv, threads, name):
-    """Run `script argv` in its own process (OMP threads set, the repo and scripts/ importable); its last JSON
-    line of stdout, or exit with the worker's stderr."""
-    cmd = [sys.executable, os.path.abspath(script)] + [str(a) for a in argv]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=REPO + os.pathsep + os.path.join(REPO, "scripts"))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise SystemExit(f"{name} worker failed:\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1])
-
-
-def build_checkpoint(model, out_dir):
-    """Random weights at the real config, saved as the hub ships them (bf16), with a small tokenizer; built in
-    a subprocess so this process does not keep the builder's memory while the workers run."""
-    code = f"from tests.helpers.real_size import BUILDERS; BUILDERS[{model!r}]({out_dir!r})"
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
 
 
 # The native kernels each figure's stage can run (ops/kernels.py KERNELS); the others in it are MindSpore's.
@@ -167,16 +102,6 @@ def worker_ms_ocr(args):
             "simd": simd, "routes": kernel_routes(simd["routed"]), "dtype": args.dtype,
             "kv_cache_dtype": str(rt.cache.dtype),
             "text_weights": "bf16" if bf16_weights else "fp32"}
-
-
-def reference_model_and_inputs(model_name, ckpt, img, prompt):
-    """The transformers model (fp32) and its processor's inputs for one image: the model's test description
-    (tests/matrix/models.py) says how to load and prompt its reference."""
-    from tests.matrix.models import MATRICES
-    matrix = MATRICES.get(model_name)
-    if matrix is None or matrix.reference_model is None:
-        raise SystemExit(f"no transformers reference for {model_name}")
-    return matrix.reference_model(ckpt, [img], prompt)
 
 
 VISION_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_local", "num_local_patches")
@@ -387,7 +312,7 @@ def main():
         args.prompt = next(iter(model_spec(args.model).tasks.values()))
     args.ckpt = ensure_checkpoint(args.model, args.ckpt)
     if args.image is None:
-        from tests.helpers.pages import document_page
+        from bench.pages import document_page
         os.makedirs(args.out, exist_ok=True)
         args.image = os.path.join(args.out, "page_768x1024.png")
         document_page().save(args.image)

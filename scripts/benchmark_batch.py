@@ -16,9 +16,10 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "scripts"))
-from tests.helpers.bench_report import print_table, write_json  # noqa: E402
-from tests.helpers.pages import layout_page  # noqa: E402
-from benchmark import add_run_args, parse_main_args, precision_argv, run_json_worker  # noqa: E402
+from bench.report import print_table, write_json  # noqa: E402
+from bench.pages import layout_page  # noqa: E402
+from bench.commands import add_batch_args, batch_record, batch_worker_argv  # noqa: E402
+from bench.run import parse_main_args, run_json_worker  # noqa: E402
 os.environ.setdefault("GLOG_v", "3")
 
 
@@ -32,7 +33,7 @@ def worker(args):
     from ms_ocr.engine import BatchEngine, Request
     from ms_ocr.generate import SamplingConfig
     from ms_ocr.models import get as model_spec
-    from benchmark import peak_rss_gb
+    from ms_ocr.proc import peak_rss_gb
     setup("cpu", args.threads)
     package = model_spec(args.model)
     pipe = package.load(args.ckpt, "CPU", args.dtype, quantize=args.quantize,
@@ -64,20 +65,12 @@ def worker(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_run_args(p, region=(448, 224))
-    p.add_argument("--pages", type=int, default=8)
-    p.add_argument("--new-tokens", type=int, default=64)
-    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4])
-    p.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
+    add_batch_args(p)
     args = parse_main_args(p, worker)
     rows = []
     for b in args.batch_sizes:
         print(f"batch {b} ...", flush=True)
-        rows.append(run_json_worker(__file__, ["--worker", "--batch", b, "--model", args.model, "--ckpt", args.ckpt,
-                                               "--pages", args.pages, "--width", args.width, "--height", args.height,
-                                               "--new-tokens", args.new_tokens, "--threads", args.threads,
-                                               *precision_argv(args)],
-                                    args.threads, f"batch {b}"))
+        rows.append(run_json_worker(__file__, batch_worker_argv(args, b), args.threads, f"batch {b}"))
     base = rows[0]
     print_table([("batch", 5, "d"), ("pages/s", 10, ".3f"), ("tok/s", 9, ".2f"), ("decode tok/s", 14, ".2f"),
                  ("ms/step", 9, ".1f"), ("first tok ms", 14, ".0f"), ("compile s", 11, ".1f"), ("RSS GB", 8, ".2f"),
@@ -85,10 +78,7 @@ def main():
                 [(r["batch"], r["pages_per_s"], r["tokens_per_s"], r["decode_tokens_per_s"], r["decode_ms_per_step"],
                   r["avg_first_token_ms"], r["compile_s"], r["peak_rss_gb"], r["tokens_per_s"] / base["tokens_per_s"])
                  for r in rows])
-    write_json(args.out, f"benchmark_batch_{args.model}.json",
-               {"model": args.model, "pages": args.pages, "size": [args.width, args.height],
-                "new_tokens": args.new_tokens, "threads": args.threads, "dtype": args.dtype, "quantize": args.quantize,
-                "kv_cache_dtype": args.kv_cache_dtype, "rows": rows})
+    write_json(args.out, f"benchmark_batch_{args.model}.json", batch_record(args, rows))
 
 
 if __name__ == "__main__":

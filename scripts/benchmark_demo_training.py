@@ -18,7 +18,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from tests.helpers.bench_report import print_table, write_json  # noqa: E402
+from bench.report import print_table, write_json  # noqa: E402
 
 SCHEDULE = ["--steps", "100000", "--batch", "8", "--eval-lines", "16", "--eval-every", "0", "--curriculum", "0"]
 

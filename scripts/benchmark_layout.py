@@ -24,7 +24,7 @@ def worker(args):
     from ms_ocr.device import setup
     from ms_ocr.layout import LayoutDetector
     from ms_ocr.proc import peak_rss_gb, rss_gb
-    from tests.helpers.pages import ARTICLE_BLOCKS, layout_page
+    from bench.pages import ARTICLE_BLOCKS, layout_page
     setup("cpu", args.threads)
     page = layout_page(ARTICLE_BLOCKS, 768, 1024).resize((800, 800), Image.BICUBIC)
     t0 = time.perf_counter()
@@ -55,16 +55,9 @@ def main():
     p.add_argument("--pages", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--bench-dir", default=bench)
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--version", help=argparse.SUPPRESS)
-    p.add_argument("--mode", help=argparse.SUPPRESS)
-    p.add_argument("--ckpt", help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.worker:
-        print(json.dumps(worker(args)))
-        return
-    sys.path.insert(0, os.path.join(REPO, "scripts"))
-    from benchmark import build_checkpoint, run_json_worker
+    from bench.run import parse_worker_args
+    args = parse_worker_args(p, worker, ('--version', '--mode', '--ckpt'))
+    from bench.run import build_checkpoint, run_json_worker
     rows = []
     for version in args.versions:
         ckpt = os.path.join(args.bench_dir, f"pp_doclayout_{version}_random")

@@ -65,7 +65,7 @@ def worker(args):
     import transformers
     from ms_ocr.batch.inputs import pdf_page_count, render_pdf_page
     from ms_ocr.proc import peak_rss_gb
-    from tests.helpers.layout_reference import reference_pixels
+    from bench.layout import reference_pixels
     torch.set_num_threads(args.threads)
     n = args.version[-1]
     model = getattr(transformers, f"PPDocLayoutV{n}ForObjectDetection").from_pretrained(args.ckpt).eval()
@@ -106,7 +106,7 @@ def worker(args):
 
 def run(versions, pdf, bench_dir, threads):
     """One worker process per version: its row (or the row with the reason it has no figures)."""
-    from benchmark import run_json_worker
+    from bench.run import run_json_worker
     rows = []
     for version in versions:
         ckpt = os.path.join(bench_dir, f"pp_doclayout_{version}_scored")
@@ -128,16 +128,10 @@ def main():
     p.add_argument("--pdf", help="pages to run (default: the pipeline benchmark's 10-page PDF, made if missing)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--bench-dir", default=bench)
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--version", help=argparse.SUPPRESS)
-    p.add_argument("--ckpt", help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.worker:
-        print(json.dumps(worker(args)))
-        return
-    sys.path.insert(0, os.path.join(REPO, "scripts"))
-    from benchmark import ensure_checkpoint
-    from tests.helpers.pages import article_pdf
+    from bench.run import parse_worker_args
+    args = parse_worker_args(p, worker, ('--version', '--ckpt'))
+    from bench.pages import article_pdf
+    from bench.run import ensure_checkpoint
     for version in args.versions:
         ensure_checkpoint(f"pp-doclayout-{version}-scored", os.path.join(args.bench_dir,
                                                                          f"pp_doclayout_{version}_scored"))

@@ -10,7 +10,7 @@ written after every process.
 
 A page of the 10-page run: rendered from the PDF (96 dpi, 768x1024), the layout model on it (--layout-mode auto, as
 the command line: the graph for 10 pages; one threshold keeping 25 detections, since random weights score every
-label alike), then the page's drawn blocks (tests/helpers/pages.py ARTICLE_BLOCKS; V3 outlines and V4
+label alike), then the page's drawn blocks (bench/pages.py ARTICLE_BLOCKS; V3 outlines and V4
 quadrilaterals of their boxes) through the version's rules and the recogniser, --new-tokens per region with EOS
 ignored: every version reads the same regions with the same token budget. Figures: layout s/page (forward and
 post-processing, compiling apart) and its forward alone, compile s (layout, recogniser), recognition s/page
@@ -33,14 +33,14 @@ sys.path.insert(0, os.path.join(REPO, "scripts"))
 os.environ.setdefault("GLOG_v", "3")
 LAYOUT = {"1.0": "v2", "1.5": "v3", "1.6": "v3", "1.8": "v4"}
 DETECTIONS = 25  # per page, the layout post-processing's share (as scripts/benchmark_layout.py)
-DPI = 96  # tests/helpers/pages.py article_pdf: 768x1024 pages
+DPI = 96  # bench/pages.py article_pdf: 768x1024 pages
 
 
 def fixed_blocks(version):
     """ARTICLE_BLOCKS as the version's layout model gives blocks: V3 a polygon, V4 a quadrilateral (their boxes)."""
     from ms_ocr.layout import LayoutBlock
-    from tests.helpers.pages import ARTICLE_BLOCKS
-    from tests.helpers.tiny_layout import LABELS
+    from bench.layout import LABELS
+    from bench.pages import ARTICLE_BLOCKS
     out = []
     for i, (label, (x1, y1, x2, y2)) in enumerate(ARTICLE_BLOCKS):
         corners = ((x1, y1), (x2, y1), (x2, y2), (x1, y2))
@@ -127,7 +127,7 @@ def one_page_process(args, version, layout_ckpt, threshold, folder):
 
 
 def report(rows, single, cli, peer):
-    from tests.helpers.bench_report import print_table
+    from bench.report import print_table
     print_table([("version", 8, "<"), ("layout s/page", 14, ".2f"), ("forward s", 10, ".2f"),
                  ("compile s layout, VLM", 23, ">"), ("recognition s/page", 19, ".1f"), ("pages/hour", 11, ".1f"),
                  ("peak RSS GB", 12, ".2f"), ("1 page: RSS GB", 15, ".2f"), ("CLI RSS GB", 11, ".2f")],
@@ -152,19 +152,13 @@ def main():
     p.add_argument("--bench-dir", default=bench, help="layout checkpoints pp_doclayout_vN_scored and the PDF")
     p.add_argument("--skip-peer", action="store_true", help="no ONNX Runtime rows")
     p.add_argument("--json", default=os.path.join(REPO, "bench_out", "benchmark_pipeline.json"))
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--version", help=argparse.SUPPRESS)
-    p.add_argument("--layout-ckpt", help=argparse.SUPPRESS)
-    p.add_argument("--pdf", help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.worker:
-        print(json.dumps(worker(args)))
-        return
-    from benchmark import ensure_checkpoint, run_json_worker
+    from bench.run import parse_worker_args
+    args = parse_worker_args(p, worker, ('--version', '--layout-ckpt', '--pdf'))
+    from bench.pages import article_pdf
+    from bench.report import write_json
+    from bench.run import ensure_checkpoint, run_json_worker
     from benchmark_layout_onnx import run as run_peer
     from ms_ocr.ops.native import cpu_model
-    from tests.helpers.bench_report import write_json
-    from tests.helpers.pages import article_pdf
     ensure_checkpoint("paddleocr-vl", args.ckpt)
     layouts = {v: ensure_checkpoint(f"pp-doclayout-{LAYOUT[v]}-scored",
                                     os.path.join(args.bench_dir, f"pp_doclayout_{LAYOUT[v]}_scored"))

@@ -25,8 +25,9 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "scripts"))
-from tests.helpers.bench_report import print_table, write_json  # noqa: E402
-from benchmark import add_run_args, parse_main_args, precision_argv, run_json_worker  # noqa: E402
+from bench.report import print_table, write_json  # noqa: E402
+from bench.commands import add_serve_args, serve_infer_argv, serve_record, server_command  # noqa: E402
+from bench.run import parse_main_args, run_json_worker  # noqa: E402
 os.environ.setdefault("GLOG_v", "3")
 
 
@@ -50,7 +51,7 @@ def percentile(values, q):
 
 # ---- infer baseline (own process) -------------------------------------------------------------------------------
 def infer_worker(args):
-    from benchmark import peak_rss_gb
+    from ms_ocr.proc import peak_rss_gb
     from ms_ocr.device import setup
     from ms_ocr.generate import SamplingConfig
     from ms_ocr.models import get as model_spec
@@ -85,11 +86,7 @@ def free_port():
 
 def start_server(args, port):
     env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS=str(args.threads))
-    cmd = [sys.executable, "-m", "ms_ocr.serve", "--model", args.model, "--model-path", args.ckpt, "--port", str(port),
-           "--max-num-seqs", str(args.max_num_seqs), "--max-model-len", str(args.max_model_len), "--device", "cpu",
-           *precision_argv(args), "--threads", str(args.threads),
-           "--max-queue", str(max(64, args.requests))]
-    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(server_command(args, port), env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
     import httpx
     deadline = time.monotonic() + 1800
     while True:
@@ -188,23 +185,12 @@ def run_server(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_run_args(p, region=(448, 224))
-    p.add_argument("--requests", type=int, default=16)
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
-    p.add_argument("--new-tokens", type=int, nargs="+", default=[96],
-                   help="output tokens per request; several values go to the requests in turn")
-    p.add_argument("--max-num-seqs", type=int, default=8)
-    p.add_argument("--max-model-len", type=int, default=512)
-    p.add_argument("--no-infer", action="store_true", help="skip the infer one-by-one baseline")
+    add_serve_args(p)
     args = parse_main_args(p, infer_worker)
     rows = []
     if not args.no_infer:
         print("infer one by one ...", flush=True)
-        rows.append(run_json_worker(__file__, ["--worker", "--model", args.model, "--ckpt", args.ckpt, "--requests",
-                                               args.requests, "--new-tokens", *args.new_tokens, "--width", args.width,
-                                               "--height", args.height, "--threads", args.threads,
-                                               *precision_argv(args)],
-                                    args.threads, "infer"))
+        rows.append(run_json_worker(__file__, serve_infer_argv(args), args.threads, "infer"))
     rows += run_server(args)
     base = rows[0]
     base_tps = base["tokens"] / base["wall_s"]
@@ -225,11 +211,7 @@ def main():
     if base["mode"] == "infer":
         print(f"bound for batching over infer one by one (its latency / its TTFT, summed): "
               f"{sum(base['latency_s']) / sum(base['ttft_s']):.2f}x")
-    write_json(args.out, f"benchmark_serve_{args.model}.json",
-               {"model": args.model, "requests": args.requests, "size": [args.width, args.height],
-                "new_tokens": args.new_tokens, "dtype": args.dtype, "quantize": args.quantize,
-                "kv_cache_dtype": args.kv_cache_dtype, "threads": args.threads,
-                "max_num_seqs": args.max_num_seqs, "max_model_len": args.max_model_len, "rows": rows})
+    write_json(args.out, f"benchmark_serve_{args.model}.json", serve_record(args, rows))
     print("server TTFT percentiles are histogram bucket upper bounds; infer's are exact")
 
 

@@ -2,7 +2,7 @@
 
     python scripts/benchmark_vision.py --model hunyuan-ocr-1.5 --mpx 1 4 16 [--threads 2] [--out FILE.json]
 
-Builds (once, cached) a checkpoint with the real architecture and random weights (tests/helpers/real_size.py; for
+Builds (once, cached) a checkpoint with the real architecture and random weights (bench/real_size.py; for
 hunyuan-ocr-1.5 the 1.0 weights with 1.5's published config and 4096x4096 pixel budget), then encodes one square
 page of each size (MPX * 2**20 pixels, resized by the checkpoint's own processor) in a fresh process, once, as
 `infer` encodes a page. Reports the patches, the seconds of the encoding less its graphs' compile time, the resident
@@ -59,7 +59,7 @@ def cpu_model():
 
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="hunyuan-ocr-1.5", help="a tests/helpers/real_size.py BUILDERS key")
+    p.add_argument("--model", default="hunyuan-ocr-1.5", help="a bench/real_size.py BUILDERS key")
     p.add_argument("--ckpt", default=None, help="checkpoint folder (default: a cached random real-config one)")
     p.add_argument("--mpx", type=float, nargs="+", default=[1, 4, 16])
     p.add_argument("--threads", type=int, default=2)
@@ -74,7 +74,7 @@ def main():
     if args.worker:
         print(json.dumps(worker(args)), flush=True)
         return
-    from scripts.benchmark import ensure_checkpoint
+    from bench.run import ensure_checkpoint
     args.ckpt = ensure_checkpoint(args.model, args.ckpt)
     rows = []
     for mpx in args.mpx:

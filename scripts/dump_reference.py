@@ -30,7 +30,7 @@ def main(argv=None):
 
     from ms_ocr.models import get as model_spec
     from ms_ocr.processing.image import load_image
-    from scripts.benchmark import reference_model_and_inputs
+    from bench.references import reference_model_and_inputs
     prompt = args.prompt or model_spec(args.model).tasks[args.task]
     model, inputs = reference_model_and_inputs(args.model, args.model_path, load_image(args.image), prompt)
     with torch.inference_mode():

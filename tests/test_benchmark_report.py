@@ -1,12 +1,12 @@
-"""The benchmarks' summary over repeated rounds (tests/helpers/bench_report.py; the workers themselves run in the
-benchmarks)."""
+"""The benchmarks' summary over repeated rounds (bench/report.py; the workers themselves run in the benchmarks), their
+shared command-line plumbing (bench/run.py) and the batch and serve benchmarks' command lines (bench/commands.py)."""
 
 import json
 
 import pytest
 
-from tests.helpers.bench_report import (median_result, parse_log, print_table, process_report, round_ratios,
-                                        tokens_agreement, write_json)
+from bench.report import (median_result, parse_log, print_table, process_report, round_ratios, tokens_agreement,
+                          write_json)
 
 
 def _run(vision, prefill, tok_s, rss, compile_vision, tokens):
@@ -81,66 +81,89 @@ def test_write_json_makes_the_folder(tmp_path, capsys):
     assert capsys.readouterr().out == f"wrote {path}\n"
 
 
-def _benchmark_module(monkeypatch, name):
-    import importlib
-    import os
-    scripts = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
-    monkeypatch.syspath_prepend(scripts)
-    benchmark = importlib.import_module("benchmark")
-    monkeypatch.setattr(benchmark, "ensure_checkpoint", lambda model, ckpt: "ckpt-dir")
-    return importlib.import_module(name)
+def test_model_benchmarks_pass_the_precision_options_to_their_workers(monkeypatch, tmp_path):
+    """--dtype, --quantize and --kv-cache-dtype, parsed by the options every model benchmark shares (add_run_args,
+    parse_main_args), reach the worker command line run_json_worker starts with precision_argv (--quantize was once
+    dropped by the batch and serve benchmarks)."""
+    import argparse
+    import subprocess
+
+    from bench import run
+
+    (tmp_path / "config.json").write_text("{}")  # a checkpoint there: ensure_checkpoint builds none
+    p = argparse.ArgumentParser()
+    run.add_run_args(p, region=(448, 224))
+    monkeypatch.setattr("sys.argv", ["bench", "--dtype", "bf16", "--quantize", "int8", "--kv-cache-dtype", "bf16",
+                                     "--ckpt", str(tmp_path)])
+    args = run.parse_main_args(p, worker=None)
+    assert (args.ckpt, args.width, args.height) == (str(tmp_path), 448, 224)
+    calls = []
+
+    def fake_run(cmd, **kwargs):
+        calls.append((cmd, kwargs["env"]))
+        return subprocess.CompletedProcess(cmd, 0, stdout='log\n{"rows": 1}\n', stderr="")
+
+    monkeypatch.setattr(run.subprocess, "run", fake_run)
+    assert run.run_json_worker("w.py", ["--worker", "--batch", 2, *run.precision_argv(args)], 3, "w") == {"rows": 1}
+    (cmd, env), = calls
+    assert cmd[cmd.index("--dtype") + 1] == "bf16" and cmd[cmd.index("--quantize") + 1] == "int8"
+    assert cmd[cmd.index("--kv-cache-dtype") + 1] == "bf16" and cmd[cmd.index("--batch") + 1] == "2"
+    assert env["OMP_NUM_THREADS"] == "3"
 
 
-def _batch_row(b):
-    return {"batch": b, "pages_per_s": 1.0, "tokens_per_s": 2.0, "decode_tokens_per_s": 3.0, "decode_ms_per_step": 4.0,
-            "avg_first_token_ms": 5.0, "compile_s": 0.0, "peak_rss_gb": 1.0}
+def _precision(argv):
+    argv = [str(a) for a in argv]
+    return argv[argv.index("--dtype") + 1], argv[argv.index("--quantize") + 1], argv[argv.index("--kv-cache-dtype") + 1]
 
 
 @pytest.mark.parametrize("name", ["benchmark_batch", "benchmark_serve"])
 def test_benchmarks_pass_the_precision_options_on(monkeypatch, tmp_path, name):
-    """--dtype, --quantize and --kv-cache-dtype reach every ms_ocr process a benchmark starts (--dtype and
-    --quantize were accepted, and --quantize was dropped, by the batch and serve benchmarks)."""
-    module = _benchmark_module(monkeypatch, name)
-    calls, servers = [], []
+    """--dtype, --quantize and --kv-cache-dtype reach every ms_ocr process a benchmark starts, and its saved JSON
+    (--dtype and --quantize were accepted, and --quantize was dropped, by the batch and serve benchmarks):
+    scripts/benchmark_batch.py and scripts/benchmark_serve.py parse their options, build their worker and server
+    command lines and their JSON record with bench/commands.py."""
+    import argparse
 
-    def fake_worker(script, argv, threads, label):
-        calls.append([str(a) for a in argv])
-        if name == "benchmark_batch":
-            return _batch_row(int(argv[argv.index("--batch") + 1]))
-        return {"mode": "infer", "concurrency": 1, "requests": 1, "tokens": 8, "wall_s": 1.0, "ttft_s": [0.5],
-                "latency_s": [1.0]}
+    from bench import commands, run
 
-    def fake_server(args):
-        servers.append((args.dtype, args.quantize))
-        return []
+    batch = name == "benchmark_batch"
 
-    monkeypatch.setattr(module, "run_json_worker", fake_worker)
-    if name == "benchmark_serve":
-        monkeypatch.setattr(module, "run_server", fake_server)
+    def parser():  # the script's, as its main process and each --worker process build it
+        p = argparse.ArgumentParser()
+        (commands.add_batch_args if batch else commands.add_serve_args)(p)
+        return p
+
+    monkeypatch.setattr(run, "ensure_checkpoint", lambda model, ckpt: "ckpt-dir")
     monkeypatch.setattr("sys.argv", [name, "--dtype", "bf16", "--quantize", "int8", "--kv-cache-dtype", "bf16",
                                      "--out", str(tmp_path)])
-    module.main()
-    assert calls
-    for argv in calls:
-        assert argv[argv.index("--dtype") + 1] == "bf16" and argv[argv.index("--quantize") + 1] == "int8"
-        assert argv[argv.index("--kv-cache-dtype") + 1] == "bf16"
-    saved = json.loads(next(tmp_path.glob("*.json")).read_text())
+    args = run.parse_main_args(parser(), worker=None)
+    workers = ([commands.batch_worker_argv(args, b) for b in args.batch_sizes] if batch
+               else [commands.serve_infer_argv(args)])
+    assert len(workers) == (3 if batch else 1)
+    for argv in workers:
+        assert _precision(argv) == ("bf16", "int8", "bf16")
+        # the worker (the same script, --worker) parses its command line to the main process's settings
+        seen = []
+        monkeypatch.setattr("sys.argv", [name, *[str(a) for a in argv]])
+        with pytest.raises(SystemExit):
+            run.parse_main_args(parser(), worker=lambda a: seen.append(a) or {})
+        (got,) = seen
+        assert (got.dtype, got.quantize, got.kv_cache_dtype, got.ckpt) == ("bf16", "int8", "bf16", "ckpt-dir")
+        assert got.new_tokens == args.new_tokens and (got.width, got.height) == (args.width, args.height)
+        if batch:
+            assert got.batch == int(argv[argv.index("--batch") + 1]) and got.pages == args.pages
+        else:
+            assert got.requests == args.requests
+    rows = [{"batch": 1}] if batch else [{"mode": "infer"}]
+    record = (commands.batch_record if batch else commands.serve_record)(args, rows)
+    saved = json.loads(open(write_json(args.out, f"{name}.json", record)).read())
     assert saved["dtype"] == "bf16" and saved["quantize"] == "int8" and saved["kv_cache_dtype"] == "bf16"
-    if name == "benchmark_serve":
-        assert servers == [("bf16", "int8")]
+    assert saved["rows"] == rows
+    if not batch:
+        from ms_ocr.serve.cli import build_parser
 
-        class Started(Exception):
-            pass
-
-        def fake_popen(cmd, **kwargs):
-            calls.append(cmd)
-            raise Started
-
-        monkeypatch.setattr(module.subprocess, "Popen", fake_popen)
-        args = type("Args", (), dict(model="paddleocr-vl", ckpt="ckpt-dir", max_num_seqs=8, max_model_len=512,
-                                     dtype="bf16", quantize="int8", kv_cache_dtype="bf16", threads=2, requests=4))
-        with pytest.raises(Started):
-            module.start_server(args, 8000)
-        cmd = calls[-1]
-        assert cmd[cmd.index("--dtype") + 1] == "bf16" and cmd[cmd.index("--quantize") + 1] == "int8"
-        assert cmd[cmd.index("--kv-cache-dtype") + 1] == "bf16"
+        cmd = commands.server_command(args, 8000)
+        assert cmd[1:3] == ["-m", "ms_ocr.serve"] and _precision(cmd) == ("bf16", "int8", "bf16")
+        served = build_parser().parse_args(cmd[3:])  # the server's own parser takes every option
+        assert (served.dtype, served.quantize, served.kv_cache_dtype) == ("bf16", "int8", "bf16")
+        assert (served.model_path, served.port, served.max_num_seqs) == ("ckpt-dir", 8000, args.max_num_seqs)

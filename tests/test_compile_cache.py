@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.cli_util import ROOT, run_module
-from tests.helpers.pages import text_page
+from bench.pages import text_page
 
 NEW = "6"
 

@@ -9,7 +9,7 @@ from PIL import Image
 from ms_ocr.engine import BatchEngine, Request
 from ms_ocr.generate import SamplingConfig
 from ms_ocr.runtime import Buckets, Prepared
-from tests.helpers.pages import page
+from bench.pages import page
 from tests.helpers.parity import rel_err
 
 TOL = 1e-4

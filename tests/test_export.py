@@ -13,7 +13,7 @@ import pytest
 from ms_ocr.generate import SamplingConfig
 from tests.cli_util import ROOT, assert_one_line_error, run_module
 from tests.helpers.parity import rel_err
-from tests.helpers.pages import text_page
+from bench.pages import text_page
 
 NEW = 10
 

@@ -136,7 +136,7 @@ def int8_paddle(graph_mode, tiny_checkpoint):
 def test_more_sequences_than_the_kernel_takes_decode_the_same(int8_paddle):
     """9 sequences decode through the composed layers over the dequantised matrices, 3 through DecodeLayer over the
     int8 ones: the same logits for the same sequences (to fp32 summation order), step after step."""
-    from tests.helpers.pages import text_page
+    from bench.pages import text_page
     pipe = int8_paddle
     rt = pipe.runtime
     assert all(layer.quantized for layer in rt.model.text_layers()) and str(rt.model.text_layers()[0]

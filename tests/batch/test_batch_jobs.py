@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.cli_util import ROOT, assert_one_line_error, run_module
-from tests.helpers.pages import text_page
+from bench.pages import text_page
 
 LATIN1 = b"r\xe9sum\xe9.png"  # "résumé.png" in Latin-1: not valid UTF-8
 

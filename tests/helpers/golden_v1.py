@@ -157,7 +157,7 @@ def make_v1_checkpoint(out_dir, seed=7):
 
     import torch
     from safetensors.torch import save_file
-    from tests.helpers.tiny_bpe import write_bpe_tokenizer
+    from bench.tiny_bpe import write_bpe_tokenizer
 
     os.makedirs(out_dir, exist_ok=True)
     text, head = v1_text_model(seed)

@@ -1,9 +1,9 @@
-"""The reference's PP-DocLayout post-processing and pixels, run from the installed transformers source.
+"""The reference's PP-DocLayout post-processing, run from the installed transformers source (its pixels:
+bench/layout.py reference_pixels).
 
 transformers' image_processing_pp_doclayout_v2/v3/v4 modules import torchvision at the top, and PyPI's torchvision
 does not import beside the local torch 2.13 CPU build; the methods the tests need are pure torch / NumPy / OpenCV /
-SciPy, so they are compiled from that file's own source here (decorators dropped), and the pixels are computed with
-the torch calls torchvision's resize makes."""
+SciPy, so they are compiled from that file's own source here (decorators dropped)."""
 
 import ast
 import os
@@ -46,24 +46,6 @@ def reference_postprocessor(version="v2", size=800):
     ref = namespace["Reference"]()
     ref.size = {"height": size, "width": size}
     return ref
-
-
-def reference_pixels(image, height, width, version="v2"):
-    """The reference processor's pixel_values for a PIL RGB image (mean 0, std 1, factor 1/255, as the hub's).
-    V2/V3: torchvision's uint8 resize (torch's native uint8 bicubic, antialias off) and the fused rescale+normalise
-    (x - 0) / 255. V4: a float bicubic resize rounded and clamped to uint8, then x * (1/255)."""
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-    x = torch.from_numpy(np.asarray(image, np.uint8).copy()).permute(2, 0, 1)[None]
-    if version[-1] == "4":
-        x = F.interpolate(x.float(), size=(height, width), mode="bicubic", align_corners=False, antialias=False)
-        x = x.round().clamp(0, 255).to(torch.uint8).float() * 0.00392156862745098
-        return ((x - 0.0) / 1.0).numpy()
-    x = F.interpolate(x, size=(height, width), mode="bicubic", align_corners=False, antialias=False)
-    mean = torch.tensor([0.0, 0.0, 0.0]) * (1.0 / (1 / 255))
-    std = torch.tensor([1.0, 1.0, 1.0]) * (1.0 / (1 / 255))
-    return ((x.float() - mean[:, None, None]) / std[:, None, None]).numpy()
 
 
 def assert_same_detections(blocks, want, width, height, min_count):

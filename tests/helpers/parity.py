@@ -30,25 +30,3 @@ def randomize_(model, seed, vectors=None):
                 param.copy_(1 + noise * 0.1)
     return model
 
-
-def randomize_with_stats_(module, seed, gain=1.0):
-    """Refill every float tensor of a torch module's state dict (batch-norm running statistics included, so
-    every term of a frozen norm matters): matrices and kernels ~ N(0, gain / fan_in), running_var 0.5 + |N|,
-    other weights 1 + 0.2 N, the rest 0.2 N. HF's detector init zeroes several layers, which would hide bugs."""
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, t in sorted(module.state_dict().items()):
-            if name.endswith("num_batches_tracked") or not t.is_floating_point():
-                continue
-            noise = torch.randn(t.shape, generator=gen)
-            if name.endswith("running_var"):
-                t.copy_(0.5 + noise.abs())
-            elif t.ndim >= 2:
-                t.copy_(noise * (gain / t[0].numel()) ** 0.5)
-            elif name.endswith("weight"):
-                t.copy_(1 + 0.2 * noise)
-            else:
-                t.copy_(0.2 * noise)
-    return module

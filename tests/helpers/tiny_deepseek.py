@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from bench.deepseek_tokens import BOS, BPE_VOCAB, EOS, IMAGE_TOKEN_ID, SPECIALS
+from bench.tiny_bpe import write_bpe_tokenizer
 from tests.helpers.parity import randomize_
 
 # The query tables are fixed at 144 / 256 rows (12x12 / 16x16 SAM outputs), so the views keep their real
@@ -14,8 +16,7 @@ ENCODER = dict(vocab_size=16, hidden_size=48, intermediate_size=96, num_hidden_l
 TEXT = dict(vocab_size=400, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
             num_key_value_heads=4, moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=3,
             n_shared_experts=2, mlp_layer_types=["dense", "sparse", "sparse"], max_position_embeddings=2048,
-            bos_token_id=360, eos_token_id=361, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
-IMAGE_TOKEN_ID = 362
+            bos_token_id=BOS, eos_token_id=EOS, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
 
 
 def tiny_config():
@@ -43,12 +44,6 @@ def view_inputs(sam, local, glob):
     return views
 
 
-BPE_VOCAB = 360
-SPECIALS = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<image>", "<|grounding|>", "<|ref|>", "<|/ref|>",
-            "<|det|>", "<|/det|>", "<｜▁pad▁｜>"]
-BOS, EOS = TEXT["bos_token_id"], TEXT["eos_token_id"]
-
-
 def make_tiny_checkpoint(out_dir, dtype="float32", seed=0):
     """save_pretrained folder of a tiny DeepSeek-OCR-2 (hub weight names) with a byte-level BPE tokenizer."""
     import json
@@ -56,8 +51,6 @@ def make_tiny_checkpoint(out_dir, dtype="float32", seed=0):
 
     import torch
     from transformers import DeepseekOcr2ImageProcessorPil
-
-    from tests.helpers.tiny_bpe import write_bpe_tokenizer
 
     os.makedirs(out_dir, exist_ok=True)
     model = tiny_model(seed).to(getattr(torch, dtype))
@@ -107,8 +100,6 @@ def make_saved_checkpoint(out_dir, seed=1):
     from transformers import (DeepseekOcr2Config, DeepseekOcr2ForConditionalGeneration, DeepseekOcr2ImageProcessorPil,
                               DeepseekOcr2Processor, PreTrainedTokenizerFast)
 
-    from tests.helpers.tiny_bpe import write_bpe_tokenizer
-
     with tempfile.TemporaryDirectory() as tmp:
         raw = os.path.join(tmp, "tokenizer.json")
         write_bpe_tokenizer(raw, 300, SAVED_SPECIALS, seed)
@@ -132,15 +123,3 @@ def make_saved_checkpoint(out_dir, seed=1):
     model.save_pretrained(out_dir)
     DeepseekOcr2Processor(image_processor=DeepseekOcr2ImageProcessorPil(), tokenizer=tok).save_pretrained(out_dir)
     return out_dir
-
-
-def saved_reference(folder):
-    """transformers' model and processor loaded back from the folder (the PIL image processor named explicitly:
-    the auto class would switch to torchvision when that is installed)."""
-    import torch
-    from transformers import (AutoTokenizer, DeepseekOcr2ForConditionalGeneration, DeepseekOcr2ImageProcessorPil,
-                              DeepseekOcr2Processor)
-    model = DeepseekOcr2ForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
-    processor = DeepseekOcr2Processor(image_processor=DeepseekOcr2ImageProcessorPil.from_pretrained(folder),
-                                      tokenizer=AutoTokenizer.from_pretrained(folder))
-    return model, processor

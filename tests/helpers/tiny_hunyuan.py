@@ -13,34 +13,14 @@ import json
 import os
 
 from tests.helpers.parity import randomize_
-from tests.helpers.tiny_bpe import write_bpe_tokenizer
+# the tokenizer's special tokens, files and the chat template (bench/: the references, benchmarks and real-size
+# checkpoints use them too)
+from bench.hunyuan_tokens import (BOS, BPE_VOCAB, CHAT_TEMPLATE, EOD, EOS, IDS, IMAGE, IMAGE_END,  # noqa: F401
+                                  IMAGE_START, NEWLINE, PAD, ROOT_IDS, SPECIALS, VOCAB_SIZE, tokenizer_config,
+                                  write_tokenizer_json)
+from bench.references import hunyuan_reference_inputs as reference_inputs  # noqa: F401
+from bench.references import hunyuan_reference_processor as reference_processor
 
-# Special tokens (content, id offset after the BPE vocabulary): the subset of HunyuanOCR's 818 added tokens
-# the template, the processor and the spotting markup use.
-BPE_VOCAB = 360
-SPECIALS = ["<｜hy_begin▁of▁sentence｜>", "<｜hy_end▁of▁sentence｜>", "<｜hy_▁pad▁｜>", "<｜hy_User｜>",
-            "<｜hy_Assistant｜>", "<｜hy_place▁holder▁no▁2｜>", "<｜hy_place▁holder▁no▁3｜>",
-            "<｜hy_place▁holder▁no▁100｜>", "<｜hy_place▁holder▁no▁101｜>", "<｜hy_place▁holder▁no▁102｜>",
-            "<｜hy_place▁holder▁no▁103｜>", "<｜hy_place▁holder▁no▁110｜>", "<｜hy_place▁holder▁no▁111｜>",
-            "<｜hy_place▁holder▁no▁112｜>", "<｜hy_place▁holder▁no▁113｜>"]
-VOCAB_SIZE = 400
-IDS = {tok: BPE_VOCAB + i for i, tok in enumerate(SPECIALS)}
-BOS, PAD = IDS["<｜hy_begin▁of▁sentence｜>"], IDS["<｜hy_▁pad▁｜>"]
-EOS, EOD = IDS["<｜hy_Assistant｜>"], IDS["<｜hy_place▁holder▁no▁2｜>"]
-IMAGE_START, IMAGE_END = IDS["<｜hy_place▁holder▁no▁100｜>"], IDS["<｜hy_place▁holder▁no▁101｜>"]
-IMAGE, NEWLINE = IDS["<｜hy_place▁holder▁no▁102｜>"], IDS["<｜hy_place▁holder▁no▁103｜>"]
-
-CHAT_TEMPLATE = (
-    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% if messages[0]['content'] "
-    "is string %}{% set system_message = messages[0]['content'] %}{% else %}{% set system_message = "
-    "messages[0]['content']['text'] %}{% endif %}<｜hy_begin▁of▁sentence｜>{{ system_message }}"
-    "<｜hy_place▁holder▁no▁3｜>{% else %}{% set loop_messages = messages %}<｜hy_begin▁of▁sentence｜>{% endif %}"
-    "{% for message in loop_messages %}{% if message['role'] == 'user' %}{% if message['content'] is string %}"
-    "{{ message['content'] }}{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' "
-    "or 'image' in content or 'image_url' in content %}<｜hy_place▁holder▁no▁100｜><｜hy_place▁holder▁no▁102｜>"
-    "<｜hy_place▁holder▁no▁101｜>{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}"
-    "{% endif %}<｜hy_User｜>{% elif message['role'] == 'assistant' %}{{ message['content'] }}<｜hy_Assistant｜>"
-    "{% endif %}{% endfor %}")
 
 TEXT = dict(vocab_size=VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, head_dim=16, hidden_act="silu", max_position_embeddings=4096, rms_norm_eps=1e-5,
@@ -50,7 +30,6 @@ ROPE = dict(rope_theta=10000.0, alpha=1000.0, factor=1.0)
 VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_channels=3,
               patch_size=16, spatial_merge_size=2, max_image_size=128, rms_norm_eps=1e-5, hidden_act="gelu",
               interpolate_mode="bilinear")
-ROOT_IDS = dict(image_token_id=IMAGE, im_start_id=IMAGE_START, im_end_id=IMAGE_END, im_newline_id=NEWLINE)
 MIN_PIXELS, MAX_PIXELS = 32 * 32 * 4, 32 * 32 * 48  # 4..48 merged tokens keep tests fast
 CLIP_MEAN, CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
 
@@ -73,28 +52,9 @@ def tiny_model(seed=0):
     return model
 
 
-def write_tokenizer_json(path, seed):
-    """A byte-level BPE tokenizer.json (as HunyuanOCR's) with SPECIALS as added special tokens at BPE_VOCAB.."""
-    write_bpe_tokenizer(path, BPE_VOCAB, SPECIALS, seed)
-
-
 def _write_json(path, obj):
     with open(path, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=2, ensure_ascii=False)
-
-
-def tokenizer_config(layout):
-    decoder = {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
-                        "special": True} for t, i in IDS.items()}
-    config = {"added_tokens_decoder": decoder, "bos_token": "<｜hy_begin▁of▁sentence｜>",
-              "eos_token": "<｜hy_Assistant｜>", "pad_token": "<｜hy_▁pad▁｜>", "clean_up_tokenization_spaces": False,
-              "model_max_length": 32768, "tokenizer_class": "PreTrainedTokenizerFast"}
-    if layout == "transformers":
-        config.update(tokenizer_class="TokenizersBackend", image_token="<｜hy_place▁holder▁no▁102｜>",
-                      image_start_token="<｜hy_place▁holder▁no▁100｜>", image_end_token="<｜hy_place▁holder▁no▁101｜>")
-    else:
-        config["chat_template"] = CHAT_TEMPLATE
-    return config
 
 
 def hub_config_json(dtype):
@@ -145,28 +105,6 @@ def make_tiny_checkpoint(out_dir, layout="transformers", dtype="float32", max_sh
                     {"bos_token": "<｜hy_begin▁of▁sentence｜>", "eos_token": "<｜hy_Assistant｜>",
                      "pad_token": "<｜hy_▁pad▁｜>"})
     return out_dir
-
-
-def reference_processor(folder):
-    """transformers' HunYuanVLProcessor with the explicit PIL image processor and the folder's tokenizer."""
-    from transformers import AutoTokenizer, HunYuanVLImageProcessorPil, HunYuanVLProcessor
-
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    for attr, token in (("image_token", IMAGE), ("image_start_token", IMAGE_START), ("image_end_token", IMAGE_END)):
-        if getattr(tokenizer, attr, None) is None:  # the hub's original tokenizer_config names none of them
-            setattr(tokenizer, attr, tokenizer.convert_ids_to_tokens(token))
-            setattr(tokenizer, attr + "_id", token)
-    return HunYuanVLProcessor(image_processor=HunYuanVLImageProcessorPil.from_pretrained(folder), tokenizer=tokenizer,
-                              chat_template=CHAT_TEMPLATE)
-
-
-def reference_inputs(ref, images, prompt, system=None):
-    content = [{"type": "image", "image": img} for img in images] + [{"type": "text", "text": prompt}]
-    messages = [{"role": "user", "content": content}]
-    if system is not None:
-        messages.insert(0, {"role": "system", "content": system})
-    return ref.apply_chat_template(messages, tokenize=True, return_dict=True, add_generation_prompt=True,
-                                   return_tensors="pt")
 
 
 def reference_greedy(folder, images, prompt, max_new_tokens, system=None, weights_dtype=None, repetition_penalty=1.0):

@@ -4,16 +4,8 @@ plus the hub's preprocessor_config.json at a small input size."""
 import json
 import os
 
-from tests.helpers.parity import randomize_with_stats_
-
-# PP-DocLayoutV2's labels in id order (the PaddleOCR-VL pipeline's label_list)
-LABELS = ["abstract", "algorithm", "aside_text", "chart", "content", "display_formula", "doc_title", "figure_title",
-          "footer", "footer_image", "footnote", "formula_number", "header", "header_image", "image",
-          "inline_formula", "number", "paragraph_title", "reference", "reference_content", "seal", "table", "text",
-          "vertical_text", "vision_footnote"]
-CLASS_ORDER = [4, 2, 14, 1, 5, 7, 8, 6, 11, 11, 9, 13, 10, 10, 1, 2, 3, 0, 2, 2, 12, 1, 2, 15, 6]
-THRESHOLDS = [0.4 if n in ("display_formula", "doc_title", "inline_formula", "paragraph_title", "text",
-                           "vertical_text") else 0.45 if n == "seal" else 0.5 for n in LABELS]
+from bench.layout import CLASS_ORDER, LABELS, PREPROCESSOR, THRESHOLDS
+from bench.real_size import randomize_with_stats_
 BACKBONE = dict(model_type="hgnet_v2", stem_channels=[3, 8, 8], stage_in_channels=[8, 16, 32, 48],
                 stage_mid_channels=[8, 8, 16, 16], stage_out_channels=[16, 32, 48, 64],
                 hidden_sizes=[16, 32, 48, 64], stage_num_blocks=[1, 1, 1, 1], stage_numb_of_layers=[2, 2, 2, 2],
@@ -55,8 +47,6 @@ CONFIG_V3 = dict(_RTDETR, backbone_config=dict(BACKBONE, out_features=["stage1",
                  global_pointer_head_size=8)
 CONFIG_V4 = dict(_RTDETR, backbone_config=BACKBONE, hidden_size=32, global_pointer_head_size=8, deform_pred=True,
                  deform_conv_width=8, deform_kbins=9)
-PREPROCESSOR = {"do_resize": True, "resample": 3, "do_rescale": True, "rescale_factor": 0.00392156862745098,
-                "do_normalize": True, "image_mean": [0, 0, 0], "image_std": [1, 1, 1]}
 
 
 def tiny_reference_model(version, seed=21, mask_gain=1.0, **overrides):

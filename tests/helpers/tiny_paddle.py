@@ -10,8 +10,9 @@ import json
 import os
 import tempfile
 
+from bench.paddle_tokens import SPECIAL_IDS, VOCAB_SIZE
+from bench.tiny_tokenizer import write_tokenizer
 from tests.helpers.parity import randomize_
-from tests.helpers.tiny_tokenizer import TOKEN_IDS, VOCAB_SIZE, write_tokenizer
 
 TEXT = dict(vocab_size=VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, head_dim=16, hidden_act="silu", max_position_embeddings=4096, rms_norm_eps=1e-5,
@@ -20,8 +21,6 @@ MROPE_SECTION = [2, 3, 3]
 ROPE_THETA = 500000.0
 VISION = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_channels=3,
               image_size=56, patch_size=14, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6, spatial_merge_size=2)
-SPECIAL_IDS = dict(image_token_id=TOKEN_IDS["<|IMAGE_PLACEHOLDER|>"], video_token_id=TOKEN_IDS["<|VIDEO_PLACEHOLDER|>"],
-                   vision_start_token_id=TOKEN_IDS["<|IMAGE_START|>"], vision_end_token_id=TOKEN_IDS["<|IMAGE_END|>"])
 MIN_PIXELS, MAX_PIXELS = 28 * 28 * 4, 28 * 28 * 64  # 4..64 merged image tokens keep tests fast
 HUB_PREPROCESSOR = {"min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS, "image_mean": [0.5, 0.5, 0.5],
                     "image_std": [0.5, 0.5, 0.5], "patch_size": 14, "merge_size": 2, "temporal_patch_size": 1,

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from ms_ocr.layout.backbone import HGNetV2Backbone, HGNetV2Config
+from bench.real_size import randomize_with_stats_
 from tests.helpers.native import bound
-from tests.helpers.parity import randomize_with_stats_, rel_err
+from tests.helpers.parity import rel_err
 
 TINY = dict(embedding_size=16, hidden_sizes=[16, 32, 48, 64], stem_channels=[3, 8, 12],
             stage_in_channels=[12, 16, 32, 48], stage_mid_channels=[8, 12, 16, 24],

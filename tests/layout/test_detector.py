@@ -8,8 +8,9 @@ import pytest
 
 from ms_ocr.layout.detector import Detector, anchors
 from ms_ocr.layout.pp_doclayout_v2.config import PPDocLayoutV2Config
+from bench.real_size import randomize_with_stats_
 from tests.helpers.native import bound
-from tests.helpers.parity import randomize_with_stats_, rel_err
+from tests.helpers.parity import rel_err
 from tests.layout.test_backbone import TINY as BACKBONE
 
 LABELS = {i: f"c{i}" for i in range(5)}

@@ -6,8 +6,9 @@ import pytest
 
 from ms_ocr.layout.config import LayoutConfig
 from ms_ocr.layout.encoder import HybridEncoder, sine_position_embedding
+from bench.real_size import randomize_with_stats_
 from tests.helpers.native import bound
-from tests.helpers.parity import randomize_with_stats_, rel_err
+from tests.helpers.parity import rel_err
 
 TINY = dict(encoder_hidden_dim=32, encoder_in_channels=[32, 32, 32], encoder_ffn_dim=48, num_attention_heads=4,
             encoder_layers=1, d_model=32)

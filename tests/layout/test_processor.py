@@ -11,7 +11,8 @@ from PIL import Image
 from ms_ocr.layout.postprocess import postprocess
 from ms_ocr.layout.processor import LayoutPreprocessConfig, preprocess
 from ms_ocr.processing.resample import resize_bicubic_uint8
-from tests.helpers.layout_reference import reference_pixels, reference_postprocessor
+from bench.layout import reference_pixels
+from tests.helpers.layout_reference import reference_postprocessor
 
 
 @pytest.mark.parametrize("size", [(1024, 768), (600, 900), (1754, 1240), (333, 1000), (40, 2000), (5, 3), (800, 800)])
@@ -116,7 +117,7 @@ def test_float_bicubic_resize_is_torchs(size):
 @pytest.mark.parametrize("size", [(800, 800), (700, 520)])
 def test_v4_pixel_values_bit_identical(size):
     """V4's pixel values (float resize, round, clamp, x * 1/255) against the reference's torch calls."""
-    from tests.helpers.layout_reference import reference_pixels
+    from bench.layout import reference_pixels
     page = Image.fromarray(np.random.default_rng(1).integers(0, 256, size + (3,), dtype=np.uint8))
     got = preprocess(page, LayoutPreprocessConfig(pixel_path="float"))
     want = reference_pixels(page, 800, 800, "v4")

@@ -11,7 +11,8 @@ query position, on the queries left in place)."""
 import numpy as np
 import pytest
 
-from tests.helpers.layout_reference import assert_same_detections, reference_pixels, reference_postprocessor
+from bench.layout import reference_pixels
+from tests.helpers.layout_reference import assert_same_detections, reference_postprocessor
 from tests.helpers.parity import rel_err
 from tests.helpers.tiny_layout import blocks_page
 
@@ -33,7 +34,7 @@ def test_real_config_matches_reference(graph_mode, tmp_path, version):
     import torch
     from types import SimpleNamespace
     from ms_ocr.layout import LayoutDetector
-    from tests.helpers.real_size import make_pp_doclayout
+    from bench.real_size import make_pp_doclayout
     ref = make_pp_doclayout(str(tmp_path), version, seed=1, stats=True)
     if version == "v3":
         with torch.no_grad():  # masks that pass the threshold in parts, as trained ones do

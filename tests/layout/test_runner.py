@@ -9,7 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from tests.helpers.layout_reference import assert_same_detections, reference_pixels, reference_postprocessor
+from bench.layout import reference_pixels
+from tests.helpers.layout_reference import assert_same_detections, reference_postprocessor
 from tests.helpers.parity import rel_err
 from tests.helpers.tiny_layout import LABELS, SIZE, blocks_page, make_tiny_checkpoint
 

@@ -8,6 +8,8 @@ and works on any of our models' folders, so a model's matrix is a list of varian
 import json
 import os
 
+from bench.references import chat_template
+
 
 def read_json(folder, name):
     with open(os.path.join(folder, name), encoding="utf-8") as f:
@@ -21,16 +23,6 @@ def write_json(folder, name, obj):
 
 def _exists(folder, name):
     return os.path.isfile(os.path.join(folder, name))
-
-
-def chat_template(folder):
-    """The folder's chat template, wherever it is."""
-    if _exists(folder, "chat_template.jinja"):
-        with open(os.path.join(folder, "chat_template.jinja"), encoding="utf-8") as f:
-            return f.read()
-    if _exists(folder, "chat_template.json"):
-        return read_json(folder, "chat_template.json")["chat_template"]
-    return read_json(folder, "tokenizer_config.json")["chat_template"]
 
 
 def move_template(folder, where):

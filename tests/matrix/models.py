@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tests.matrix.layouts import chat_template, read_json
+from bench.references import deepseek_ocr2_reference, hunyuan_reference, paddle_reference
 
 
 @dataclass
@@ -30,7 +30,7 @@ class ModelMatrix:
     variants: dict = field(default_factory=dict)  # id -> dict(layout, build kwargs, layout keys, images, prompt)
     load_kwargs: dict = field(default_factory=dict)  # package.load(...) extras (and --mode below)
     cli_args: tuple = ()
-    # the full-size check (-m slow): real config with random weights (tests/helpers/real_size.py BUILDERS key),
+    # the full-size check (-m slow): real config with random weights (bench/real_size.py BUILDERS key),
     # a page (width, height) and a prompt; `reference_model(folder, images, prompt)` -> (model, inputs)
     full_size: dict = None
     reference_model: object = None
@@ -65,38 +65,9 @@ def _paddle_build(folder, layout, tokenizer="json"):
     return make_tiny_checkpoint(folder, layout=layout, tokenizer_kind=tokenizer)
 
 
-def _paddle_reference(folder, images, prompt):
-    import torch
-    from transformers import PaddleOCRVLForConditionalGeneration
-
-    from ms_ocr.models.paddleocr_vl import SPEC
-    from tests.helpers.reference import reference_inputs, reference_processor
-    model = PaddleOCRVLForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).float().eval()
-    processor = reference_processor(folder, SPEC.config_from_dir(folder))
-    processor.chat_template = chat_template(folder)  # AutoTokenizer finds it in two of the three places only
-    return model, reference_inputs(processor, images, prompt)
-
-
 def _hunyuan_build(folder, layout):
     from tests.helpers.tiny_hunyuan import make_tiny_checkpoint
     return make_tiny_checkpoint(folder, layout=layout)
-
-
-def _hunyuan_reference(folder, images, prompt):
-    import torch
-    from transformers import HunYuanVLForConditionalGeneration
-
-    from tests.helpers.tiny_hunyuan import reference_inputs, reference_processor
-    model = HunYuanVLForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).float().eval()
-    # ms_ocr prompts v1.0's flat-config checkpoint with an empty system turn, as Tencent's own client does, and
-    # HunyuanOCR-1.5 (vision_config.max_vit_seq_len 65,536) with one and repetition_penalty 1.08, as Tencent's 1.5
-    # transformers client runs generate (ms_ocr/models/hunyuan_vl/README.md); the reference gets the same
-    config = read_json(folder, "config.json")
-    v1_5 = config["vision_config"].get("max_vit_seq_len") == 65536
-    if v1_5:
-        model.generation_config.repetition_penalty = 1.08
-    system = "" if "text_config" not in config or v1_5 else None
-    return model, reference_inputs(reference_processor(folder), images, prompt, system)
 
 
 def paddle_prompt(cfg, grids, n_text=7, seed=0):
@@ -177,8 +148,8 @@ def _transformers_model(folder):
 
 
 PADDLE = ModelMatrix(
-    cli="paddleocr-vl", package="paddleocr_vl", build=_paddle_build, reference=transformers_reference(_paddle_reference),
-    reference_model=_paddle_reference, full_size=dict(page=(336, 448), prompt="OCR:"),
+    cli="paddleocr-vl", package="paddleocr_vl", build=_paddle_build, reference=transformers_reference(paddle_reference),
+    reference_model=paddle_reference, full_size=dict(page=(336, 448), prompt="OCR:"),
     components=_paddle_components(),
     # tiny processor: 3,136..50,176 pixels (tests/helpers/tiny_paddle.py)
     images={"page": (96, 128), "small": (30, 22), "wide": (700, 36), "tall": (40, 520), "large": (900, 640)},
@@ -204,8 +175,8 @@ PADDLE = ModelMatrix(
     })
 
 HUNYUAN = ModelMatrix(
-    cli="hunyuan-ocr", package="hunyuan_vl", build=_hunyuan_build, reference=transformers_reference(_hunyuan_reference),
-    reference_model=_hunyuan_reference, components=_hunyuan_components(),
+    cli="hunyuan-ocr", package="hunyuan_vl", build=_hunyuan_build, reference=transformers_reference(hunyuan_reference),
+    reference_model=hunyuan_reference, components=_hunyuan_components(),
     # its spotting prompt
     full_size=dict(page=(384, 512), prompt="检测并识别图片中的文字，将文本坐标格式化输出。"),
     # tiny processor: 4,096..49,152 pixels, patch 16 (tests/helpers/tiny_hunyuan.py)
@@ -235,17 +206,10 @@ def _ds2_build(folder, layout):
     return make_saved_checkpoint(folder)
 
 
-def _ds2_reference(folder, images, prompt):
-    from tests.helpers.tiny_deepseek import saved_reference
-    model, processor = saved_reference(folder)
-    # ms_ocr puts "<image>\n" before a prompt that places no image itself (DeepSeek's documented prompt form)
-    text = prompt if "<image>" in prompt else "<image>\n" * len(images) + prompt
-    return model.float(), processor(images=images, text=text, return_tensors="pt")
-
-
 DEEPSEEK_V2 = ModelMatrix(
-    cli="deepseek-ocr2", package="deepseek_ocr2", build=_ds2_build, reference=transformers_reference(_ds2_reference),
-    reference_model=_ds2_reference,
+    cli="deepseek-ocr2", package="deepseek_ocr2", build=_ds2_build,
+    reference=transformers_reference(deepseek_ocr2_reference),
+    reference_model=deepseek_ocr2_reference,
     # a page under one 768-px tile: the 1024-px global view only (SAM at full size); "auto" keeps the 3B model's
     # bf16 weights bf16 (computing what fp32 copies would, docs/precision.md) so that it fits beside nothing
     full_size=dict(page=(600, 450), prompt="Free OCR.", dtype="auto"),

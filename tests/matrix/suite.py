@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from tests.cli_util import ROOT, run_module
-from tests.helpers.pages import text_page
+from bench.pages import text_page
 from tests.helpers.quant import quantized_params, write_dequantised_copy
 from tests.matrix import layouts
 from tests.matrix.models import MATRICES, reference_forward
@@ -156,9 +156,9 @@ def test_full_size_logits_match_transformers(full_size_model, graph_mode):
     import torch
 
     from ms_ocr import models
-    from tests.helpers.pages import document_page
+    from bench.pages import document_page
     from tests.helpers.parity import rel_err
-    from tests.helpers.real_size import BUILDERS
+    from bench.real_size import BUILDERS
 
     matrix = MATRICES[full_size_model]
     # the folder scripts/benchmark.py uses

@@ -11,7 +11,7 @@ import mindspore as ms
 from ms_ocr.ops import linear
 from ms_ocr.runtime import Buckets
 from tests.helpers.native import needs_compiler
-from tests.helpers.pages import text_page
+from bench.pages import text_page
 from tests.helpers.tiny_bf16 import BF16_MODELS, tiny_bf16_model
 
 STEPS = 6

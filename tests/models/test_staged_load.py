@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ms_ocr.generate import SamplingConfig
-from tests.helpers.pages import text_page
+from bench.pages import text_page
 
 
 @pytest.mark.parametrize("model", ["paddleocr-vl", "hunyuan-ocr"])

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from tests.helpers.layout_reference import reference_pixels, reference_postprocessor
+from bench.layout import reference_pixels
+from tests.helpers.layout_reference import reference_postprocessor
 from tests.helpers.tiny_layout import LABELS, SIZE, tiny_layout_model
 
 

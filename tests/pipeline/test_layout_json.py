@@ -16,8 +16,8 @@ import pytest
 
 from ms_ocr.layout import LayoutBlock
 from tests.cli_util import ROOT, run_module
-from tests.helpers.layout_reference import (assert_same_detections, gap_threshold, reference_pixels,
-                                           reference_postprocessor)
+from bench.layout import reference_pixels
+from tests.helpers.layout_reference import assert_same_detections, gap_threshold, reference_postprocessor
 from tests.helpers.tiny_layout import LABELS, SIZE, blocks_page
 
 DEMO = os.path.join(ROOT, "ms_ocr", "demo", "paddleocr_vl")
@@ -104,7 +104,7 @@ def test_tiny_layout_json_is_the_reference_detections(tmp_path, version):
 def test_real_config_layout_json_is_the_reference_detections(tmp_path, version):
     """PP-DocLayoutV3/V4 at the reference's real configuration (HGNetV2-L, 300 queries, 6 decoder layers, V4 with
     its geometry head), the processor's own 800x800 input."""
-    from tests.helpers.real_size import make_pp_doclayout_scored
+    from bench.real_size import make_pp_doclayout_scored
     folder = str(tmp_path / "layout")
     model = make_pp_doclayout_scored(folder, version)  # V3: mask logits x16, masks pass the threshold in parts
     page = blocks_page(PAGE, PAGE, blocks=20, seed=8)

@@ -12,7 +12,7 @@ from PIL import Image, ImageDraw
 
 from ms_ocr.layout import LayoutBlock
 from ms_ocr.pipeline import regions
-from tests.helpers.pages import layout_page
+from bench.pages import layout_page
 
 W, H = 768, 1024
 # (label, box) in reading order, as a layout model would give them

@@ -11,7 +11,7 @@ from ms_ocr.layout import LayoutBlock
 from ms_ocr.pipeline import layout_filter, merge, regions
 from ms_ocr.pipeline.markdown import block_markdown
 from ms_ocr.pipeline.versions import VERSIONS
-from tests.helpers.pages import layout_page
+from bench.pages import layout_page
 
 W, H = 768, 1024
 

@@ -13,7 +13,8 @@ import os
 import numpy as np
 import pytest
 
-from tests.helpers.layout_reference import gap_threshold, reference_pixels
+from bench.layout import reference_pixels
+from tests.helpers.layout_reference import gap_threshold
 
 W, H = 800, 1000
 LO, HI = 8, 14  # detections the threshold keeps (regions for the 0.9B recogniser, a few seconds each)
@@ -37,7 +38,7 @@ def noise_page(seed=8):
 def real_vlm(graph_mode):
     """(folder, the loaded real-size PaddleOCR-VL): loaded once for the module, in the command line's dtype."""
     from ms_ocr.models.paddleocr_vl import SPEC
-    from tests.helpers.real_size import BUILDERS
+    from bench.real_size import BUILDERS
     folder = os.path.join(os.path.expanduser("~"), ".cache", "ms_ocr", "bench", "paddleocr_vl_random")
     if not os.path.isfile(os.path.join(folder, "config.json")):
         BUILDERS["paddleocr-vl"](folder)

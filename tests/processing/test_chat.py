@@ -9,8 +9,9 @@ import pytest
 from ms_ocr.config_utils import CheckpointError
 from ms_ocr.processing.chat import load_chat_template, render_chat
 from ms_ocr.processing.tokenizer import Tokenizer
+from bench.paddle_tokens import HUB_CHAT_TEMPLATE
+from bench.tiny_tokenizer import write_tokenizer
 from tests.helpers.tiny_paddle import HUB_PREPROCESSOR
-from tests.helpers.tiny_tokenizer import HUB_CHAT_TEMPLATE, write_tokenizer
 
 CONVERSATIONS = [
     [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "OCR:"}]}],

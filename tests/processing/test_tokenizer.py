@@ -8,7 +8,9 @@ import pytest
 
 from ms_ocr.config_utils import CheckpointError
 from ms_ocr.processing.tokenizer import Tokenizer
-from tests.helpers.tiny_tokenizer import TOKEN_IDS, copy_tokenizer, train_spm, write_tokenizer
+from bench.paddle_tokens import TOKEN_IDS
+from bench.tiny_tokenizer import train_spm, write_tokenizer
+from tests.helpers.tiny_tokenizer import copy_tokenizer
 
 STRINGS = [
     "Hello world", "OCR:", "", " ", "   leading and trailing   ", "a  b   c", "line one\nline two\n\n",

@@ -8,7 +8,7 @@ import time
 
 from PIL import Image
 
-from tests.helpers.pages import page  # noqa: F401  (the serve tests take it from here)
+from bench.pages import page  # noqa: F401  (the serve tests take it from here)
 
 
 class LiveServer:

@@ -5,6 +5,7 @@ import json
 import os
 import re
 
+from bench.paddle_tokens import HUB_CHAT_TEMPLATE
 from training.demo import data as demo_data
 
 # PaddleOCR-VL's (ERNIE 4.5) special tokens, first in the vocabulary; <unk>/<s>/</s> keep the hub's ids 0/1/2.
@@ -47,8 +48,6 @@ def _added(content):
 
 def write_tokenizer(tok, out_dir):
     """tokenizer.json + the hub's tokenizer_config.json (chat template inside) and special_tokens_map.json."""
-    from tests.helpers.tiny_tokenizer import HUB_CHAT_TEMPLATE
-
     tok.save(os.path.join(out_dir, "tokenizer.json"))
     named = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<unk>",
              "cls_token": "<|begin_of_sentence|>", "sep_token": "<|end_of_sentence|>", "mask_token": "<mask:1>"}

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from ms_ocr.layout.pp_doclayout_v2.config import PPDocLayoutV2Config
+from bench.real_size import randomize_with_stats_
 from tests.helpers.native import bound
-from tests.helpers.parity import randomize_with_stats_, rel_err
+from tests.helpers.parity import rel_err
 from tests.layout.pp_doclayout_v2.test_reading_order import TINY as RO
 from tests.layout.test_detector import TINY
 

@@ -12,7 +12,8 @@ from PIL import Image
 
 from tests.cli_util import run_module
 from tests.helpers.parity import rel_err
-from tests.helpers.tiny_deepseek import make_saved_checkpoint, saved_reference
+from bench.references import saved_reference
+from tests.helpers.tiny_deepseek import make_saved_checkpoint
 
 PROMPT = "<image>\nFree OCR."
 NEW_TOKENS = 24

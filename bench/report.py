@@ -1,5 +1,5 @@
-"""The benchmarks' arithmetic over measured runs (scripts/benchmark.py, scripts/bench_llamacpp.py import it; the
-tests check it): medians over rounds, ratios, token agreement, the process table, llama.cpp's log figures."""
+"""The benchmarks' arithmetic over measured runs (the benchmark scripts import it; tests/test_benchmark_report.py
+checks it): medians over rounds, ratios, token agreement, the process table, llama.cpp's log figures."""
 
 import json
 import os

@@ -1,12 +1,40 @@
-"""Random-weight checkpoints at the real architecture, for benchmarks and the full-size tests (real weights cannot
-be fetched here).
+"""Random-weight checkpoints at the real architecture, for the benchmarks (bench/run.py build_checkpoint) and the
+full-size tests (real weights cannot be fetched here): BUILDERS[model](out_dir).
 
-Saved as bf16 like the hub release, with the small test tokenizer: token ids only need to exist, the
-architecture and shapes are what the timings depend on.
+Saved as bf16 like the hub release, with the small test tokenizers (bench/tiny_tokenizer.py, bench/tiny_bpe.py): token
+ids only need to exist, the architecture and shapes are what the timings depend on.
 """
 
 import json
 import os
+
+def _write_json(path, obj):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False)
+
+
+def randomize_with_stats_(module, seed, gain=1.0):
+    """Refill every float tensor of a torch module's state dict (batch-norm running statistics included, so
+    every term of a frozen norm matters): matrices and kernels ~ N(0, gain / fan_in), running_var 0.5 + |N|,
+    other weights 1 + 0.2 N, the rest 0.2 N. HF's detector init zeroes several layers, which would hide bugs."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, t in sorted(module.state_dict().items()):
+            if name.endswith("num_batches_tracked") or not t.is_floating_point():
+                continue
+            noise = torch.randn(t.shape, generator=gen)
+            if name.endswith("running_var"):
+                t.copy_(0.5 + noise.abs())
+            elif t.ndim >= 2:
+                t.copy_(noise * (gain / t[0].numel()) ** 0.5)
+            elif name.endswith("weight"):
+                t.copy_(1 + 0.2 * noise)
+            else:
+                t.copy_(0.2 * noise)
+    return module
+
 
 # The released preprocessor settings of PaddlePaddle/PaddleOCR-VL.
 PADDLE_MIN_PIXELS, PADDLE_MAX_PIXELS = 147384, 2822400
@@ -15,8 +43,8 @@ PADDLE_MIN_PIXELS, PADDLE_MAX_PIXELS = 147384, 2822400
 def make_paddleocr_vl(out_dir, seed=0):
     import torch
     from transformers import PaddleOCRVLConfig, PaddleOCRVLForConditionalGeneration, PaddleOCRVLImageProcessorPil
-    from tests.helpers.tiny_paddle import SPECIAL_IDS
-    from tests.helpers.tiny_tokenizer import write_tokenizer
+    from bench.paddle_tokens import SPECIAL_IDS
+    from bench.tiny_tokenizer import write_tokenizer
 
     torch.manual_seed(seed)
     rope = {"rope_type": "default", "rope_theta": 500000.0, "mrope_section": [16, 24, 24]}
@@ -41,7 +69,7 @@ HUNYUAN_MIN_PIXELS, HUNYUAN_MAX_PIXELS = 262144, 4194304
 def make_hunyuan_ocr(out_dir, seed=0):
     import torch
     from transformers import HunYuanVLConfig, HunYuanVLForConditionalGeneration, HunYuanVLImageProcessorPil
-    from tests.helpers import tiny_hunyuan as T
+    from bench import hunyuan_tokens as T
 
     torch.manual_seed(seed)
     rope = {"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0,
@@ -54,7 +82,7 @@ def make_hunyuan_ocr(out_dir, seed=0):
     model.save_pretrained(out_dir)
     HunYuanVLImageProcessorPil(min_pixels=HUNYUAN_MIN_PIXELS, max_pixels=HUNYUAN_MAX_PIXELS).save_pretrained(out_dir)
     T.write_tokenizer_json(os.path.join(out_dir, "tokenizer.json"), seed)
-    T._write_json(os.path.join(out_dir, "tokenizer_config.json"), T.tokenizer_config("transformers"))
+    _write_json(os.path.join(out_dir, "tokenizer_config.json"), T.tokenizer_config("transformers"))
     with open(os.path.join(out_dir, "chat_template.jinja"), "w", encoding="utf-8") as f:
         f.write(T.CHAT_TEMPLATE)
     return out_dir
@@ -96,8 +124,8 @@ def make_deepseek_ocr2(out_dir, seed=0):
     config defaults but for the text model, set to DeepSeek-OCR's) with random weights, built in bf16."""
     import torch
     from transformers import DeepseekOcr2Config, DeepseekOcr2ForConditionalGeneration, DeepseekOcr2ImageProcessorPil
-    from tests.helpers import tiny_deepseek as T
-    from tests.helpers.tiny_bpe import write_bpe_tokenizer
+    from bench import deepseek_tokens as T
+    from bench.tiny_bpe import write_bpe_tokenizer
 
     torch.manual_seed(seed)
     text = dict(vocab_size=129280, hidden_size=1280, intermediate_size=6848, num_hidden_layers=12,
@@ -158,8 +186,8 @@ def make_deepseek_ocr(out_dir, seed=0, shard_params=400_000_000):
     from ms_ocr.convert.safetensors_io import save_file
     from ms_ocr.models.deepseek_ocr import SPEC
     from ms_ocr.models.deepseek_ocr.config import DeepseekOCRConfig
-    from tests.helpers import tiny_deepseek as T
-    from tests.helpers.tiny_bpe import write_bpe_tokenizer
+    from bench import deepseek_tokens as T
+    from bench.tiny_bpe import write_bpe_tokenizer
 
     os.makedirs(out_dir, exist_ok=True)
     config = deepseek_ocr_config(T.IMAGE_TOKEN_ID)
@@ -208,7 +236,7 @@ def make_pp_doclayout_v2(out_dir, seed=0):
     class order, fp32 as PaddlePaddle/PP-DocLayoutV2_safetensors, and its 800x800 preprocessor config."""
     import torch
     from transformers import PPDocLayoutV2Config, PPDocLayoutV2ForObjectDetection
-    from tests.helpers.tiny_layout import CLASS_ORDER, LABELS, THRESHOLDS
+    from bench.layout import CLASS_ORDER, LABELS, THRESHOLDS
     torch.manual_seed(seed)
     cfg = PPDocLayoutV2Config(id2label=dict(enumerate(LABELS)), class_thresholds=THRESHOLDS, class_order=CLASS_ORDER)
     model = PPDocLayoutV2ForObjectDetection(cfg).eval()
@@ -225,12 +253,11 @@ def make_pp_doclayout(out_dir, version, seed=0, stats=False):
     """PP-DocLayoutV2 ("v2": the hub's thresholds and class order), V3 ("v3") or V4 ("v4", with its page-geometry
     head) at the reference's default (real) architecture with the hub's 25 labels, fp32, saved by transformers, and
     an 800x800 preprocessor config. Weights: the
-    reference's initialisation (seeded), or with `stats` every tensor random (tests/helpers/parity.py
-    randomize_with_stats_: no zeroed layer, every batch-norm statistic counts). Returns the reference model."""
+    reference's initialisation (seeded), or with `stats` every tensor random (randomize_with_stats_: no zeroed
+    layer, every batch-norm statistic counts). Returns the reference model."""
     import torch
     import transformers
-    from tests.helpers.parity import randomize_with_stats_
-    from tests.helpers.tiny_layout import CLASS_ORDER, LABELS, PREPROCESSOR, THRESHOLDS
+    from bench.layout import CLASS_ORDER, LABELS, PREPROCESSOR, THRESHOLDS
     n = version[-1]
     torch.manual_seed(seed)
     extra = {"deform_pred": True} if n == "4" else {"class_thresholds": THRESHOLDS,

@@ -1,4 +1,5 @@
-"""A byte-level BPE tokenizer.json trained here, with a model's special tokens appended as added tokens."""
+"""A byte-level BPE tokenizer.json trained here, with a model's special tokens appended as added tokens (the tiny and
+real-size HunyuanOCR and DeepSeek-OCR test checkpoints' tokenizer)."""
 
 import random
 
