@@ -154,6 +154,23 @@ def add_output_args(p):
                         "markdown normalisation, layout coordinates stripped)")
 
 
+def load_pipeline(args, spec, model_dir, staged=False):
+    """The device set up for the command line's --device / --threads, `spec`'s model loaded from `model_dir` in its
+    precision (--dtype, --quantize, --kv-cache-dtype), --mode and the output flags applied. `staged`: the vision
+    weights released before the text weights load (one request: a lower peak). Returns (device target, pipeline)."""
+    import contextlib
+
+    from ms_ocr.device import setup
+    from ms_ocr.models.loading import staged_weights
+    target = setup(args.device, args.threads)
+    with staged_weights() if staged else contextlib.nullcontext():
+        pipe = spec.load(model_dir, target, args.dtype, quantize=args.quantize, kv_cache_dtype=args.kv_cache_dtype)
+    if args.mode:
+        pipe.processor.set_mode(args.mode)
+    apply_output_args(args, spec, pipe)
+    return target, pipe
+
+
 def apply_output_args(args, spec, pipe):
     """The output flags on a loaded pipeline of `spec` (the checkpoint version's); CliError where one does not
     apply to the model."""

@@ -1,6 +1,5 @@
 """Command line OCR: python -m ms_ocr.infer --model paddleocr-vl --image page.png [--task ocr]."""
 
-import contextlib
 import os
 import sys
 
@@ -9,8 +8,8 @@ os.environ.setdefault("GLOG_v", "3")
 
 from ms_ocr import models  # noqa: E402 - the registry: plain data, no framework import
 from ms_ocr.cli import (CliError, Parser, add_device_args, add_mode_arg, add_output_args,  # noqa: E402
-                        add_sampling_args, apply_output_args, cli_main, model_spec, print_notes, resolve_prompt,
-                        sampling_config)
+                        add_sampling_args, apply_output_args, cli_main, load_pipeline, model_spec, print_notes,
+                        resolve_prompt, sampling_config)
 
 
 def build_parser():
@@ -141,22 +140,19 @@ def run(argv):
         except OSError as e:
             raise CliError(f"cannot create --dump folder {args.dump}: {e.strerror}") from None
 
-    from ms_ocr.device import setup
-    target = setup(args.device, args.threads)
     if args.mindir:
+        from ms_ocr.device import setup
         from ms_ocr.export import load_mindir
+        target = setup(args.device, args.threads)
         pipe = load_mindir(args.mindir, args.model)
+        if args.mode:
+            pipe.processor.set_mode(args.mode)
+        apply_output_args(args, spec, pipe)
     else:
-        from ms_ocr.models.loading import staged_weights
-        one_request = args.one_prompt or len(images) == 1
         # one request: the vision weights are released before the text weights load (lower peak memory)
-        with staged_weights() if one_request and os.environ.get("MS_OCR_STAGED", "1") != "0" else \
-                contextlib.nullcontext():
-            pipe = spec.load(model_dir, target, args.dtype, quantize=args.quantize,
-                             kv_cache_dtype=args.kv_cache_dtype)
-    if args.mode:
-        pipe.processor.set_mode(args.mode)
-    apply_output_args(args, spec, pipe)
+        one_request = args.one_prompt or len(images) == 1
+        target, pipe = load_pipeline(args, spec, model_dir,
+                                     staged=one_request and os.environ.get("MS_OCR_STAGED", "1") != "0")
     sampling = sampling_config(args, spec, pipe)
     from ms_ocr.batch.names import display, to_json
     groups = [images] if args.one_prompt else [[item] for item in images]

@@ -14,7 +14,7 @@ os.environ.setdefault("GLOG_v", "3")
 from ms_ocr import models  # noqa: E402
 from ms_ocr.proc import peak_rss_gb  # noqa: E402
 from ms_ocr.cli import (CliError, Parser, add_device_args, add_mode_arg, add_output_args,  # noqa: E402
-                        add_sampling_args, apply_output_args, cli_main, model_spec, print_notes, resolve_prompt,
+                        add_sampling_args, cli_main, load_pipeline, model_spec, print_notes, resolve_prompt,
                         sampling_config)
 
 
@@ -183,13 +183,7 @@ def _run_job(args, spec, model_dir, items, job_prompt, job_task, world, rank, st
     todo = [item for item in items if not store.is_done(item)]
     skipped = len(items) - len(todo)
 
-    from ms_ocr.device import setup
-    target = setup(args.device, args.threads)
-    pipe = spec.load(model_dir, target, args.dtype, quantize=args.quantize,
-                     kv_cache_dtype=args.kv_cache_dtype)
-    if args.mode:
-        pipe.processor.set_mode(args.mode)
-    apply_output_args(args, spec, pipe)
+    _, pipe = load_pipeline(args, spec, model_dir)
     sampling = sampling_config(args, spec, pipe)
     from ms_ocr import line_reader
     from ms_ocr.engine import BatchEngine, Request

@@ -93,12 +93,7 @@ def resize_bicubic_uint8(img, out_h, out_w):
     """HxWxC uint8 -> out_h x out_w x C uint8, equal to torch F.interpolate(uint8, "bicubic", antialias=False) on
     the CPU (its fixed-point kernel: horizontal pass rounded to uint8, then the vertical pass), which is what
     torchvision's resize of a uint8 tensor runs."""
-    img = np.asarray(img, np.uint8)
-    if img.shape[1] != out_w:
-        img = _uint8_pass(img, out_w, 1)
-    if img.shape[0] != out_h:
-        img = _uint8_pass(img, out_h, 0)
-    return img
+    return _separable(np.asarray(img, np.uint8), out_h, out_w, _uint8_pass)
 
 
 def _fma(a, b, c):
@@ -145,9 +140,13 @@ def resize_bicubic_float(img, out_h, out_w):
     """HxWxC -> out_h x out_w x C float32 as torch F.interpolate(float, "bicubic", antialias=False) on the CPU
     computes it: four taps per output with edge reads clamped, along the width, then the height, in float32 with
     the multiply-adds the kernel's build fuses (torch 2.13's CPU wheel; equal bit for bit on the sizes tested)."""
-    x = np.asarray(img, np.float32)
+    return _separable(np.asarray(img, np.float32), out_h, out_w, _float_pass)
+
+
+def _separable(x, out_h, out_w, one_pass):
+    """A separable resize: `one_pass` along the width, then the height (each only where the size changes)."""
     if x.shape[1] != out_w:
-        x = _float_pass(x, out_w, 1)
+        x = one_pass(x, out_w, 1)
     if x.shape[0] != out_h:
-        x = _float_pass(x, out_h, 0)
+        x = one_pass(x, out_h, 0)
     return x

@@ -17,7 +17,7 @@ import uvicorn  # noqa: E402
 
 from ms_ocr import models  # noqa: E402
 from ms_ocr.cli import (MAX_BATCH, CliError, Parser, add_device_args, add_mode_arg, add_output_args,  # noqa: E402
-                        apply_output_args, cli_main, model_spec)
+                        cli_main, load_pipeline, model_spec)
 
 DEFAULT_MAX_MODEL_LEN = 12288  # room for PaddleX's default 8,192 completion tokens after a large page
 API_KEY_ENV = "MS_OCR_API_KEY"  # the --api-key default (as vLLM's VLLM_API_KEY)
@@ -163,13 +163,7 @@ def run(argv):
     from ms_ocr.weights import locate
     model_dir = locate(args.model, args.model_path)
     spec = spec.for_checkpoint(model_dir)  # the checkpoint version's tasks and decoding defaults
-    from ms_ocr.device import setup
-    target = setup(args.device, args.threads)
-    pipe = spec.load(model_dir, target, args.dtype, quantize=args.quantize,
-                     kv_cache_dtype=args.kv_cache_dtype)
-    if args.mode:
-        pipe.processor.set_mode(args.mode)
-    apply_output_args(args, spec, pipe)
+    _, pipe = load_pipeline(args, spec, model_dir)
     t0 = time.perf_counter()
     state, app, worker = build_server(args, pipe, spec)
     print(f"ms_ocr serving {state.model_name} on http://{args.host}:{args.port}/v1, its page at "

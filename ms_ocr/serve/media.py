@@ -11,6 +11,7 @@ or get a 503 past a deadline)."""
 
 import base64
 import binascii
+import contextlib
 import io
 import os
 import threading
@@ -116,16 +117,8 @@ def image_size(data, limits):
     fail after a long decode (a 64,000,000x1 PNG) fails at once."""
     if not data:
         raise _bad("image is empty (0 bytes)")
-    try:
-        with Image.open(io.BytesIO(data)) as img:
-            width, height = img.size
-    except UnidentifiedImageError:
-        raise _bad("image is not readable (unknown format or invalid header)") from None
-    except Image.DecompressionBombError:
-        raise _bad(f"image exceeds the server's limit of {limits.max_pixels} pixels") from None
-    except (OSError, SyntaxError, ValueError, EOFError) as e:
-        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise _bad(f"image is truncated or corrupt ({detail})") from None
+    with _readable(limits), Image.open(io.BytesIO(data)) as img:
+        width, height = img.size
     if width * height > limits.max_pixels:
         raise _bad(f"image of {width}x{height} pixels exceeds the server's limit of {limits.max_pixels} pixels "
                    "(--max-image-pixels)")
@@ -140,13 +133,17 @@ def image_size(data, limits):
 def decode_image(data, limits):
     """Encoded bytes -> RGB PIL image (first frame, EXIF orientation applied, as infer loads files)."""
     image_size(data, limits)
+    with _readable(limits), Image.open(io.BytesIO(data)) as img:
+        img.seek(0)
+        img.load()
+        return to_rgb(ImageOps.exif_transpose(img))
+
+
+@contextlib.contextmanager
+def _readable(limits):
+    """PIL's failures to open or decode an image, as the 400 a client can act on."""
     try:
-        with Image.open(io.BytesIO(data)) as img:
-            img.seek(0)
-            img.load()
-            return to_rgb(ImageOps.exif_transpose(img))
-    except ApiError:
-        raise
+        yield
     except UnidentifiedImageError:
         raise _bad("image is not readable (unknown format or invalid header)") from None
     except Image.DecompressionBombError:
