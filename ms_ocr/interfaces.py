@@ -15,6 +15,7 @@ class VLMModel(Protocol):
     cfg: object  # the model's config (config.py): `text` is the decoder's
     tied: bool  # the head is the embedding table
     num_kv_heads: int
+    attention_window: object  # None, or the decoder's reference sliding window W (runtime/window.py)
     kernels: object  # ops.Kernels, bound by the loader
 
     def text_layers(self) -> list:

@@ -6,6 +6,12 @@ import re
 # DeepSeek MoE checkpoints store each expert's projections apart: stacked into one [E, ...] Parameter per layer
 EXPERT_STACKS = [(r"^(model\.layers\.\d+\.mlp\.experts)\.(?P<index>\d+)\.(gate_proj|up_proj|down_proj)\.weight$",
                   r"\1.\3")]
+# DeepEncoder-v1 checkpoints (DeepSeek-OCR v1, Unlimited-OCR; transformers' save_pretrained writes the same names):
+# vision parts under `vision.`, per-expert tensors stacked; CLIP's own patch conv (unused: SAM features are its
+# patch embeddings) and buffers dropped
+DEEPENCODER_V1_RENAMES = [(r"^model\.(sam_model|vision_model|projector|image_newline|view_seperator)", r"vision.\1")]
+DEEPENCODER_V1_DROPS = [r"^model\.vision_model\.embeddings\.patch_embedding\.",
+                        r"^model\.vision_model\.embeddings\.position_ids$"]
 
 
 class RenameTable:
@@ -36,3 +42,9 @@ class RenameTable:
             if match:
                 return pattern.sub(repl, name), int(match.group("index"))
         return name
+
+
+def deepencoder_v1_table(tied):
+    """The DeepEncoder-v1 table; a tied head (`tied`) drops a stored lm_head."""
+    drops = DEEPENCODER_V1_DROPS + ([r"^lm_head\.weight$"] if tied else [])
+    return RenameTable(DEEPENCODER_V1_RENAMES, drops, stacks=EXPERT_STACKS)

@@ -152,6 +152,8 @@ def export_pipeline(pipe, out_dir, slots, batch=1):
 
 def _export_pipeline(pipe, out_dir, slots, batch):
     rt, model = pipe.runtime, pipe.runtime.model
+    if model.attention_window is not None:  # its exported text graph would attend to every slot
+        raise ExportError("a model with sliding-window attention (Unlimited-OCR) cannot be exported to MindIR yet")
     if slots > rt.max_positions:
         raise ExportError(f"--slots {slots} exceeds the model's max_position_embeddings ({rt.max_positions})")
     kind = _vision_kind(pipe)

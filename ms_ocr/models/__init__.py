@@ -12,6 +12,7 @@ REGISTRY = (
     "hunyuan_vl",
     "deepseek_ocr",
     "deepseek_ocr2",
+    "unlimited_ocr",
 )
 
 

@@ -77,8 +77,11 @@ def cache_write_index(cache_pos, num_kv_heads, slots):
 
 
 def causal_cache_mask(kn, cache_pos, slot_ids):
-    """Visible [B, 1, S, T]: slot t (slot_ids = arange(T)) is visible to the token at cache position p iff t <= p."""
-    visible = slot_ids.astype(ms.int32)[None, None, :] <= cache_pos.astype(ms.int32)[:, :, None]
+    """Visible [B, 1, S, T]: slot t is visible to the token at cache position p iff slot_ids[t] <= p. slot_ids:
+    arange(T) [T], or per sequence [B, T] (a windowed decoder's slot positions: nn/decoder.py)."""
+    keys = slot_ids.astype(ms.int32)
+    keys = keys[:, None, :] if keys.ndim == 2 else keys[None, None, :]
+    visible = keys <= cache_pos.astype(ms.int32)[:, :, None]
     return K.attention_mask(kn, visible[:, None])
 
 

@@ -3,6 +3,13 @@
 Models pick the rope (MultiAxisRotary variant) and whether layers carry q/k norms; prefill runs layer by
 layer through ms_ocr/steps.py. A decode step (ms_ocr/runtime/decode.py) runs `construct` over caches its graph
 writes, or `read_only_step` over caches the host writes (ms_ocr/runtime/kvcache.py).
+
+A decoder with a reference sliding window (`window` W: Unlimited-OCR) attends, in decode, to every prompt token and
+to the last W tokens (itself included). Its caches hold the prompt and a ring of W slots (runtime/window.py), so a
+slot is no position: such a decoder takes slot_ids [B, T] holding each slot's token position (a large number where
+the window hides it, or nothing is stored) and masks by the query's own position (pos[0]: 1-D positions) instead of
+by its cache slot; cache_pos is then only where its k/v are written. The prompt itself attends plainly causally (all
+its keys lie in the prompt), so prefill is unchanged.
 """
 
 from mindspore import nn, ops
@@ -13,12 +20,14 @@ from ms_ocr.nn.layers import Embedding, RMSNorm
 
 
 class CausalDecoder(nn.Cell):
-    def __init__(self, cfg, rotary, qk_norm=False, ffn=None):
+    def __init__(self, cfg, rotary, qk_norm=False, ffn=None, window=None):
         """cfg: vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
         num_key_value_heads, head_dim, rms_norm_eps, hidden_act. ffn(layer_index) may return a feed-forward
-        Cell (e.g. MoE) for a layer; None keeps the dense gated MLP."""
+        Cell (e.g. MoE) for a layer; None keeps the dense gated MLP. window: None (full causal attention) or the
+        reference sliding window W (see the module's docstring)."""
         super().__init__()
         self.cfg = cfg
+        self.window = window
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
         self.rotary = rotary
         self.layers = nn.CellList([
@@ -58,10 +67,15 @@ class CausalDecoder(nn.Cell):
         """Rope tables and the mask of a read-only step: the token's own slot is not yet written, so only
         the slots before it are visible (its own k/v come in beside the cache)."""
         cos, sin = self.rotary(pos)
-        return cos, sin, causal_cache_mask(self.kernels, cache_pos - 1, slot_ids)
+        return cos, sin, causal_cache_mask(self.kernels, self.mask_pos(pos, cache_pos) - 1, slot_ids)
+
+    def mask_pos(self, pos, cache_pos):
+        """What a slot's entry in slot_ids is compared with: the cache position, or with a window the query's own
+        position (slot_ids then holds token positions)."""
+        return cache_pos if self.window is None else pos[0]
 
     def step_inputs(self, pos, cache_pos, slot_ids):
         """What every layer of a cached step takes besides x: rope tables, cache write rows, visibility mask."""
         cos, sin = self.rotary(pos)
-        write_idx = cache_write_index(cache_pos, self.num_kv_heads, slot_ids.shape[0])
-        return cos, sin, write_idx, causal_cache_mask(self.kernels, cache_pos, slot_ids)
+        write_idx = cache_write_index(cache_pos, self.num_kv_heads, slot_ids.shape[-1])
+        return cos, sin, write_idx, causal_cache_mask(self.kernels, self.mask_pos(pos, cache_pos), slot_ids)

@@ -12,13 +12,14 @@ from ms_ocr.nn.vlm import ViewsModel
 
 
 def moe_decoder(t):
-    """The DeepSeek MoE decoder (MHA, dense first layers, routed + shared experts) shared by v1 and v2."""
+    """The DeepSeek MoE decoder (MHA, dense first layers, routed + shared experts) shared by v1, v2 and
+    Unlimited-OCR (whose config gives it a reference sliding window: t.sliding_window)."""
     def ffn(i):
         if t.mlp_layer_types[i] != "sparse":
             return None
         return MoE(t.hidden_size, t.moe_intermediate_size, t.n_routed_experts, t.num_experts_per_tok,
                    t.n_shared_experts, t.routed_scaling_factor, t.hidden_act)
-    return CausalDecoder(t, MultiAxisRotary(t.head_dim, t.rope_theta), ffn=ffn)
+    return CausalDecoder(t, MultiAxisRotary(t.head_dim, t.rope_theta), ffn=ffn, window=t.sliding_window)
 
 
 # Tiles per vision call: on CPU each compiled graph keeps a static activation pool sized for its batch, so
@@ -79,6 +80,7 @@ class DeepEncoderModel(ViewsModel):
         super().__init__(cfg)
         self.vision = vision
         self.model = moe_decoder(cfg.text)
+        self.attention_window = cfg.text.sliding_window
 
     def encode_views(self, encoder, vision_inputs):
         out = [self.assemble(item, run_views(encoder, self.vision, self.post_step, self.steps_name, item.embed))

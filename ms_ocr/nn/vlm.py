@@ -20,6 +20,9 @@ class VLMCell(nn.Cell):
         if not self.tied:
             self.lm_head = Linear(cfg.text.hidden_size, cfg.text.vocab_size, bias=False)
         self.num_kv_heads = cfg.text.num_key_value_heads
+        # None: full causal attention; W: the decoder's reference sliding window (nn/decoder.py), whose caches the
+        # runtime lays out as prompt + a ring of W slots (runtime/window.py)
+        self.attention_window = None
         # set by the loader when the text weights stay bf16 on the CPU (bf16_weight_names): embeddings are
         # gathered in bf16 and widened
         self.widen_embeddings = False

@@ -20,6 +20,7 @@ from ms_ocr.runtime.kvcache import GraphKVCache, HostKVCache
 from ms_ocr.runtime.moe import HostMoE
 from ms_ocr.runtime.tensors import host_tensor
 from ms_ocr.runtime.vision import VisionEncoder
+from ms_ocr.runtime.window import WindowSlots
 from ms_ocr.steps import (AllLogitsStep, DecoderAttentionPrefillStep, DecoderPrefillLayerStep,
                           DecoderQKNormPrefillLayerStep, DequantStep, LastLogitsStep, PrefillPrepStep)
 
@@ -53,6 +54,8 @@ class VLMRuntime(Runtime):
         self.cache = self.caches[not self.host_writes]
         self.decode_steps = {in_graph: DecodeStep(model, in_graph) for in_graph in (False, True)}
         self.tspec = model.text_layers()[0].spec
+        # a decoder with a reference sliding window: prompt + a ring of W slots per sequence (runtime/window.py)
+        self.window = None if model.attention_window is None else WindowSlots(model.attention_window)
         self.moe = HostMoE(model, plan, self.compiler, self.cache, self.tspec)
         self.prefill_prep_step = PrefillPrepStep(model)
         self.set_prefill_attention_block(PREFILL_ATTENTION_CHUNK)
@@ -94,7 +97,8 @@ class VLMRuntime(Runtime):
             raise RequestTooLong(f"prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
                                  f"the model's max_position_embeddings ({self.max_positions})")
         padded = bucket(prompt_len, self.buckets.prefill)
-        return bucket(max(need, padded), self.buckets.slots)
+        held = need if self.window is None else self.window.held(prompt_len, max_new_tokens)
+        return bucket(max(held, padded), self.buckets.slots)
 
     def cache_bytes(self, batch, slots):
         """What caches for `batch` sequences of `slots` positions would take."""
@@ -106,11 +110,15 @@ class VLMRuntime(Runtime):
         self.cache = self.caches[not (self.host_writes if host_writes is None else host_writes)]
         self.moe.cache = self.cache
         self.cache.reset(batch, slots)
+        if self.window is not None:
+            self.window.reset()
 
     def move_cache_row(self, src, dst):
         """Copy sequence row `src` of the host-written caches to row `dst` (the batch engine keeps its running
         sequences in the first rows, so a step can decode just those)."""
         self.cache.move_row(src, dst)
+        if self.window is not None:
+            self.window.move(src, dst)
 
     # ---- prefill / decode ---------------------------------------------------------------------
     def _prefill_args(self, preps, feats, padded_len):
@@ -204,6 +212,8 @@ class VLMRuntime(Runtime):
         lengths = [p.input_ids.shape[0] for p in preps]
         if bucket(max(lengths), self.buckets.prefill) > slots:
             raise RequestTooLong(f"prompt of {max(lengths)} tokens does not fit a cache of {slots} positions")
+        if self.window is not None:
+            self.window.start(cache_rows, lengths)
         order = sorted(range(len(preps)), key=lambda i: -lengths[i])
         out, start = [], 0
         for size in chunk_sizes(len(preps)):
@@ -234,14 +244,19 @@ class VLMRuntime(Runtime):
     def decode_batch(self, tokens, cache_pos, rope_delta, num_axes):
         """One token for each of the first B sequence rows of the cache (idle rows pass any token at any
         position of their own rows): tokens, cache_pos, rope_delta [B] -> logits [B, V]. B below the cache's
-        batch (host-written caches only) reads just those rows."""
+        batch (host-written caches only) reads just those rows. cache_pos: the tokens' positions; with a sliding
+        window (runtime/window.py) the slots they are written to differ, and the step gets each slot's position."""
         rows = len(tokens)
         cache_pos = np.asarray(cache_pos, np.int32)
         pos = np.broadcast_to((cache_pos + np.asarray(rope_delta, np.int32))[None, :, None], (num_axes, rows, 1))
+        if self.window is None:
+            write, slot_ids = cache_pos, np.arange(self.cache.slots, dtype=np.int32)
+        else:
+            write, slot_ids = self.window.step(cache_pos, self.cache.slots)
         args = (Tensor(np.asarray(tokens, np.int32)[:, None]), Tensor(np.ascontiguousarray(pos)),
-                Tensor(cache_pos[:, None]), Tensor(np.arange(self.cache.slots, dtype=np.int32)))
+                Tensor(write[:, None]), Tensor(slot_ids))
         if self.moe.serves_decode(rows):
-            return self.moe.decode(cache_pos, *args)
+            return self.moe.decode(write, *args)
         step = self.decode_steps[self.cache.in_graph]
         outputs = self.compiler.call("decode", step, *args, *self.cache.step_caches(rows))
-        return self.cache.store_step(outputs, rows, cache_pos)
+        return self.cache.store_step(outputs, rows, write)

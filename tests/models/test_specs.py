@@ -23,15 +23,15 @@ _FIELDS = dict(name="toy-ocr", package="toy_ocr", title="a toy", hub_id="x/toy",
 def test_registry_lists_each_package_once_under_its_names():
     specs = models.specs()
     assert [s.package for s in specs] == list(models.REGISTRY) == ["paddleocr_vl", "hunyuan_vl", "deepseek_ocr",
-                                                                    "deepseek_ocr2"]
-    assert models.names() == ["paddleocr-vl", "hunyuan-ocr", "deepseek-ocr", "deepseek-ocr2"]
+                                                                    "deepseek_ocr2", "unlimited_ocr"]
+    assert models.names() == ["paddleocr-vl", "hunyuan-ocr", "deepseek-ocr", "deepseek-ocr2", "unlimited-ocr"]
     assert models.get("HunyuanOCR").package == "hunyuan_vl"  # case-insensitive alias
     assert models.get("deepseek-ocr-2") is models.get("deepseek_ocr2") is specs[3]
     assert models.canonical("paddleocr-vl") == "paddleocr_vl"
     with pytest.raises(ValueError, match="unknown model 'ocr-9'; choose one of: paddleocr-vl, hunyuan-ocr"):
         models.get("ocr-9")
     all_names = [n for s in specs for n in s.names]
-    assert len(all_names) == len(set(all_names)) == 10
+    assert len(all_names) == len(set(all_names)) == 12
 
 
 @pytest.mark.parametrize("spec", models.specs(), ids=lambda s: s.name)
@@ -50,7 +50,8 @@ def test_deepseek_modes_are_the_processor_table():
     from ms_ocr.models.deepseek_ocr.processor import MODES
     spec = models.get("deepseek-ocr")
     assert spec.modes == tuple(MODES) and spec.default_mode == "gundam"
-    assert [s.name for s in models.specs() if s.modes] == ["deepseek-ocr"]
+    assert [s.name for s in models.specs() if s.modes] == ["deepseek-ocr", "unlimited-ocr"]
+    assert models.get("unlimited-ocr").modes == tuple(MODES)
 
 
 def test_reading_the_registry_imports_no_framework():
@@ -114,7 +115,7 @@ def test_every_command_line_derives_names_tasks_and_modes_from_the_specs(monkeyp
             assert "toy-ocr resolution mode (default fine)" in _option(p, "--mode").help
     task_help = _option(_parsers()["infer"](), "--task").help
     assert "toy-ocr: ocr, boxes" in task_help and "hunyuan-ocr: ocr, spotting, parse" in task_help
-    with pytest.raises(ValueError, match="--mode applies to deepseek-ocr, toy-ocr, not paddleocr-vl"):
+    with pytest.raises(ValueError, match="--mode applies to deepseek-ocr, unlimited-ocr, toy-ocr, not paddleocr-vl"):
         models.check_mode(models.get("paddleocr-vl"), "fine")
     with pytest.raises(ValueError, match="--mode tiny is not a mode of toy-ocr; choose one of: fine, coarse"):
         models.check_mode(toy, "tiny")
@@ -137,13 +138,13 @@ def test_model_folders_never_import_each_other():
                             and parts[2] != package:
                         found.append(f"{package}/{fn}: {name}")
     assert found == []
-    assert len(packages) == 4  # the four VLMs (the layout models live in ms_ocr/layout/)
+    assert len(packages) == 5  # the five VLMs (the layout models live in ms_ocr/layout/)
 
 
 def test_the_loader_checks_the_mode_as_the_command_lines_do(tmp_path):
     """spec.host_side / load refuse a mode the model does not have with check_mode's message, before any file is
     read (the MindIR loader passes the export's recorded mode)."""
-    with pytest.raises(ValueError, match="--mode applies to deepseek-ocr, not paddleocr-vl"):
+    with pytest.raises(ValueError, match="--mode applies to deepseek-ocr, unlimited-ocr, not paddleocr-vl"):
         models.get("paddleocr-vl").host_side(str(tmp_path / "absent"), "tiny")
     with pytest.raises(ValueError, match="--mode huge is not a mode of deepseek-ocr"):
         models.get("deepseek-ocr").host_side(str(tmp_path / "absent"), "huge")

@@ -9,11 +9,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from ms_ocr.config_utils import CheckpointError, pick, require_model_type
-from ms_ocr.processing.deepseek import rope_theta, text_from
+from ms_ocr.processing.deepseek import UNLIMITED_TYPES, rope_theta, sam_from, text_from
 
-SAM_DEFAULTS = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, image_size=1024, patch_size=16,
-                    window_size=14, global_attn_indexes=[2, 5, 8, 11], output_channels=256, mlp_dim=None,
-                    mlp_ratio=4.0, layer_norm_eps=1e-6, downsample_channels=[512, 896])
 ENCODER_DEFAULTS = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                         num_key_value_heads=2, rms_norm_eps=1e-6, hidden_act="silu", rope_theta=1000000.0)
 
@@ -30,6 +27,8 @@ class DeepseekOCR2Config:
 
     @classmethod
     def from_dict(cls, raw):
+        if raw.get("model_type") in UNLIMITED_TYPES:
+            raise CheckpointError("an Unlimited-OCR checkpoint, not DeepSeek-OCR-2: use --model unlimited-ocr")
         require_model_type(raw, ("deepseek_ocr2", "deepseek_vl_v2"), "deepseek-ocr2")
         vision = raw.get("vision_config") or {}
         if "language_config" in raw:  # deepseek-ai remote-code layout
@@ -57,12 +56,7 @@ class DeepseekOCR2Config:
             enc_raw = dict(vision.get("encoder_config") or {})
             enc_raw["rope_theta"] = rope_theta(enc_raw, ENCODER_DEFAULTS["rope_theta"])
             image_token_id = raw.get("image_token_id", 128815)
-        sam = pick(sam_raw, list(SAM_DEFAULTS), SAM_DEFAULTS, "sam config")
-        mlp_dim = sam["mlp_dim"] or int(sam["hidden_size"] * sam["mlp_ratio"])
-        sam = dict(dim=sam["hidden_size"], depth=sam["num_hidden_layers"], heads=sam["num_attention_heads"],
-                   mlp_dim=mlp_dim, patch=sam["patch_size"], image_size=sam["image_size"], window=sam["window_size"],
-                   global_layers=tuple(sam["global_attn_indexes"]), out_channels=sam["output_channels"],
-                   downsample=tuple(sam["downsample_channels"]), eps=sam["layer_norm_eps"])
+        sam = sam_from(sam_raw, [512, 896])
         encoder = SimpleNamespace(**pick(enc_raw, list(ENCODER_DEFAULTS), ENCODER_DEFAULTS, "encoder config"))
         if sam["downsample"][1] != encoder.hidden_size:
             raise CheckpointError(f"SAM output channels {sam['downsample'][1]} != encoder width {encoder.hidden_size}")
