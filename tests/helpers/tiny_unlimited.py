@@ -96,10 +96,15 @@ def reference_inputs(prep):
 
 
 def reference_generate(model, inputs, new_tokens):
-    """Greedy tokens and every step's logits [N, V] of transformers' generate, run to `new_tokens` (no eos stop)."""
+    """Greedy tokens and every step's logits [N, V] of transformers' generate, run to `new_tokens` with no eos (not
+    min_new_tokens: that would mask the eos logit, which ours, run with ignore_eos, keeps)."""
+    import copy
+
     import torch
+    config = copy.deepcopy(model.generation_config)
+    config.eos_token_id = TEXT["vocab_size"]  # no token: generate never stops early
     with torch.no_grad():
-        out = model.generate(**inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+        out = model.generate(**inputs, generation_config=config, max_new_tokens=new_tokens, do_sample=False,
                              output_logits=True, return_dict_in_generate=True)
     n = inputs["input_ids"].shape[1]
     return out.sequences[0, n:].tolist(), torch.stack(out.logits, 1)[0].float().numpy()
