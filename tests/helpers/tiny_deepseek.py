@@ -44,6 +44,23 @@ def view_inputs(sam, local, glob):
     return views
 
 
+def deepseek_ai_config():
+    """The remote-code layout deepseek-ai/DeepSeek-OCR-2 ships (language_config / vision_config.width /
+    projector_config), written by hand for the tiny model."""
+    text = {k: v for k, v in TEXT.items() if k not in ("mlp_layer_types", "rope_parameters")}
+    return {"architectures": ["DeepseekOCR2ForCausalLM"], "model_type": "deepseek_vl_v2",
+            "language_config": {**text, "first_k_dense_replace": 1, "topk_method": "greedy", "use_mla": False,
+                                "rope_theta": 10000.0, "kv_lora_rank": None, "q_lora_rank": None},
+            "projector_config": {"input_dim": ENCODER["hidden_size"], "n_embed": TEXT["hidden_size"],
+                                 "projector_type": "linear"},
+            "vision_config": {"image_size": 1024, "width": {
+                "sam_vit_b": {"width": SAM["hidden_size"], "layers": SAM["num_hidden_layers"],
+                              "heads": SAM["num_attention_heads"], "global_attn_indexes": SAM["global_attn_indexes"],
+                              "downsample_channels": SAM["downsample_channels"]},
+                "qwen2-0-5b": {"dim": ENCODER["hidden_size"]}}},
+            "image_token_id": 362}
+
+
 def make_tiny_checkpoint(out_dir, dtype="float32", seed=0):
     """save_pretrained folder of a tiny DeepSeek-OCR-2 (hub weight names) with a byte-level BPE tokenizer."""
     import json

@@ -40,6 +40,10 @@ class ModelMatrix:
     # (tower, image features), prompt(cfg, grids) -> ids with image placeholders, decode_variants (prefill
     # attention block, host-written cache)
     components: dict = None
+    # variants of the model's published layouts that a neighbouring model's checkpoint could be taken for (or that
+    # could be taken for one): id -> dict(layout, config = a change of config.json (dict -> dict) or None, model =
+    # the --model it is run with, refused = what the one-line refusal names); the right model's own run is a variant
+    neighbours: dict = field(default_factory=dict)
 
 
 def transformers_reference(load):
@@ -286,4 +290,101 @@ DEEPSEEK_V1 = ModelMatrix(
                                    prompt="plain"),
     })
 
-MATRICES = {m.cli: m for m in (PADDLE, HUNYUAN, DEEPSEEK_V2, DEEPSEEK_V1)}
+def _unnamed(config):
+    """A DeepEncoder-v1 config with nothing naming its model (DeepSeek-OCR's model_type, no architectures, no
+    auto_map), its sliding window kept: it could be either model."""
+    out = {k: v for k, v in config.items() if k not in ("architectures", "auto_map")}
+    return dict(out, model_type="deepseek_vl_v2")
+
+
+def _with_window(config):
+    """DeepSeek-OCR v1's hub config with Unlimited-OCR's top-level window added."""
+    return dict(config, sliding_window=128)
+
+
+def _deepseek_ai(config):
+    """DeepSeek-OCR-2's remote-code config (deepseek-ai/DeepSeek-OCR-2: deepseek_vl_v2, qwen2 query encoder)."""
+    from tests.helpers.tiny_deepseek import deepseek_ai_config
+    return deepseek_ai_config()
+
+
+BOTH = ("cannot tell deepseek-ocr from unlimited-ocr",)
+DEEPSEEK_V1.neighbours.update({
+    "hub_as_unlimited_ocr": dict(layout="hub", config=None, model="unlimited-ocr", refused=("--model deepseek-ocr",)),
+    "hub_as_deepseek_ocr2": dict(layout="hub", config=None, model="deepseek-ocr2", refused=("--model deepseek-ocr",)),
+    "hub_with_a_window": dict(layout="hub", config=_with_window, model="deepseek-ocr", refused=BOTH),
+})
+DEEPSEEK_V2.neighbours.update({
+    "as_deepseek_ocr": dict(layout="transformers", config=None, model="deepseek-ocr",
+                            refused=("not a deepseek-ocr checkpoint",)),
+    "as_unlimited_ocr": dict(layout="transformers", config=None, model="unlimited-ocr",
+                             refused=("neither deepseek-ocr nor unlimited-ocr",)),
+    "deepseek_ai_as_deepseek_ocr": dict(layout="transformers", config=_deepseek_ai, model="deepseek-ocr",
+                                        refused=("not a DeepSeek-OCR checkpoint",)),
+    "deepseek_ai_as_unlimited_ocr": dict(layout="transformers", config=_deepseek_ai, model="unlimited-ocr",
+                                         refused=("neither deepseek-ocr nor unlimited-ocr",)),
+})
+
+
+def _unlimited_build(folder, layout):
+    from tests.helpers.tiny_unlimited import make_checkpoint
+    return make_checkpoint(folder, layout)
+
+
+def _unlimited_reference(folder, paths, prompt, max_new_tokens):
+    """transformers' model on the folder's weights (a hub-layout folder: read through a copy with the tiny
+    transformers config, which transformers cannot derive from the hub's remote-code file), fed our processor's
+    pixel tensors (its own image processor needs torchvision); greedy, stopping on generation_config.json's eos."""
+    import shutil
+    import tempfile
+
+    import torch
+    from PIL import Image
+    from transformers import UnlimitedOcrForConditionalGeneration
+
+    from ms_ocr import models
+    from tests.helpers import tiny_unlimited as tu
+    processor = models.get("unlimited-ocr").host_side(folder)["processor"]
+    with tempfile.TemporaryDirectory() as tmp:
+        if read_json(folder, "config.json").get("model_type") == "unlimited-ocr":
+            shutil.copytree(folder, tmp, dirs_exist_ok=True)
+            tu.tiny_model().config.save_pretrained(tmp)
+            folder = tmp
+        model = UnlimitedOcrForConditionalGeneration.from_pretrained(folder, dtype=torch.float32,
+                                                                     attn_implementation="eager").eval()
+    tokens, first = [], None
+    for path in paths:
+        inputs = tu.reference_inputs(processor([Image.open(path).convert("RGB")], prompt))
+        with torch.no_grad():
+            out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, output_logits=True,
+                                 return_dict_in_generate=True)
+        tokens.append(out.sequences[0, inputs["input_ids"].shape[1]:].tolist())
+        first = out.logits[0][0].float().numpy() if first is None else first
+    return tokens, first
+
+
+UNLIMITED = ModelMatrix(
+    cli="unlimited-ocr", package="unlimited_ocr", build=_unlimited_build, reference=_unlimited_reference,
+    # tiny processor (SAM at 256 px): global view 256, tiles of 160 beyond 160 px (up to 32 of them)
+    images={"small": (150, 120), "page": (420, 200), "tall": (140, 900)},
+    prompts={"plain": "document parsing.", "special": "<image>Multi page parsing."},
+    cli_args=("--no-repeat-ngram", "0"),
+    variants={
+        # transformers' save_pretrained (text_config.sliding_window 8) and the hub's remote-code config (its
+        # top-level sliding_window 8) over the same weights
+        "save_pretrained": dict(layout="transformers", images=["small", "page"], prompt="plain"),
+        "hub": dict(layout="hub", images=["page"], prompt="special"),
+        "hub_bf16_sharded": dict(layout="hub", weights=("bfloat16", "200KB"), images=["tall"], prompt="plain"),
+    },
+    neighbours={
+        "hub_as_deepseek_ocr": dict(layout="hub", config=None, model="deepseek-ocr",
+                                    refused=("--model unlimited-ocr",)),
+        "hub_as_deepseek_ocr2": dict(layout="hub", config=None, model="deepseek-ocr2",
+                                     refused=("--model unlimited-ocr",)),
+        "save_pretrained_as_deepseek_ocr": dict(layout="transformers", config=None, model="deepseek-ocr",
+                                                refused=("--model unlimited-ocr",)),
+        "hub_unnamed": dict(layout="hub", config=_unnamed, model="unlimited-ocr", refused=BOTH),
+        "hub_unnamed_as_deepseek_ocr": dict(layout="hub", config=_unnamed, model="deepseek-ocr", refused=BOTH),
+    })
+
+MATRICES = {m.cli: m for m in (PADDLE, HUNYUAN, DEEPSEEK_V2, DEEPSEEK_V1, UNLIMITED)}

@@ -53,6 +53,9 @@ def pytest_generate_tests(metafunc):
             metafunc.parametrize("bf16_model,quantize,head", cases, ids=[f"{m}-{q}-{h}" for m, q, h in cases])
         else:
             metafunc.parametrize("bf16_model", [model] if own else [])
+    elif "neighbour" in metafunc.fixturenames:
+        metafunc.parametrize("model,neighbour", [(model, n) for n in MATRICES[model].neighbours],
+                             ids=list(MATRICES[model].neighbours))
     elif "model" in metafunc.fixturenames:
         metafunc.parametrize("model", [model])
 
@@ -119,6 +122,20 @@ def test_variant_matches_reference(model, variant, matrix_checkpoint, matrix_ima
     assert dumped.shape == (len(want[0]), want_logits.shape[-1])
     assert np.array_equal(np.load(os.path.join(got[0]["dump"], "token_ids.npy")), want[0])
     assert np.abs(dumped[0] - want_logits).max() <= 1e-4 * np.abs(want_logits).max()
+
+
+def test_neighbour_layout_is_refused_in_one_line(model, neighbour, tmp_path):
+    """A variant of the model's published layout that a neighbouring model could be taken for (the description's
+    `neighbours`), run with the --model it could be mistaken for: refused in one line naming the right model (or
+    both, where the files cannot tell), never run as the wrong one."""
+    from tests.cli_util import assert_one_line_error
+    spec = MATRICES[model].neighbours[neighbour]
+    folder = MATRICES[model].build(str(tmp_path / "ckpt"), spec["layout"])
+    if spec["config"] is not None:
+        layouts.write_json(folder, "config.json", spec["config"](layouts.read_json(folder, "config.json")))
+    proc = run_module("ms_ocr.infer", "--model", spec["model"], "--model-path", folder, "--image",
+                      os.path.join(ROOT, "examples", "note.png"))
+    assert_one_line_error(proc, *spec["refused"])
 
 
 def test_generation_config_eos_list_stops_both_at_the_same_token(model, matrix_checkpoint, matrix_images,

@@ -9,8 +9,8 @@ import pytest
 from PIL import Image
 
 from tests.cli_util import assert_one_line_error, run_module
-from tests.helpers.tiny_deepseek import (ENCODER, IMAGE_TOKEN_ID, SAM, TEXT, make_tiny_checkpoint, reference_greedy,
-                                         reference_inputs, reference_processor, tiny_config)
+from tests.helpers.tiny_deepseek import (ENCODER, IMAGE_TOKEN_ID, deepseek_ai_config, make_tiny_checkpoint,
+                                         reference_greedy, reference_inputs, reference_processor, tiny_config)
 
 NEW_TOKENS = 10
 # (width, height): no tiles (small, tiny, odd, exactly one tile), 2..6 tile grids of different aspect ratios, a
@@ -77,23 +77,6 @@ def test_cli_prompt_with_extra_placeholder_is_one_line_error(folder, tmp_path):
     proc = run_module("ms_ocr.infer", "--model", "deepseek-ocr2", "--model-path", folder, "--image", str(img_path),
                       "--prompt", "<image>\n<image>\nFree OCR.")
     assert_one_line_error(proc, "2 <image> placeholder(s) for 1 image(s)")
-
-
-def deepseek_ai_config():
-    """The remote-code layout deepseek-ai/DeepSeek-OCR-2 ships (language_config / vision_config.width /
-    projector_config), written by hand for the tiny model."""
-    text = {k: v for k, v in TEXT.items() if k not in ("mlp_layer_types", "rope_parameters")}
-    return {"architectures": ["DeepseekOCR2ForCausalLM"], "model_type": "deepseek_vl_v2",
-            "language_config": {**text, "first_k_dense_replace": 1, "topk_method": "greedy", "use_mla": False,
-                                "rope_theta": 10000.0, "kv_lora_rank": None, "q_lora_rank": None},
-            "projector_config": {"input_dim": ENCODER["hidden_size"], "n_embed": TEXT["hidden_size"],
-                                 "projector_type": "linear"},
-            "vision_config": {"image_size": 1024, "width": {
-                "sam_vit_b": {"width": SAM["hidden_size"], "layers": SAM["num_hidden_layers"],
-                              "heads": SAM["num_attention_heads"], "global_attn_indexes": SAM["global_attn_indexes"],
-                              "downsample_channels": SAM["downsample_channels"]},
-                "qwen2-0-5b": {"dim": ENCODER["hidden_size"]}}},
-            "image_token_id": 362}
 
 
 def test_cli_greedy_tokens_equal_reference(folder, tmp_path):
