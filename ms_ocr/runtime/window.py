@@ -43,7 +43,6 @@ class WindowSlots:
         rows = len(positions)
         write = np.zeros(rows, np.int32)
         table = np.full((rows, slots), HIDDEN, np.int32)
-        ring = np.arange(self.window)
         for b, q in enumerate(np.asarray(positions, np.int64)):
             p = self.prefix.get(b, 0)
             if q < p or p == 0:
@@ -53,6 +52,7 @@ class WindowSlots:
             j = q - p  # the answer's j-th token (0: the first fed back)
             write[b] = p + j % self.window
             table[b, :p] = np.arange(p)
+            ring = np.arange(min(self.window, slots - p))  # a window longer than the cache's answer part: no wrap
             last = j - (j - ring) % self.window  # the latest answer index <= j each ring slot holds
-            table[b, p:p + self.window] = np.where(last >= 0, p + last, HIDDEN)
+            table[b, p:p + ring.shape[0]] = np.where(last >= 0, p + last, HIDDEN)
         return write, table

@@ -24,10 +24,12 @@ TEXT = dict(vocab_size=400, hidden_size=64, intermediate_size=96, num_hidden_lay
             mlp_layer_types=["dense", "sparse", "sparse"])
 
 
-def tiny_model(window=WINDOW, seed=0):
-    """transformers' UnlimitedOcrForConditionalGeneration at the tiny sizes, random weights (eager attention)."""
+def tiny_model(window=WINDOW, seed=0, text=None):
+    """transformers' UnlimitedOcrForConditionalGeneration at the tiny sizes (`text`: decoder sizes changed), random
+    weights (eager attention)."""
     from transformers import UnlimitedOcrConfig, UnlimitedOcrForConditionalGeneration
-    cfg = UnlimitedOcrConfig(image_token_id=IMAGE_TOKEN_ID, text_config=dict(TEXT, sliding_window=window),
+    text = dict(TEXT, **(text or {}), sliding_window=window)
+    cfg = UnlimitedOcrConfig(image_token_id=IMAGE_TOKEN_ID, text_config=text,
                              vision_config=dict(sam_config=SAM, encoder_config=CLIP))
     cfg._attn_implementation = "eager"
     model = UnlimitedOcrForConditionalGeneration(cfg).eval()
@@ -64,13 +66,13 @@ def hub_config(window=WINDOW):
                               "width": {"sam_vit_b": sam, "clip-l-14-224": clip}}}
 
 
-def make_checkpoint(out_dir, layout="transformers", window=WINDOW, seed=0):
+def make_checkpoint(out_dir, layout="transformers", window=WINDOW, seed=0, text=None):
     """The tiny model saved by save_pretrained (its weights under the hub's names), with a byte-level BPE tokenizer;
-    layout "hub": config.json rewritten as the hub ships it. Returns out_dir."""
+    layout "hub": config.json rewritten as the hub ships it (the tiny decoder sizes only). Returns out_dir."""
     from tests.helpers.tiny_bpe import write_bpe_tokenizer
 
     os.makedirs(out_dir, exist_ok=True)
-    model = tiny_model(window, seed)
+    model = tiny_model(window, seed, text)
     model.generation_config.update(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=BOS + 8)
     model.save_pretrained(out_dir)
     write_bpe_tokenizer(os.path.join(out_dir, "tokenizer.json"), BPE_VOCAB, SPECIALS, seed, bos=SPECIALS[0])
