@@ -5,10 +5,19 @@ compiled graph) and the MindIR export's view graphs."""
 from mindspore import nn, ops
 
 from ms_ocr.nn.decoder import CausalDecoder
+from ms_ocr.nn.layers import Linear
 from ms_ocr.nn.moe import MoE
 from ms_ocr.nn.rope import MultiAxisRotary
 from ms_ocr.nn.sam import SamLayerwise
 from ms_ocr.nn.vlm import ViewsModel
+
+
+class Projector(nn.Cell):
+    """The linear projector from the vision width to the text width (hub `model.projector.layers`)."""
+
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.layers = Linear(cin, cout)
 
 
 def moe_decoder(t):

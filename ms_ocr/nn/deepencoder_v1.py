@@ -12,7 +12,7 @@ from mindspore import Tensor, nn, ops
 from ms_ocr import ops as K
 from ms_ocr.nn import LayerNorm, Linear, zeros_param
 from ms_ocr.nn import functional as F
-from ms_ocr.nn.deepencoder import DeepEncoderModel
+from ms_ocr.nn.deepencoder import DeepEncoderModel, Projector
 from ms_ocr.nn.sam import SamEncoder, sam_tables
 from ms_ocr.processing.resample import bicubic_aa_matrix
 
@@ -104,12 +104,6 @@ class ClipEncoder(nn.Cell):
         for layer in self.transformer.layers:
             x = layer(x)
         return x
-
-
-class Projector(nn.Cell):
-    def __init__(self, cin, cout):
-        super().__init__()
-        self.layers = Linear(cin, cout)
 
 
 class DeepEncoderV1(nn.Cell):

@@ -309,20 +309,26 @@ def _deepseek_ai(config):
 
 
 BOTH = ("cannot tell deepseek-ocr from unlimited-ocr",)
+
+
+def _neighbour(layout, model, *refused, config=None):
+    """A neighbour variant: the base `layout`, config.json changed by `config`, run as `model`, refused naming
+    `refused`."""
+    return dict(layout=layout, config=config, model=model, refused=refused)
+
+
+NEITHER = "neither deepseek-ocr nor unlimited-ocr"
 DEEPSEEK_V1.neighbours.update({
-    "hub_as_unlimited_ocr": dict(layout="hub", config=None, model="unlimited-ocr", refused=("--model deepseek-ocr",)),
-    "hub_as_deepseek_ocr2": dict(layout="hub", config=None, model="deepseek-ocr2", refused=("--model deepseek-ocr",)),
-    "hub_with_a_window": dict(layout="hub", config=_with_window, model="deepseek-ocr", refused=BOTH),
+    "hub_as_unlimited_ocr": _neighbour("hub", "unlimited-ocr", "--model deepseek-ocr"),
+    "hub_as_deepseek_ocr2": _neighbour("hub", "deepseek-ocr2", "--model deepseek-ocr"),
+    "hub_with_a_window": _neighbour("hub", "deepseek-ocr", *BOTH, config=_with_window),
 })
 DEEPSEEK_V2.neighbours.update({
-    "as_deepseek_ocr": dict(layout="transformers", config=None, model="deepseek-ocr",
-                            refused=("not a deepseek-ocr checkpoint",)),
-    "as_unlimited_ocr": dict(layout="transformers", config=None, model="unlimited-ocr",
-                             refused=("neither deepseek-ocr nor unlimited-ocr",)),
-    "deepseek_ai_as_deepseek_ocr": dict(layout="transformers", config=_deepseek_ai, model="deepseek-ocr",
-                                        refused=("not a DeepSeek-OCR checkpoint",)),
-    "deepseek_ai_as_unlimited_ocr": dict(layout="transformers", config=_deepseek_ai, model="unlimited-ocr",
-                                         refused=("neither deepseek-ocr nor unlimited-ocr",)),
+    "as_deepseek_ocr": _neighbour("transformers", "deepseek-ocr", "not a deepseek-ocr checkpoint"),
+    "as_unlimited_ocr": _neighbour("transformers", "unlimited-ocr", NEITHER),
+    "deepseek_ai_as_deepseek_ocr": _neighbour("transformers", "deepseek-ocr", "not a DeepSeek-OCR checkpoint",
+                                              config=_deepseek_ai),
+    "deepseek_ai_as_unlimited_ocr": _neighbour("transformers", "unlimited-ocr", NEITHER, config=_deepseek_ai),
 })
 
 
@@ -331,15 +337,14 @@ def _unlimited_build(folder, layout):
     return make_checkpoint(folder, layout)
 
 
-def _unlimited_reference(folder, paths, prompt, max_new_tokens):
+def _unlimited_load(folder, images, prompt):
     """transformers' model on the folder's weights (a hub-layout folder: read through a copy with the tiny
-    transformers config, which transformers cannot derive from the hub's remote-code file), fed our processor's
-    pixel tensors (its own image processor needs torchvision); greedy, stopping on generation_config.json's eos."""
+    transformers config, which transformers cannot derive from the hub's remote-code file) and our processor's
+    pixel tensors as its inputs (its own image processor needs torchvision)."""
     import shutil
     import tempfile
 
     import torch
-    from PIL import Image
     from transformers import UnlimitedOcrForConditionalGeneration
 
     from ms_ocr import models
@@ -352,19 +357,12 @@ def _unlimited_reference(folder, paths, prompt, max_new_tokens):
             folder = tmp
         model = UnlimitedOcrForConditionalGeneration.from_pretrained(folder, dtype=torch.float32,
                                                                      attn_implementation="eager").eval()
-    tokens, first = [], None
-    for path in paths:
-        inputs = tu.reference_inputs(processor([Image.open(path).convert("RGB")], prompt))
-        with torch.no_grad():
-            out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, output_logits=True,
-                                 return_dict_in_generate=True)
-        tokens.append(out.sequences[0, inputs["input_ids"].shape[1]:].tolist())
-        first = out.logits[0][0].float().numpy() if first is None else first
-    return tokens, first
+    return model, tu.reference_inputs(processor(images, prompt))
 
 
 UNLIMITED = ModelMatrix(
-    cli="unlimited-ocr", package="unlimited_ocr", build=_unlimited_build, reference=_unlimited_reference,
+    cli="unlimited-ocr", package="unlimited_ocr", build=_unlimited_build,
+    reference=transformers_reference(_unlimited_load),
     # tiny processor (SAM at 256 px): global view 256, tiles of 160 beyond 160 px (up to 32 of them)
     images={"small": (150, 120), "page": (420, 200), "tall": (140, 900)},
     prompts={"plain": "document parsing.", "special": "<image>Multi page parsing."},
@@ -377,14 +375,11 @@ UNLIMITED = ModelMatrix(
         "hub_bf16_sharded": dict(layout="hub", weights=("bfloat16", "200KB"), images=["tall"], prompt="plain"),
     },
     neighbours={
-        "hub_as_deepseek_ocr": dict(layout="hub", config=None, model="deepseek-ocr",
-                                    refused=("--model unlimited-ocr",)),
-        "hub_as_deepseek_ocr2": dict(layout="hub", config=None, model="deepseek-ocr2",
-                                     refused=("--model unlimited-ocr",)),
-        "save_pretrained_as_deepseek_ocr": dict(layout="transformers", config=None, model="deepseek-ocr",
-                                                refused=("--model unlimited-ocr",)),
-        "hub_unnamed": dict(layout="hub", config=_unnamed, model="unlimited-ocr", refused=BOTH),
-        "hub_unnamed_as_deepseek_ocr": dict(layout="hub", config=_unnamed, model="deepseek-ocr", refused=BOTH),
+        "hub_as_deepseek_ocr": _neighbour("hub", "deepseek-ocr", "--model unlimited-ocr"),
+        "hub_as_deepseek_ocr2": _neighbour("hub", "deepseek-ocr2", "--model unlimited-ocr"),
+        "save_pretrained_as_deepseek_ocr": _neighbour("transformers", "deepseek-ocr", "--model unlimited-ocr"),
+        "hub_unnamed": _neighbour("hub", "unlimited-ocr", *BOTH, config=_unnamed),
+        "hub_unnamed_as_deepseek_ocr": _neighbour("hub", "deepseek-ocr", *BOTH, config=_unnamed),
     })
 
 MATRICES = {m.cli: m for m in (PADDLE, HUNYUAN, DEEPSEEK_V2, DEEPSEEK_V1, UNLIMITED)}

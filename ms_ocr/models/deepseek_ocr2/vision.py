@@ -11,6 +11,7 @@ from ms_ocr.nn import Embedding, Linear, MultiAxisRotary, RMSNorm
 from ms_ocr.nn import functional as F
 from ms_ocr.nn.mlp import GatedMLP
 from ms_ocr.nn.blocks import WeightOrder
+from ms_ocr.nn.deepencoder import Projector
 from ms_ocr.nn.layers import zeros_param
 from ms_ocr.nn.sam import SamEncoder
 
@@ -127,12 +128,6 @@ class EncoderLayerStep(nn.Cell):
     def construct(self, x, cos, sin, mask, inw, qw, qb, kw, kb, vw, vb, ow, postw, gw, uw, dw):
         return encoder_layer(self.kernels, x, cos, sin, mask, (inw, qw, qb, kw, kb, vw, vb, ow, postw, gw, uw, dw),
                              self.heads, self.kv_heads, self.eps, self.act)
-
-
-class Projector(nn.Cell):
-    def __init__(self, cin, cout):
-        super().__init__()
-        self.layers = Linear(cin, cout)
 
 
 class DeepseekOCR2Vision(nn.Cell):
