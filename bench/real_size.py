@@ -179,19 +179,35 @@ def deepseek_ocr_config(image_token_id):
             "image_token_id": image_token_id}
 
 
-def make_deepseek_ocr(out_dir, seed=0, shard_params=400_000_000):
-    """DeepSeek-OCR v1 at its real size with random weights (no transformers class: weights are drawn for
-    ms_ocr's own parameter list and written under the hub's names, per-expert, bf16, sharded with an index)."""
+def unlimited_ocr_config(image_token_id):
+    """baidu/Unlimited-OCR's config.json layout and sizes: DeepSeek-OCR's with its model_type, architectures,
+    auto_map, max_position_embeddings 32768 and the top-level sliding window of 128."""
+    config = deepseek_ocr_config(image_token_id)
+    config["language_config"].update(max_position_embeddings=32768, sliding_window_size=128)
+    return dict(config, model_type="unlimited-ocr", architectures=["UnlimitedOCRForCausalLM"], sliding_window=128,
+                sliding_window_size=128, auto_map={"AutoConfig": "modeling_unlimitedocr.UnlimitedOCRConfig",
+                                                   "AutoModel": "modeling_unlimitedocr.UnlimitedOCRForCausalLM"})
+
+
+def make_unlimited_ocr(out_dir, seed=0):
+    """Unlimited-OCR at its real size with random weights, as make_deepseek_ocr writes v1's (the same names)."""
+    return make_deepseek_ocr(out_dir, seed, model="unlimited-ocr")
+
+
+def make_deepseek_ocr(out_dir, seed=0, shard_params=400_000_000, model="deepseek-ocr"):
+    """DeepSeek-OCR v1 (or `model` unlimited-ocr, the same tensors) at its real size with random weights (no
+    transformers class for v1: weights are drawn for ms_ocr's own parameter list and written under the hub's
+    names, per-expert, bf16, sharded with an index)."""
     import numpy as np
+    from ms_ocr import models
     from ms_ocr.convert.safetensors_io import save_file
-    from ms_ocr.models.deepseek_ocr import SPEC
-    from ms_ocr.models.deepseek_ocr.config import DeepseekOCRConfig
     from bench import deepseek_tokens as T
     from bench.tiny_bpe import write_bpe_tokenizer
 
     os.makedirs(out_dir, exist_ok=True)
-    config = deepseek_ocr_config(T.IMAGE_TOKEN_ID)
-    net = SPEC.build(DeepseekOCRConfig.from_dict(config))
+    config = (deepseek_ocr_config if model == "deepseek-ocr" else unlimited_ocr_config)(T.IMAGE_TOKEN_ID)
+    spec = models.get(model)
+    net = spec.build(spec.resolve("config").from_dict(config))
     rng = np.random.default_rng(seed)
 
     def draw(name, shape):
@@ -302,6 +318,6 @@ def make_pp_doclayout_v4(out_dir, seed=0):
 BUILDERS = {"paddleocr-vl": make_paddleocr_vl, "pp-doclayout-v2": make_pp_doclayout_v2,
             "pp-doclayout-v3": make_pp_doclayout_v3, "pp-doclayout-v4": make_pp_doclayout_v4, "hunyuan-ocr": make_hunyuan_ocr,
             "hunyuan-ocr-1.5": make_hunyuan_ocr_1_5,
-            "deepseek-ocr2": make_deepseek_ocr2, "deepseek-ocr": make_deepseek_ocr,
+            "deepseek-ocr2": make_deepseek_ocr2, "deepseek-ocr": make_deepseek_ocr, "unlimited-ocr": make_unlimited_ocr,
             **{f"pp-doclayout-{v}-scored": (lambda out_dir, v=v: make_pp_doclayout_scored(out_dir, v))
                for v in ("v2", "v3", "v4")}}
