@@ -13,6 +13,31 @@ def _write_json(path, obj):
         json.dump(obj, f, indent=2, ensure_ascii=False)
 
 
+def randomize_(model, seed, vectors=None):
+    """Refill a reference model's weights, in parameter-name order from `seed`: matrices ~ N(0, 0.2) (conv
+    kernels N(0, 0.05)), biases ~ N(0, 0.1), norm weights ~ 1 + N(0, 0.1); `vectors(name)` may give another
+    std for a 1-D parameter (e.g. learned embedding rows). Larger than the init std so logits are O(1..10)
+    and greedy tokens are decisive."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters()):
+            noise = torch.randn(param.shape, generator=gen)
+            std = vectors(name) if vectors and param.ndim == 1 else None
+            if param.ndim == 4:
+                param.copy_(noise * 0.05)
+            elif param.ndim >= 2:
+                param.copy_(noise * 0.2)
+            elif std is not None:
+                param.copy_(noise * std)
+            elif name.endswith("bias"):
+                param.copy_(noise * 0.1)
+            else:
+                param.copy_(1 + noise * 0.1)
+    return model
+
+
 def randomize_with_stats_(module, seed, gain=1.0):
     """Refill every float tensor of a torch module's state dict (batch-norm running statistics included, so
     every term of a frozen norm matters): matrices and kernels ~ N(0, gain / fan_in), running_var 0.5 + |N|,

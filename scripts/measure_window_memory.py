@@ -1,5 +1,5 @@
 """Resident memory and KV-cache size over a long Unlimited-OCR answer (ms_ocr/models/unlimited_ocr/README.md's table):
-a tiny random checkpoint (tests/helpers/tiny_unlimited.py; --decoder large: the real attention shape, 12 layers of
+a tiny random checkpoint (bench/tiny_unlimited.py; --decoder large: the real attention shape, 12 layers of
 10 x 128 heads) decodes --tokens tokens with ignore_eos through the engine; every 500 tokens it prints the process's
 resident memory and the layer-0 cache's shape.
 
@@ -29,8 +29,8 @@ def main():
     from ms_ocr.engine import BatchEngine, Request
     from ms_ocr.generate import SamplingConfig
     from ms_ocr.proc import rss_gb
-    from tests.helpers import tiny_unlimited as tu
-    from tests.helpers.pages import text_page
+    from bench import tiny_unlimited as tu
+    from bench.pages import text_page
 
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
     folder = tu.make_checkpoint(tempfile.mkdtemp(prefix="unlimited_memory_"), window=args.window,

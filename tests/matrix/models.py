@@ -333,7 +333,7 @@ DEEPSEEK_V2.neighbours.update({
 
 
 def _unlimited_build(folder, layout):
-    from tests.helpers.tiny_unlimited import make_checkpoint
+    from bench.tiny_unlimited import make_checkpoint
     return make_checkpoint(folder, layout)
 
 
@@ -348,7 +348,7 @@ def _unlimited_load(folder, images, prompt):
     from transformers import UnlimitedOcrForConditionalGeneration
 
     from ms_ocr import models
-    from tests.helpers import tiny_unlimited as tu
+    from bench import tiny_unlimited as tu
     processor = models.get("unlimited-ocr").host_side(folder)["processor"]
     with tempfile.TemporaryDirectory() as tmp:
         if read_json(folder, "config.json").get("model_type") == "unlimited-ocr":

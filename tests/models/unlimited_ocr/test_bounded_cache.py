@@ -4,8 +4,8 @@ neither the cache nor the process's resident memory grows once the decode graph 
 
 import pytest
 
-from tests.helpers import tiny_unlimited as tu
-from tests.helpers.pages import text_page
+from bench import tiny_unlimited as tu
+from bench.pages import text_page
 
 PROMPT = "document parsing."
 

@@ -9,7 +9,7 @@ import pytest
 
 from ms_ocr.config_utils import CheckpointError
 from ms_ocr.processing.deepseek import deepencoder_v1_model
-from tests.helpers import tiny_unlimited as tu
+from bench import tiny_unlimited as tu
 
 
 def _saved():

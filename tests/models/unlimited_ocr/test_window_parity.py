@@ -3,13 +3,13 @@ window is 8 tokens, so that a 40-token answer crosses it four times: the same gr
 within 1e-4 of max|logit|, in both checkpoint layouts, through the engine (alone and batched with a prompt of another
 length) and through every decode path (native kernels, composed MindSpore ops with the host-routed MoE, caches
 written in the graph, --quantize int8, --dtype bf16). The reference gets our processor's pixel tensors
-(tests/helpers/tiny_unlimited.py: its own image processor needs torchvision)."""
+(bench/tiny_unlimited.py: its own image processor needs torchvision)."""
 
 import numpy as np
 import pytest
 
-from tests.helpers import tiny_unlimited as tu
-from tests.helpers.pages import text_page
+from bench import tiny_unlimited as tu
+from bench.pages import text_page
 
 N = 40
 PROMPT = "document parsing."

@@ -1,15 +1,16 @@
-"""Tiny random Unlimited-OCR models and checkpoints built with transformers 5.25 (test-only), and the reference's
-inputs. transformers' UnlimitedOcrImageProcessor needs torchvision (no CPU build for this torch here), so the
-reference is fed the pixel tensors of our DeepEncoder-v1 processor (checked against the official DeepSeek-OCR code:
-tests/models/deepseek/test_processor_v1.py) in the layout its model takes."""
+"""Tiny random Unlimited-OCR models and checkpoints built with transformers 5.25 (for the tests and
+scripts/measure_window_memory.py), and the reference's inputs. transformers' UnlimitedOcrImageProcessor needs
+torchvision (no CPU build for this torch here), so the reference is fed the pixel tensors of our DeepEncoder-v1
+processor (checked against the official DeepSeek-OCR code: tests/models/deepseek/test_processor_v1.py) in the layout
+its model takes."""
 
 import json
 import os
 
 import numpy as np
 
-from tests.helpers.parity import randomize_
-from tests.helpers.tiny_deepseek import BPE_VOCAB, SPECIALS
+from bench.deepseek_tokens import BPE_VOCAB, SPECIALS
+from bench.real_size import randomize_
 
 WINDOW = 8  # small, so that a short answer crosses it many times
 BOS, EOS, IMAGE_TOKEN_ID = BPE_VOCAB, BPE_VOCAB + 1, BPE_VOCAB + 2  # SPECIALS' first three
@@ -69,7 +70,7 @@ def hub_config(window=WINDOW):
 def make_checkpoint(out_dir, layout="transformers", window=WINDOW, seed=0, text=None):
     """The tiny model saved by save_pretrained (its weights under the hub's names), with a byte-level BPE tokenizer;
     layout "hub": config.json rewritten as the hub ships it (the tiny decoder sizes only). Returns out_dir."""
-    from tests.helpers.tiny_bpe import write_bpe_tokenizer
+    from bench.tiny_bpe import write_bpe_tokenizer
 
     os.makedirs(out_dir, exist_ok=True)
     model = tiny_model(window, seed, text)
