@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bench.references import deepseek_ocr2_reference, hunyuan_reference, paddle_reference
+from tests.matrix.layouts import read_json
 
 
 @dataclass
