@@ -120,3 +120,13 @@ def reference_greedy(folder, images, prompt, max_new_tokens, system=None, weight
         out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
                              repetition_penalty=repetition_penalty)
     return out[0, inputs["input_ids"].shape[1]:].tolist()
+
+
+def infer_json(folder, image, new_tokens, *extra):
+    """`python -m ms_ocr.infer --model hunyuan-ocr --json` on one image (it must succeed): its JSON records and
+    stderr."""
+    from tests.cli_util import run_module
+    proc = run_module("ms_ocr.infer", "--model", "hunyuan-ocr", "--model-path", folder, "--image", image,
+                      "--max-new-tokens", str(new_tokens), "--json", *extra)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")], proc.stderr

@@ -1,4 +1,5 @@
 import pytest
+from PIL import Image, ImageDraw
 
 
 @pytest.fixture(scope="session")
@@ -31,3 +32,15 @@ def hy_pipeline(hy_dir, graph_mode):
     from ms_ocr.models.hunyuan_vl import SPEC as hunyuan_vl
     from ms_ocr.runtime import Buckets
     return hunyuan_vl.load(hy_dir, "CPU", "auto", Buckets(prefill=32, slots=64))
+
+
+@pytest.fixture(scope="session")
+def page(tmp_path_factory):
+    """A small document-like page, 3:4."""
+    img = Image.new("RGB", (120, 160), (250, 250, 245))
+    d = ImageDraw.Draw(img)
+    for i in range(6):
+        d.text((6, 6 + 22 * i), f"line {i} text", fill=(0, 0, 0))
+    path = tmp_path_factory.mktemp("hy_pages") / "page.png"
+    img.save(path)
+    return str(path)

@@ -1,35 +1,19 @@
 """HunyuanOCR end to end through the CLI: greedy tokens equal transformers' generate for both layouts;
 spotting boxes in --json and --visualize; bad inputs."""
 
-import json
 
 import pytest
-from PIL import Image, ImageDraw
+from PIL import Image
 
 from tests.cli_util import assert_one_line_error, run_module
-from tests.helpers.tiny_hunyuan import reference_greedy
+from tests.helpers.tiny_hunyuan import infer_json, reference_greedy
 
 NEW_TOKENS = 12
 SPOTTING = "检测并识别图片中的文字，将文本坐标格式化输出。"
 
 
-@pytest.fixture(scope="module")
-def page(tmp_path_factory):
-    """A small document-like page, 3:4."""
-    img = Image.new("RGB", (120, 160), (250, 250, 245))
-    d = ImageDraw.Draw(img)
-    for i in range(6):
-        d.text((6, 6 + 22 * i), f"line {i} text", fill=(0, 0, 0))
-    path = tmp_path_factory.mktemp("hy_pages") / "page.png"
-    img.save(path)
-    return str(path)
-
-
 def cli(folder, page, *extra):
-    proc = run_module("ms_ocr.infer", "--model", "hunyuan-ocr", "--model-path", folder, "--image", page,
-                      "--max-new-tokens", str(NEW_TOKENS), "--json", *extra)
-    assert proc.returncode == 0, proc.stderr
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return infer_json(folder, page, NEW_TOKENS, *extra)[0]
 
 
 @pytest.mark.parametrize("variant", ["save_pretrained", "hub_bf16_sharded"])

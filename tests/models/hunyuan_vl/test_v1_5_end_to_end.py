@@ -3,35 +3,18 @@ give transformers' generate tokens given what Tencent's transformers client give
 system message, greedy, repetition_penalty 1.08); each default overridden; the server applies the same defaults to a
 request that names none; --max-pixels."""
 
-import json
-
-import pytest
-from PIL import Image, ImageDraw
+from PIL import Image
 
 from ms_ocr import models
 from tests.cli_util import assert_one_line_error, run_module
-from tests.helpers.tiny_hunyuan import reference_greedy
+from tests.helpers.tiny_hunyuan import infer_json, reference_greedy
 from tests.models.hunyuan_vl import tencent_tasks as T
 
 NEW_TOKENS = 12
 
 
-@pytest.fixture(scope="module")
-def page(tmp_path_factory):
-    img = Image.new("RGB", (120, 160), (250, 250, 245))
-    d = ImageDraw.Draw(img)
-    for i in range(6):
-        d.text((6, 6 + 22 * i), f"line {i} text", fill=(0, 0, 0))
-    path = tmp_path_factory.mktemp("hy15_pages") / "page.png"
-    img.save(path)
-    return str(path)
-
-
 def cli(folder, page, *extra):
-    proc = run_module("ms_ocr.infer", "--model", "hunyuan-ocr", "--model-path", folder, "--image", page,
-                      "--max-new-tokens", str(NEW_TOKENS), "--json", *extra)
-    assert proc.returncode == 0, proc.stderr
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")], proc.stderr
+    return infer_json(folder, page, NEW_TOKENS, *extra)
 
 
 def test_defaults_are_tencents_and_each_can_be_overridden(hy15_dir, page):
