@@ -36,7 +36,7 @@ def tokens_agreement(results):
 
 PROCESS_ROWS = (("process wall s", "wall_s"), ("load s", "load_s"), ("compile s", "compile_s"),
                 ("vision ms", "vision_ms"), ("prefill ms", "prefill_ms"), ("decode ms/token", "decode_ms_per_token"),
-                ("peak RSS GB", "peak_rss_gb"))
+                ("peak RSS GB", "peak_rss_gb"), ("prompt tokens", "prompt_tokens"))
 
 
 def process_report(columns):

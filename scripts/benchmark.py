@@ -33,9 +33,10 @@ from bench.report import median_result, process_report, round_ratios, tokens_agr
 from bench.run import add_run_args, ensure_checkpoint, precision_argv, run_json_worker  # noqa: E402
 from ms_ocr.proc import peak_rss_gb  # noqa: E402 - plain /proc reads, no framework
 
-# The decode roofline: the decoder's weights read once per token at the measured two-thread read bandwidth, at
-# 4 bytes a weight (fp32) and at 2 (a bf16 checkpoint kept in bf16: --dtype auto/bf16, docs/precision.md).
-READ_BANDWIDTH_GBS = 30.0
+# The decode roofline (bench/memory.py): the decoder's weights and the KV cache read once per token at the read
+# bandwidth measured here with the run's threads; a weight is 4 bytes in fp32, 2 in bf16 (a bf16 checkpoint kept in
+# bf16: --dtype auto/bf16, docs/precision.md), 1 in int8 and 34/32 in llama.cpp's Q8_0 (a scale per 32).
+WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "int8": 1, "Q8_0": 34 / 32, "BF16": 2}
 # --isa levels of the process table and the -march ms_ocr's native kernels are built for at each
 ISA_ARCH = {"avx2": "x86-64-v3"}
 
@@ -331,8 +332,10 @@ def main():
             results[fw] = run_worker(fw, args)
         rounds.append(results)
     results = {fw: median_result([r[fw] for r in rounds]) for fw in frameworks}
-    bound_ms = 1000 * fp32_weight_bytes(args.ckpt) / (READ_BANDWIDTH_GBS * 1e9)
-    bf16_bound_ms = 1000 * fp32_weight_bytes(args.ckpt, 2) / (READ_BANDWIDTH_GBS * 1e9)
+    gbs = read_bandwidth(args.threads)
+    bound_ms = 1000 * fp32_weight_bytes(args.ckpt) / (gbs * 1e9)
+    bf16_bound_ms = 1000 * fp32_weight_bytes(args.ckpt, 2) / (gbs * 1e9)
+    print(f"read bandwidth {gbs:.1f} GB/s ({args.threads} threads, bench/memory.py)")
     from ms_ocr.ops.native import cpu_model
     cpu = cpu_model()
     report(results, bound_ms, rounds, cpu, bf16_bound_ms)
@@ -340,7 +343,7 @@ def main():
                {"model": args.model, "threads": args.threads, "new_tokens": args.new_tokens, "cpu": cpu,
                 "simd": {fw: r.get("simd") for fw, r in results.items()},
                 "kernel_routes": results.get("ms_ocr", {}).get("routes"), "decode_bound_ms": bound_ms,
-                "decode_bound_ms_bf16": bf16_bound_ms, "dtype": args.dtype, "kv_cache_dtype": args.kv_cache_dtype,
+                "decode_bound_ms_bf16": bf16_bound_ms, "read_gbs": gbs, "dtype": args.dtype, "kv_cache_dtype": args.kv_cache_dtype,
                 "results": results, "rounds": rounds})
 
 
@@ -369,10 +372,60 @@ def peers(args):
     print(f"CPU: {cpu_model()}; kernels built for: {args.isa}; {args.threads} threads; {args.model}; "
           f"{args.new_tokens} new tokens; medians of {args.repeat} round(s)")
     med = process_report(columns)
+    gbs = read_bandwidth(args.threads)
+    bounds = decode_bounds(args, med, gbs)
+    for name, (b_ms, nbytes) in bounds.items():
+        got = med[name].get("decode_ms_per_token")
+        print(f"decode bound {name}: {nbytes / 1e6:.0f} MB a step at {gbs:.1f} GB/s = {b_ms:.1f} ms/token"
+              + (f"; measured {got:.1f} = {got / b_ms:.2f}x the bound" if got else ""))
     suffix = ("" if args.isa == "native" else f"_{args.isa}") + precision_tag(args, "_")
     write_json(args.out, f"benchmark_{args.model}_processes{suffix}.json",
                {"model": args.model, "cpu": cpu_model(), "isa": args.isa, "threads": args.threads,
-                "new_tokens": args.new_tokens, "medians": med, "runs": columns})
+                "new_tokens": args.new_tokens, "medians": med, "runs": columns, "read_gbs": gbs,
+                "decode_bounds_ms": {n: b for n, (b, _) in bounds.items()}})
+
+
+def read_bandwidth(threads):
+    """The machine's read bandwidth (GB/s) with `threads` of the native kernels' team, measured in a process of its
+    own (bench/memory.py); exits where the native kernels are not built (the bound is theirs)."""
+    code = f"from bench.memory import read_bandwidth_gbs; print(read_bandwidth_gbs({int(threads)}))"
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=REPO)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)
+    value = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "None"
+    if out.returncode or value == "None":
+        raise SystemExit(f"the read probe failed (are the native kernels built?): {out.stderr.strip()[-500:]}")
+    return float(value)
+
+
+def checkpoint_weight_format(ckpt):
+    """"bf16" or "fp32": how the checkpoint stores its text weights (as the exact path keeps them)."""
+    from ms_ocr.convert.safetensors_io import read_header, weight_files
+    for path in weight_files(ckpt):
+        header, _ = read_header(path)
+        for k, v in header.items():
+            if k != "__metadata__" and "layers" in k and k.endswith(".weight"):
+                return "bf16" if v["dtype"] == "BF16" else "fp32"
+    return "fp32"
+
+
+def decode_bounds(args, med, gbs):
+    """{column: (bound ms/token, bytes a step)} of the process table: each column's weights in its format, and the
+    KV cache (fp32, or bf16 with --kv-cache-dtype bf16) at the answer's middle position."""
+    from bench.memory import bound_ms, kv_bytes_per_token, step_bytes
+    config = json.load(open(os.path.join(args.ckpt, "config.json")))
+    text = config.get("text_config") or config.get("language_config") or config
+    kv = kv_bytes_per_token(text, 2 if args.kv_cache_dtype == "bf16" else 4)
+    out = {}
+    for name, m in med.items():
+        if name.startswith("llama.cpp"):
+            fmt = name.split()[-1]
+        else:
+            fmt = "int8" if args.quantize.startswith("int8") else (
+                "bf16" if args.dtype == "bf16" else checkpoint_weight_format(args.ckpt))
+        nbytes = step_bytes(fp32_weight_bytes(args.ckpt, WEIGHT_BYTES[fmt]), kv,
+                            (m.get("prompt_tokens") or 0) + args.new_tokens / 2)
+        out[name] = (bound_ms(nbytes, gbs), nbytes)
+    return out
 
 
 if __name__ == "__main__":

@@ -55,6 +55,8 @@ class NativeKernels:
         self.lib.ms_ocr_load_dnnl.argtypes = [ctypes.c_char_p]
         self.lib.ms_ocr_amx_init.argtypes = [ctypes.c_int]
         self.lib.ms_ocr_dpbf16_init.argtypes = [ctypes.c_int]
+        self.lib.ms_ocr_read_sum.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+        self.lib.ms_ocr_read_sum.restype = ctypes.c_float
         self.lib.ms_ocr_quantize_rows.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
                                                   ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
         self._dnnl = None
@@ -142,6 +144,14 @@ class NativeKernels:
         """Turn VisionAttentionBf16(Rows)'s AVX512_BF16 kernel on (when the CPU has AVX512_BF16) or off: whether it is
         on. It serves where the tiles are off or the head dim is past theirs."""
         return bool(self.lib.ms_ocr_dpbf16_init(1 if on else 0))
+
+    def read_sum(self, values):
+        """The sum of a contiguous float32 array (its size a multiple of 64) read by the decode team's threads with
+        vector loads: the read bench/memory.py times."""
+        import numpy as np
+        if values.dtype != np.float32 or not values.flags.c_contiguous or values.size % 64:
+            raise ValueError("read_sum takes a contiguous float32 array of a multiple of 64 values")
+        return float(self.lib.ms_ocr_read_sum(values.ctypes.data, values.size))
 
     @property
     def isa_level(self):

@@ -19,7 +19,7 @@
 
 extern "C" {
 
-// state.cc: threads, the build's SIMD level, the bf16 hardware switches, call counters
+// state.cc: threads, the build's SIMD level, the bf16 hardware switches, call counters, the read probe
 MS_OCR_API void ms_ocr_set_threads(int n);
 MS_OCR_API const char* ms_ocr_isa_level();
 MS_OCR_API int ms_ocr_amx_init(int on);
@@ -32,6 +32,7 @@ MS_OCR_API int64_t ms_ocr_gelu_calls();
 MS_OCR_API int64_t ms_ocr_gemm_bf16_calls();
 MS_OCR_API int64_t ms_ocr_conv_calls();
 MS_OCR_API int64_t ms_ocr_deformable_calls();
+MS_OCR_API float ms_ocr_read_sum(const float* p, int64_t n);
 
 // gemv.cc: a decode step's products against a very large weight (ops/linear.py)
 MS_OCR_KERNEL(MatMulT);

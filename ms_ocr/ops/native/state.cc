@@ -1,6 +1,9 @@
 // The library's process-wide state and the controls ms_ocr/ops/native/__init__.py calls through ctypes: the thread
-// count, the SIMD level of the build, the bf16 hardware (AMX tiles, AVX512_BF16) turned on or off, the call counters.
+// count, the SIMD level of the build, the bf16 hardware (AMX tiles, AVX512_BF16) turned on or off, the call counters,
+// and the read probe the benchmarks' decode bound is measured with.
 #include <omp.h>
+
+#include <vector>
 
 #include "arch/x86/amx.h"
 #include "common.h"
@@ -65,5 +68,26 @@ int64_t ms_ocr_gelu_calls() { return g_gelu_calls.load(); }
 int64_t ms_ocr_gemm_bf16_calls() { return g_gemm_bf16_calls.load(); }
 int64_t ms_ocr_conv_calls() { return g_conv_calls.load(); }
 int64_t ms_ocr_deformable_calls() { return g_deformable_calls.load(); }
+
+// The sum of n floats (n a multiple of 4 vectors) read by the decode team, each thread its contiguous share with
+// vector loads into four sums: a STREAM-like read of the bandwidth the decode kernels can draw on (bench/memory.py
+// times it). The sum is returned so that no read is left out.
+float ms_ocr_read_sum(const float* p, int64_t n) {
+  std::vector<float> part(g_threads > 0 ? g_threads : 1, 0.0f);
+  team_run(g_threads, [&](const TeamCtx& team) {
+    const auto [lo, hi] = team_share(n, 4 * kVL, team);
+    vf a{}, b{}, c{}, d{};
+    for (int64_t i = lo; i + 4 * kVL <= hi; i += 4 * kVL) {
+      a += vload(p + i);
+      b += vload(p + i + kVL);
+      c += vload(p + i + 2 * kVL);
+      d += vload(p + i + 3 * kVL);
+    }
+    part[team.tid] = vsum((a + b) + (c + d));
+  });
+  float total = 0.0f;
+  for (float v : part) total += v;
+  return total;
+}
 
 }  // extern "C"

@@ -1,0 +1,50 @@
+"""The decode step's memory bound: the machine's read bandwidth as the decode kernels' threads draw on it, and the
+bytes a step must read (the decoder's weights as the run keeps them, and the KV cache up to the position).
+
+A lone sequence's decode step reads every weight of the decoder and its head once, and the cache of the positions it
+attends to; nothing is reused from a cache that small, so the step cannot take less than bytes / bandwidth. The
+benchmarks print that bound beside the measured ms/token and the measured step as a multiple of it."""
+
+import time
+
+import numpy as np
+
+PROBE_BYTES = 2 << 30  # past any last-level cache (a shared host may show a VM several hundred MB of L3)
+
+
+def read_bandwidth_gbs(threads, nbytes=PROBE_BYTES, rounds=5):
+    """GB/s (1e9 bytes) of the best of `rounds` reads of `nbytes` by the native kernels' team of `threads` (the
+    threads a decode step runs on), or None where the native kernels are not loaded."""
+    from ms_ocr.ops import native
+    kernels = native.load()
+    if kernels is None:
+        return None
+    kernels.set_threads(threads)
+    values = np.ones(nbytes // 4 // 64 * 64, np.float32)  # written once: every page is resident before timing
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        total = kernels.read_sum(values)
+        best = min(best, time.perf_counter() - t0)
+    if total != values.size:  # each value read exactly once (exact in fp32 up to 2**24 per lane)
+        raise RuntimeError(f"read probe summed {total}, expected {values.size}")
+    return values.nbytes / best / 1e9
+
+
+def kv_bytes_per_token(config, kv_bytes=4):
+    """Bytes of K and V one position holds over all layers: 2 * layers * kv_heads * head_dim * kv_bytes."""
+    text = config.get("text_config", config)
+    layers = text["num_hidden_layers"]
+    heads = text.get("num_key_value_heads") or text["num_attention_heads"]
+    head_dim = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
+    return 2 * layers * heads * head_dim * kv_bytes
+
+
+def step_bytes(weight_bytes, kv_per_token, position):
+    """Bytes one decode step reads at `position` (the tokens in the cache): the weights once, the cache once."""
+    return weight_bytes + kv_per_token * position
+
+
+def bound_ms(nbytes, gbs):
+    """The step's floor in ms: its bytes at the read bandwidth."""
+    return 1000 * nbytes / (gbs * 1e9)
