@@ -25,6 +25,9 @@ def build_parser():
     g.add_argument("--prompt", help="free-form prompt instead of a task")
     p.add_argument("--one-prompt", action="store_true", help="put all images into one prompt")
     p.add_argument("--max-new-tokens", type=int, default=1024)
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="run every answer to --max-new-tokens, past the end-of-text token (benchmarks; vLLM's "
+                        "ignore_eos; the model's stop rules still apply unless --no-early-stop)")
     add_device_args(p)
     add_sampling_args(p)
     add_output_args(p)
@@ -168,7 +171,8 @@ def run(argv):
             print(f"== {display(name)} ==", flush=True)
         step_logits = []
         result = pipe.run([img for _, img in group], prompt, sampling, on_token=printer, task=task,
-                          on_logits=step_logits.append if args.dump else None, release_vision=release)
+                          on_logits=step_logits.append if args.dump else None, release_vision=release,
+                          ignore_eos=args.ignore_eos)
         print_notes(display(name), result)
         if args.dump:
             dump_dir = save_dump(args.dump, [path for path, _ in group], step_logits, result["token_ids"])

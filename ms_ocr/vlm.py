@@ -154,7 +154,8 @@ class VLMPipeline:
                           for line in line_images(images[0], self.line_height, max_lines=max_lines)]
         return self.prepare(images, prompt, task)[0], None
 
-    def run(self, images, prompt, sampling, on_token=None, task=None, on_logits=None, release_vision=False):
+    def run(self, images, prompt, sampling, on_token=None, task=None, on_logits=None, release_vision=False,
+            ignore_eos=False):
         """OCR one request: a batch of one through BatchEngine, the loop batch jobs and the server run. Returns
         dict(text, token_ids, finish_reason, timings in ms / tokens per s) plus the model's extras for the task
         (e.g. "boxes"). `on_token(id)` sees each token as it is chosen; `on_logits(logits)` each step's raw logits
@@ -162,7 +163,8 @@ class VLMPipeline:
         no image size of this request comes back in this process: the vision graphs are freed once its images
         are encoded (and, loaded in stages, each ViT layer's weights once the layer has run). A line reader reads
         the lines of a one-image request one after the other (prepare_request): their texts joined by "\n",
-        tokens in order, timings summed (`timings.lines`: how many)."""
+        tokens in order, timings summed (`timings.lines`: how many). `ignore_eos`: the answer runs to the token
+        budget (vLLM's ignore_eos: benchmarks)."""
         from ms_ocr import line_reader
         from ms_ocr.engine import BatchEngine
         sampling.validate()
@@ -186,7 +188,8 @@ class VLMPipeline:
             return False  # never ends the sequence: eos and the token budget do
 
         request = line_reader.request("request", images, prompt, prep=prep, lines=lines, task=task, sampling=sampling,
-                                      dump=on_logits is not None, on_token=token if on_token is not None else None)
+                                      dump=on_logits is not None, on_token=token if on_token is not None else None,
+                                      ignore_eos=ignore_eos)
         try:
             line_reader.run(engine, [request], lambda req, result, error: done.update(result=result, error=error))
         finally:

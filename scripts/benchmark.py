@@ -250,7 +250,8 @@ def cli_process(args, cache_dir, fresh):
     if fresh:
         shutil.rmtree(cache_dir, ignore_errors=True)
     cmd = [sys.executable, "-m", "ms_ocr.infer", "--model", args.model, "--model-path", args.ckpt, "--image",
-           args.image, "--prompt", args.prompt, "--max-new-tokens", str(args.new_tokens), *precision_argv(args),
+           args.image, "--prompt", args.prompt, "--max-new-tokens", str(args.new_tokens), "--ignore-eos",
+           "--no-early-stop", *precision_argv(args),
            "--threads", str(args.threads), "--json"]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=REPO, MS_OCR_COMPILE_CACHE="1",
                MS_OCR_COMPILE_CACHE_DIR=cache_dir, GLOG_v="3")

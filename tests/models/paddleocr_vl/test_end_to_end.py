@@ -87,3 +87,20 @@ def test_several_images_stream_and_one_prompt(tiny_dir, tiny_checkpoint, page, t
                           "--max-new-tokens", str(NEW_TOKENS), "--stream")
     assert streamed.returncode == 0, streamed.stderr
     assert streamed.stdout.rstrip("\n") == results[0]["text"]
+
+
+def test_ignore_eos_runs_the_answer_to_its_token_budget(tiny_dir, page, tmp_path):
+    """--ignore-eos (the benchmarks' forced answers): with the answer's third greedy token made the checkpoint's
+    end-of-text, the answer stops there without the flag and runs to --max-new-tokens with it, the same tokens."""
+    import shutil
+    (free,) = cli_tokens(tiny_dir, page)
+    eos = free["token_ids"][2]
+    assert eos not in free["token_ids"][:2]
+    folder = tmp_path / "eos"
+    shutil.copytree(tiny_dir, folder)
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": eos}))
+    (stopped,) = cli_tokens(str(folder), page)
+    assert stopped["token_ids"] == free["token_ids"][:3] and stopped["finish_reason"] == "stop"
+    (forced,) = cli_tokens(str(folder), page, "--ignore-eos")
+    assert forced["token_ids"] == free["token_ids"] and len(forced["token_ids"]) == NEW_TOKENS
+    assert forced["finish_reason"] == "length"
