@@ -139,11 +139,18 @@ def converted(name):
     return all(os.path.isfile(os.path.join(GGUF, f"{name}-{p}")) for p in ("text-BF16.gguf", "mmproj-BF16.gguf"))
 
 
+def context_size(new_tokens, prompt=2048):
+    """llama.cpp's -c for a page's prompt (the pages here: ~800-1,000 image tokens; `prompt` leaves room for up to
+    2,048) and `new_tokens` forced tokens, a multiple of 256: 4,096 up to 2,048 tokens, as before."""
+    return max(4096, -(-(prompt + new_tokens) // 256) * 256)
+
+
 def run_page(model, name, image, fmt="BF16", new_tokens=32, threads=2, isa="native"):
     """One timed llama-mtmd-cli run (its own process): the figures described at the top of this file."""
     cmd = [os.path.join(bin_dir(isa), "llama-mtmd-cli"), "-m", os.path.join(GGUF, f"{name}-text-{fmt}.gguf"), "--mmproj",
            os.path.join(GGUF, f"{name}-mmproj-BF16.gguf"), "--image", image, "-p", PROMPTS[model], "-n",
-           str(new_tokens), "--temp", "0", "--ignore-eos", "-t", str(threads), "-c", "4096", "-lv", "4"]
+           str(new_tokens), "--temp", "0", "--ignore-eos", "-t", str(threads), "-c", str(context_size(new_tokens)),
+           "-lv", "4"]
     if model == "paddleocr-vl":
         cmd += ["--jinja", "--chat-template", PADDLE_TEMPLATE]
     no_repack = fmt != "BF16" and isa == "native" and cpu_has_amx()

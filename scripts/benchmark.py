@@ -290,7 +290,9 @@ def main():
     add_run_args(p)
     p.add_argument("--image", default=None)
     p.add_argument("--prompt", default=None, help="default: the model's first task prompt")
-    p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--new-tokens", type=int, nargs="+", default=[32],
+                   help="tokens each answer is forced to (EOS ignored); several (e.g. 32 1024 4096) run the process "
+                        "table once per count (long answers: the KV cache's bytes join the weights' at every step)")
     p.add_argument("--only", choices=["ms_ocr", "transformers", "peers"], default=None,
                    help="one framework of the in-process table, or the process table alone (peers)")
     p.add_argument("--repeat", type=int, default=1, help="rounds (medians reported); the order alternates")
@@ -305,6 +307,10 @@ def main():
                         "the machine's")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
+    counts = args.new_tokens
+    if min(counts) < 1:
+        raise SystemExit("--new-tokens must be at least 1")
+    args.new_tokens = counts[0]
     if args.worker:
         fn = worker_ms_ocr if args.worker == "ms_ocr" else worker_transformers
         print(json.dumps(fn(args)))
@@ -321,9 +327,14 @@ def main():
     if args.repeat < 1:
         raise SystemExit("--repeat must be at least 1")
     if args.peers or args.only == "peers":
-        peers(args)
+        for n in counts:
+            args.new_tokens = n
+            peers(args, suffix=f"_{n}tok" if len(counts) > 1 else "")
+        args.new_tokens = counts[0]
         if args.only == "peers":
             return
+    if len(counts) > 1:
+        print(f"the in-process table runs --new-tokens {counts[0]} (several counts are the process table's)")
     frameworks = [args.only] if args.only else ["ms_ocr", "transformers"]
     rounds = []
     for r in range(args.repeat):
@@ -348,8 +359,9 @@ def main():
                 "results": results, "rounds": rounds})
 
 
-def peers(args):
-    """The process table: ms_ocr CLI first and second run, llama.cpp, `--repeat` rounds alternating."""
+def peers(args, suffix=""):
+    """The process table: ms_ocr CLI first and second run, llama.cpp, `--repeat` rounds alternating; its JSON file
+    name ends with `suffix`."""
     from ms_ocr.ops.native import cpu_model
     from scripts import bench_llamacpp as L
     cache_dir = os.path.join(args.out, "compile_cache")
@@ -379,7 +391,7 @@ def peers(args):
         got = med[name].get("decode_ms_per_token")
         print(f"decode bound {name}: {nbytes / 1e6:.0f} MB a step at {gbs:.1f} GB/s = {b_ms:.1f} ms/token"
               + (f"; measured {got:.1f} = {got / b_ms:.2f}x the bound" if got else ""))
-    suffix = ("" if args.isa == "native" else f"_{args.isa}") + precision_tag(args, "_")
+    suffix = ("" if args.isa == "native" else f"_{args.isa}") + precision_tag(args, "_") + suffix
     write_json(args.out, f"benchmark_{args.model}_processes{suffix}.json",
                {"model": args.model, "cpu": cpu_model(), "isa": args.isa, "threads": args.threads,
                 "new_tokens": args.new_tokens, "medians": med, "runs": columns, "read_gbs": gbs,
