@@ -425,18 +425,19 @@ def decode_bounds(args, med, gbs):
     """{column: (bound ms/token, bytes a step)} of the process table: each column's weights in its format, and the
     KV cache (fp32, or bf16 with --kv-cache-dtype bf16) at the answer's middle position."""
     from bench.memory import bound_ms, kv_bytes_per_token, step_bytes
-    config = json.load(open(os.path.join(args.ckpt, "config.json")))
+    with open(os.path.join(args.ckpt, "config.json")) as f:
+        config = json.load(f)
     text = config.get("text_config") or config.get("language_config") or config
     kv = kv_bytes_per_token(text, 2 if args.kv_cache_dtype == "bf16" else 4)
+    ours = "int8" if args.quantize.startswith("int8") else (
+        "bf16" if args.dtype == "bf16" else checkpoint_weight_format(args.ckpt))
+    weights = {}  # format -> bytes a step reads (one read of the checkpoint's headers per format)
     out = {}
     for name, m in med.items():
-        if name.startswith("llama.cpp"):
-            fmt = name.split()[-1]
-        else:
-            fmt = "int8" if args.quantize.startswith("int8") else (
-                "bf16" if args.dtype == "bf16" else checkpoint_weight_format(args.ckpt))
-        nbytes = step_bytes(fp32_weight_bytes(args.ckpt, WEIGHT_BYTES[fmt]), kv,
-                            (m.get("prompt_tokens") or 0) + args.new_tokens / 2)
+        fmt = name.split()[-1] if name.startswith("llama.cpp") else ours
+        if fmt not in weights:
+            weights[fmt] = fp32_weight_bytes(args.ckpt, WEIGHT_BYTES[fmt])
+        nbytes = step_bytes(weights[fmt], kv, (m.get("prompt_tokens") or 0) + args.new_tokens / 2)
         out[name] = (bound_ms(nbytes, gbs), nbytes)
     return out
 

@@ -1,5 +1,4 @@
 import pytest
-from PIL import Image, ImageDraw
 
 
 @pytest.fixture(scope="session")
@@ -36,11 +35,8 @@ def hy_pipeline(hy_dir, graph_mode):
 
 @pytest.fixture(scope="session")
 def page(tmp_path_factory):
-    """A small document-like page, 3:4."""
-    img = Image.new("RGB", (120, 160), (250, 250, 245))
-    d = ImageDraw.Draw(img)
-    for i in range(6):
-        d.text((6, 6 + 22 * i), f"line {i} text", fill=(0, 0, 0))
+    """A small document-like page, 3:4 (bench.pages.text_page)."""
+    from bench.pages import text_page
     path = tmp_path_factory.mktemp("hy_pages") / "page.png"
-    img.save(path)
+    text_page(120, 160, "text").save(path)
     return str(path)
