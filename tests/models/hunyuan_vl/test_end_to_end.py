@@ -1,7 +1,6 @@
 """HunyuanOCR end to end through the CLI: greedy tokens equal transformers' generate for both layouts;
 spotting boxes in --json and --visualize; bad inputs."""
 
-
 import pytest
 from PIL import Image
 
