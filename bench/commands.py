@@ -8,6 +8,7 @@ import sys
 
 from bench.run import add_run_args, precision_argv
 
+SERVE_MODES = ("infer", "batch", "serve", "llama-server")  # what benchmark_serve.py can run the requests with
 REGION = (448, 224)  # the default text region: the size of a paragraph crop the document pipeline sends
 
 
@@ -45,12 +46,21 @@ def add_serve_args(p):
                    help="output tokens per request; several values go to the requests in turn")
     p.add_argument("--max-num-seqs", type=int, default=8)
     p.add_argument("--max-model-len", type=int, default=512)
+    p.add_argument("--modes", nargs="+", choices=SERVE_MODES, default=["infer", "serve"],
+                   help="what runs the requests: infer (one by one, the baseline), batch (the offline engine, "
+                        "--max-num-seqs at a time), serve (python -m ms_ocr.serve at each --concurrency), "
+                        "llama-server (llama.cpp's server, the peer, at each --concurrency)")
     p.add_argument("--no-infer", action="store_true", help="skip the infer one-by-one baseline")
+    p.add_argument("--llamacpp-slots", type=int, default=4, help="llama-server's -np (its parallel sequences)")
+    p.add_argument("--llamacpp-format", choices=["BF16", "Q8_0"], default="BF16",
+                   help="llama-server's text weights (vision BF16)")
+    p.add_argument("--worker-mode", choices=["infer", "batch"], default="infer", help=argparse.SUPPRESS)
 
 
-def serve_infer_argv(args):
-    """The worker command line (after the script) of the `infer` one-request-at-a-time baseline."""
-    return ["--worker", "--model", args.model, "--ckpt", args.ckpt, "--requests", args.requests,
+def serve_infer_argv(args, mode="infer"):
+    """The worker command line (after the script) of the `infer` one-request-at-a-time baseline, or with mode
+    "batch" of the offline engine's run over the same requests (--max-num-seqs at a time)."""
+    return ["--worker", "--worker-mode", mode, "--max-num-seqs", args.max_num_seqs, "--model", args.model, "--ckpt", args.ckpt, "--requests", args.requests,
             "--new-tokens", *args.new_tokens, "--width", args.width, "--height", args.height,
             "--threads", args.threads, *precision_argv(args)]
 
@@ -67,4 +77,5 @@ def serve_record(args, rows):
     return {"model": args.model, "requests": args.requests, "size": [args.width, args.height],
             "new_tokens": args.new_tokens, "dtype": args.dtype, "quantize": args.quantize,
             "kv_cache_dtype": args.kv_cache_dtype, "threads": args.threads,
-            "max_num_seqs": args.max_num_seqs, "max_model_len": args.max_model_len, "rows": rows}
+            "max_num_seqs": args.max_num_seqs, "max_model_len": args.max_model_len,
+            "llamacpp": {"slots": args.llamacpp_slots, "format": args.llamacpp_format}, "rows": rows}

@@ -75,10 +75,18 @@ def lower_launcher_priority():
 @contextlib.contextmanager
 def eager():
     """Run MindSpore ops eagerly (PyNative) inside the block, then return to the previous execution mode.
-    Graphs compiled before keep serving after it."""
+    Graphs compiled before keep serving after it.
+
+    On the CPU the ops run synchronously (pynative_synchronize): PyNative's asynchronous launch hands each op to two
+    `backend_queue` threads that spin while they wait for work, and on a 2-core machine they took ~1.4 s of CPU each
+    from a 4 s PP-DocLayoutV3 page (per-thread CPU time, /proc/self/task), the kernels' threads waiting behind them;
+    run synchronously the page took 2.6-3.0 s (Intel Xeon family 6 model 167, 2 cores, ms_ocr/layout/README.md)."""
     mode = ms.get_context("mode")
+    sync = ms.get_context("pynative_synchronize")
     ms.set_context(mode=ms.PYNATIVE_MODE)
+    if ms.get_context("device_target") == "CPU":
+        ms.set_context(pynative_synchronize=True)
     try:
         yield
     finally:
-        ms.set_context(mode=mode)
+        ms.set_context(mode=mode, pynative_synchronize=sync)

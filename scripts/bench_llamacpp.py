@@ -78,6 +78,38 @@ def build(isa="native"):
                        stdout=subprocess.DEVNULL)
 
 
+def build_server():
+    """llama-server from the recipe's build tree (the same configuration; its Web UI off: nothing to provision
+    offline)."""
+    if not available():
+        build()
+    out = os.path.dirname(BIN)
+    subprocess.run(["cmake", "-S", SRC, "-B", out, "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF"], check=True,
+                   stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", out, f"-j{os.cpu_count()}", "--target", "llama-server"], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def server_available():
+    return os.path.isfile(os.path.join(BIN, "llama-server"))
+
+
+def server_command(model, name, port, fmt="BF16", slots=4, slot_tokens=2048, threads=2):
+    """llama-server for GGUF NAME on 127.0.0.1:PORT: `slots` parallel sequences (-np, continuous batching, llama.cpp's
+    default) of `slot_tokens` context each (-c is split across the slots), greedy, no host-RAM prompt cache (its
+    8 GiB default would count in peak RSS and replay nothing here: every request is a new page), no Web UI."""
+    cmd = [os.path.join(BIN, "llama-server"), "-m", os.path.join(GGUF, f"{name}-text-{fmt}.gguf"), "--mmproj",
+           os.path.join(GGUF, f"{name}-mmproj-BF16.gguf"), "-np", str(slots), "-c",
+           str(slots * -(-slot_tokens // 256) * 256), "-cb", "-t", str(threads), "--temp", "0", "--cache-ram", "0",
+           "--no-webui", "--host", "127.0.0.1", "--port", str(port)]
+    # the CLI's templates (run_page): PaddleOCR-VL's written plainly; HunyuanOCR's built in (the server's Jinja
+    # default would take the GGUF's own template instead)
+    cmd += ["--jinja", "--chat-template", PADDLE_TEMPLATE] if model == "paddleocr-vl" else ["--no-jinja"]
+    if fmt != "BF16" and cpu_has_amx():
+        cmd.append("--no-repack")  # as run_page: ggml's AMX Q8_0 kernels fault on the Xeon KVM guests here
+    return cmd
+
+
 def _edit_json(path, edit):
     """Rewrite a JSON file of the link folder (replacing a link into the checkpoint, never writing through it)."""
     if not os.path.exists(path):
@@ -191,7 +223,7 @@ def run_measured(cmd, env=None):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("action", choices=["build", "convert", "time"])
+    p.add_argument("action", choices=["build", "build-server", "convert", "time"])
     p.add_argument("--model", choices=sorted(PROMPTS), default="paddleocr-vl")
     p.add_argument("--ckpt")
     p.add_argument("--name")
@@ -204,6 +236,8 @@ def main():
     args = p.parse_args()
     if args.action == "build":
         build(args.isa)
+    elif args.action == "build-server":
+        build_server()
     elif args.action == "convert":
         convert(args.model, args.ckpt, args.name)
     else:

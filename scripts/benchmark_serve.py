@@ -5,7 +5,15 @@ given to the requests in turn, a mix of answer lengths as a document's regions h
 
     python scripts/benchmark_serve.py --model paddleocr-vl --requests 16 --concurrency 1 8 --new-tokens 96
 
-Reports requests/s, output tokens/s, time to first token and request latency percentiles, and the bound that
+Many pages against llama.cpp (`--modes batch serve llama-server`): the offline engine (`python -m ms_ocr.batch`'s,
+--max-num-seqs at a time), the server at each --concurrency, and llama.cpp's llama-server (`python
+scripts/bench_llamacpp.py build-server`; the same checkpoint converted to GGUF, -np --llamacpp-slots) on the same
+pages, e.g. 16 pages of 768x1024 with 256-token answers:
+
+    python scripts/benchmark_serve.py --requests 16 --width 768 --height 1024 --new-tokens 256 \
+        --max-model-len 1536 --max-num-seqs 4 --concurrency 8 --modes batch serve llama-server
+
+Reports requests (pages) an hour, output tokens/s, time to first token and request latency percentiles, and the bound that
 batching can reach over `infer` one by one: its total latency over its total time to first token (what the server
 takes if its batched decode were free, vision and prefill costing what they cost alone). The server is warmed
 up with one request of the crop size; graphs that later runs compile (prefill for new group sizes) are timed by
@@ -77,21 +85,71 @@ def infer_worker(args):
             "latency_s": lat, "ttft_s": ttft, "peak_rss_gb": peak_rss_gb()}
 
 
-# ---- server -----------------------------------------------------------------------------------------------------
+def batch_worker(args):
+    """The offline engine (what `python -m ms_ocr.batch` runs) over the same requests, --max-num-seqs at a time,
+    each to its budget; wall time from the first request in to the last result out, compile included."""
+    from ms_ocr.device import setup
+    from ms_ocr.engine import BatchEngine, Request
+    from ms_ocr.generate import SamplingConfig
+    from ms_ocr.models import get as model_spec
+    from ms_ocr.proc import peak_rss_gb
+    setup("cpu", args.threads)
+    package = model_spec(args.model)
+    pipe = package.load(args.ckpt, "CPU", args.dtype, quantize=args.quantize, kv_cache_dtype=args.kv_cache_dtype)
+    prompt = next(iter(package.tasks.values()))
+    pages, budget = crops(args.requests, args.width, args.height), budgets(args)
+    engine = BatchEngine(pipe, SamplingConfig(max_new_tokens=max(budget)), args.max_num_seqs,
+                         max_model_len=args.max_model_len, ignore_eos=True)
+    lat, tokens = [], []
+
+    def on_result(req, result, error):
+        if error is not None:
+            raise error
+        lat.append(time.perf_counter() - t0)
+        tokens.append(len(result["token_ids"]))
+
+    t0 = time.perf_counter()
+    engine.run([Request(str(i), [p], prompt, sampling=SamplingConfig(max_new_tokens=n), ignore_eos=True)
+                for i, (p, n) in enumerate(zip(pages, budget))], on_result)
+    wall = time.perf_counter() - t0
+    compile_s = sum(engine.compile_seconds().values())
+    return {"mode": "batch", "concurrency": args.max_num_seqs, "requests": len(tokens), "tokens": sum(tokens),
+            "wall_s": wall - compile_s, "wall_with_compile_s": wall, "compile_s": compile_s, "latency_s": lat,
+            "peak_rss_gb": peak_rss_gb()}
+
+
+def worker(args):
+    return batch_worker(args) if args.worker_mode == "batch" else infer_worker(args)
+
+
+# ---- servers ----------------------------------------------------------------------------------------------------
+def peak_rss_of(pid):
+    """A live process's peak resident set (VmHWM), GB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 2 ** 20
+    return float("nan")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def start_server(args, port):
+def start_server(args, port, command=None):
     env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS=str(args.threads))
-    proc = subprocess.Popen(server_command(args, port), env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    log = open(os.path.join(args.out, f"server-{port}.log"), "w+")
+    proc = subprocess.Popen(command or server_command(args, port), env=env, cwd=REPO, stdout=log,
+                            stderr=subprocess.STDOUT, text=True)
+    proc.log = log
     import httpx
     deadline = time.monotonic() + 1800
     while True:
         if proc.poll() is not None:
-            raise SystemExit(f"server failed:\n{proc.stderr.read()[-3000:]}")
+            log.seek(0)
+            raise SystemExit(f"server failed:\n{log.read()[-3000:]}")
         if time.monotonic() > deadline:
             proc.kill()
             raise SystemExit("server did not start within 30 minutes")
@@ -176,22 +234,68 @@ def run_server(args):
                          "wall_s": wall - compile_s, "wall_with_compile_s": wall, "compile_s": compile_s,
                          "latency_s": lat, "ttft_mean_s": (after[0] - before[0]) / n if n else float("nan"),
                          "ttft_p50_bucket_s": bucket_percentile(before, after, 50),
-                         "ttft_p90_bucket_s": bucket_percentile(before, after, 90)})
+                         "ttft_p90_bucket_s": bucket_percentile(before, after, 90),
+                         "peak_rss_gb": peak_rss_of(proc.pid)})
     finally:
-        proc.terminate()
+        stop(proc)
+    return rows
+
+
+def stop(proc):
+    proc.terminate()
+    try:
         proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    proc.log.close()
+
+
+def run_llama_server(args):
+    """llama.cpp's server (bench_llamacpp.server_command: --llamacpp-slots sequences, continuous batching) over the
+    same requests at each --concurrency, after one warm-up request; its peak RSS after each."""
+    from scripts import bench_llamacpp as L
+    if not L.server_available():
+        raise SystemExit("llama-server is not built here: python scripts/bench_llamacpp.py build-server")
+    name = os.path.basename(os.path.normpath(args.ckpt))
+    if not L.converted(name):
+        print(f"converting {args.ckpt} to GGUF for llama.cpp ...", flush=True)
+        L.convert(args.model, args.ckpt, name)
+    # a slot holds a page's prompt (up to one image token per 28x28 pixels, and the text around it) and its answer
+    slot_tokens = args.width * args.height // (28 * 28) + 64 + max(budgets(args)) + 1
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    print(f"starting llama-server on port {port} ...", flush=True)
+    proc = start_server(args, port, L.server_command(args.model, name, port, args.llamacpp_format,
+                                                     args.llamacpp_slots, slot_tokens, args.threads))
+    rows = []
+    try:
+        urls = [data_url(p) for p in crops(args.requests, args.width, args.height)]
+        asyncio.run(client_run(base, args.model, urls[:1], 1, [2]))
+        for c in args.concurrency:
+            print(f"llama-server, concurrency {c} ...", flush=True)
+            lat, tokens, wall = asyncio.run(client_run(base, args.model, urls, c, budgets(args)))
+            rows.append({"mode": "llama-server", "concurrency": c, "requests": len(lat), "tokens": sum(tokens),
+                         "wall_s": wall, "latency_s": lat, "peak_rss_gb": peak_rss_of(proc.pid),
+                         "format": args.llamacpp_format, "slots": args.llamacpp_slots})
+    finally:
+        stop(proc)
     return rows
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_serve_args(p)
-    args = parse_main_args(p, infer_worker)
+    args = parse_main_args(p, worker)
+    os.makedirs(args.out, exist_ok=True)
+    modes = [m for m in args.modes if not (m == "infer" and args.no_infer)]
     rows = []
-    if not args.no_infer:
-        print("infer one by one ...", flush=True)
-        rows.append(run_json_worker(__file__, serve_infer_argv(args), args.threads, "infer"))
-    rows += run_server(args)
+    for mode in modes:
+        if mode in ("infer", "batch"):
+            print(f"{mode} ...", flush=True)
+            rows.append(run_json_worker(__file__, serve_infer_argv(args, mode), args.threads, mode))
+        else:
+            rows += run_server(args) if mode == "serve" else run_llama_server(args)
     base = rows[0]
     base_tps = base["tokens"] / base["wall_s"]
     table = []
@@ -200,14 +304,16 @@ def main():
         if r["mode"] == "infer":
             t50, t90 = percentile(r["ttft_s"], 50), percentile(r["ttft_s"], 90)
         else:
-            t50, t90 = r["ttft_p50_bucket_s"], r["ttft_p90_bucket_s"]
-        table.append((r["mode"], r["concurrency"], r["requests"] / r["wall_s"], tps, t50, t90,
+            t50, t90 = r.get("ttft_p50_bucket_s", float("nan")), r.get("ttft_p90_bucket_s", float("nan"))
+        table.append((r["mode"], r["concurrency"], r["requests"] / r["wall_s"] * 3600, tps, t50, t90,
                       percentile(r["latency_s"], 50), percentile(r["latency_s"], 90), r.get("compile_s", 0.0),
-                      tps / base_tps))
-    print_table([("mode", 6, ""), ("conc", 6, "d"), ("req/s", 8, ".3f"), ("out tok/s", 11, ".2f"),
+                      r.get("peak_rss_gb", float("nan")), tps / base_tps))
+    print_table([("mode", 12, ""), ("conc", 6, "d"), ("req/hour", 9, ".0f"), ("out tok/s", 11, ".2f"),
                  ("TTFT p50 s", 12, ".2f"), ("TTFT p90 s", 12, ".2f"), ("lat p50 s", 11, ".2f"),
-                 ("lat p90 s", 11, ".2f"), ("compile s", 11, ".1f"), (f"tok/s vs {base['mode']} c1", 18, ".2fx")],
-                table)
+                 ("lat p90 s", 11, ".2f"), ("compile s", 11, ".1f"), ("peak GB", 9, ".2f"),
+                 (f"tok/s vs {base['mode']} c{base['concurrency']}", 27, ".2fx")], table)
+    print("req/hour leaves out compile seconds (counted apart); llama.cpp compiles nothing; batch's concurrency is "
+          "its --max-num-seqs; llama-server ran with -np --llamacpp-slots")
     if base["mode"] == "infer":
         print(f"bound for batching over infer one by one (its latency / its TTFT, summed): "
               f"{sum(base['latency_s']) / sum(base['ttft_s']):.2f}x")

@@ -167,3 +167,45 @@ def test_benchmarks_pass_the_precision_options_on(monkeypatch, tmp_path, name):
         served = build_parser().parse_args(cmd[3:])  # the server's own parser takes every option
         assert (served.dtype, served.quantize, served.kv_cache_dtype) == ("bf16", "int8", "bf16")
         assert (served.model_path, served.port, served.max_num_seqs) == ("ckpt-dir", 8000, args.max_num_seqs)
+
+
+@pytest.mark.parametrize("model,fmt,amx", [("paddleocr-vl", "BF16", True), ("hunyuan-ocr", "Q8_0", True),
+                                           ("hunyuan-ocr", "Q8_0", False)])
+def test_llama_server_peer_command(monkeypatch, model, fmt, amx):
+    """The llama-server peer (benchmark_serve.py --modes llama-server): -c is split across -np slots, so each slot
+    gets the page's prompt and answer (rounded up to llama.cpp's 256); no host-RAM prompt cache; the CLI's chat
+    templates; --no-repack for Q8_0 where ggml's AMX kernels would take it (as the CLI peer)."""
+    from scripts import bench_llamacpp as L
+
+    monkeypatch.setattr(L, "cpu_has_amx", lambda: amx)
+    cmd = L.server_command(model, "ckpt", 8123, fmt, slots=4, slot_tokens=1012 + 64 + 257, threads=2)
+    arg = lambda flag: cmd[cmd.index(flag) + 1]  # noqa: E731
+    assert cmd[0].endswith("llama-server") and arg("-m").endswith(f"ckpt-text-{fmt}.gguf")
+    assert arg("--mmproj").endswith("ckpt-mmproj-BF16.gguf")
+    assert (arg("-np"), arg("-c"), arg("-t"), arg("--cache-ram"), arg("--port")) == ("4", str(4 * 1536), "2", "0",
+                                                                                     "8123")
+    assert (arg("--chat-template") == L.PADDLE_TEMPLATE) if model == "paddleocr-vl" else "--no-jinja" in cmd
+    assert ("--no-repack" in cmd) == (fmt == "Q8_0" and amx)
+
+
+def test_serve_benchmark_batch_worker_parses_its_mode(monkeypatch):
+    """--modes batch runs the offline engine in a worker: its command line carries the mode and --max-num-seqs."""
+    import argparse
+
+    from bench import commands, run
+
+    p = argparse.ArgumentParser()
+    commands.add_serve_args(p)
+    monkeypatch.setattr(run, "ensure_checkpoint", lambda model, ckpt: "ckpt-dir")
+    monkeypatch.setattr("sys.argv", ["x", "--modes", "batch", "llama-server", "--max-num-seqs", "4"])
+    args = run.parse_main_args(p, worker=None)
+    assert args.modes == ["batch", "llama-server"]
+    argv = [str(a) for a in commands.serve_infer_argv(args, "batch")]
+    assert argv[argv.index("--worker-mode") + 1] == "batch" and argv[argv.index("--max-num-seqs") + 1] == "4"
+    p = argparse.ArgumentParser()
+    commands.add_serve_args(p)
+    seen = []
+    monkeypatch.setattr("sys.argv", ["x", *argv])
+    with pytest.raises(SystemExit):
+        run.parse_main_args(p, worker=lambda a: seen.append(a) or {})
+    assert (seen[0].worker_mode, seen[0].max_num_seqs) == ("batch", 4)

@@ -120,6 +120,13 @@ def conv_affine_op(library, stride, padding, dilation):
 
 
 @functools.cache
+def pad_max_pool_op(library):
+    """PadMaxPool2: x [B, C, H, W] -> [B, C, H, W], the max over each 2x2 window of x padded with a zero row and
+    column on the bottom and right (HGNetV2's stem)."""
+    return _custom(library, "PadMaxPool2", _first)
+
+
+@functools.cache
 def deformable_op(library):
     """DeformableSample: value [B, S, C], loc [B, Q, heads, L, P, 2], weight [B, Q, heads, L, P], shapes int32
     [L, 2] -> [B, Q, C]."""

@@ -73,6 +73,7 @@ class Kernels:
     # the layout models: (stride, padding, dilation) -> Conv2dAffine, and DeformableSample
     conv: object = None
     deformable: object = None
+    pad_max_pool: object = None  # HGNetV2's stem pooling (PadMaxPool2), routed with `conv`
     # --dtype bf16 on a CPU with bf16 dot products (with_bf16_products): GemmBf16, alone and with its epilogues
     gemm_bf16: object = None
     gemm_bf16_bias: object = None
@@ -125,15 +126,16 @@ def choose(target):
     routes = native_routes(library.isa_level)
     chosen = {name: op if name in routes else None for name, op in zip(KERNELS, custom.native_ops(library))}
     gather_rows, widen, interp_rows = custom.bf16_ops(library)
-    conv = deformable = None
+    conv = deformable = pad_max_pool = None
     if library.isa_level in CONV_ROUTES and os.environ.get(ROUTES_ENV) != "none":
         deformable = custom.deformable_op(library)
+        pad_max_pool = custom.pad_max_pool_op(library)
         if library.load_dnnl() and library.has_sgemm:
             conv = functools.partial(custom.conv_affine_op, library)
     return Kernels(library=library, routes=tuple(name for name in KERNELS if chosen[name] is not None),
                    attention_rows=custom.attention_rows_op(library) if chosen["attention"] is not None else None,
                    gather_rows=gather_rows, widen=widen, interp_rows=interp_rows, q8=custom.int8_ops(library),
-                   conv=conv, deformable=deformable, **chosen)
+                   conv=conv, deformable=deformable, pad_max_pool=pad_max_pool, **chosen)
 
 
 def bf16_products_refused(target, kernels):

@@ -64,7 +64,10 @@ def linear_bias(kn, x, w, b, act=None, residual=None, act_role=None):
             return _epilogue(kn, role)(x, w, b)
         if residual.dtype == ms.float32:
             return _epilogue(kn, role)(x, w, b, residual)
-    y = matmul_t(kn, x, w) + b
+    y = matmul_t(kn, x, w)
+    # BiasAdd: the same sums as `y + b` (bit for bit); MindSpore 2.10's CPU Add broadcasting b over [M, N] rows took
+    # 19-21 ms eagerly for 8,400 x 256 against BiasAdd's 1.4-1.7 (5.0 against 1.9 ms in a graph)
+    y = ops.bias_add(y, b) if not kn.portable and y.dtype == b.dtype == ms.float32 else y + b
     if act is not None:
         y = act(kn, y)
     return y if residual is None else residual + y

@@ -81,3 +81,21 @@ def test_conv2d_affine_native_matches_torch(case, pynative_cpu):
     assert got.shape == want.shape
     scale_ = np.abs(want).max()
     assert np.abs(got - want).max() < 2e-6 * scale_ and np.abs(composed - want).max() < 2e-6 * scale_
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 9, 11), (2, 4, 1, 5), (1, 2, 6, 1), (1, 1, 1, 1), (1, 32, 40, 40)])
+def test_pad_max_pool_native_matches_the_reference_rule(shape, pynative_cpu):
+    """PadMaxPool2 (HGNetV2's stem: a zero row and column padded on the bottom and right, then MaxPool2d(2, stride
+    1)) against the rule in NumPy and the composed form, bit for bit, on maps of negative and positive values (a
+    window at the edge takes the padding's 0 over negatives), one-row and one-column maps included."""
+    from ms_ocr.layout.backbone import _pad_max_pool
+    kn = pynative_cpu
+    if kn.pad_max_pool is None:
+        pytest.fail("PadMaxPool2 is not routed on this machine (native library, CONV_ROUTES)")
+    x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+    p = np.pad(x, ((0, 0), (0, 0), (0, 1), (0, 1)))
+    want = np.maximum(np.maximum(p[:, :, :-1, :-1], p[:, :, 1:, :-1]), np.maximum(p[:, :, :-1, 1:], p[:, :, 1:, 1:]))
+    got = _pad_max_pool(kn, ms.Tensor(x)).asnumpy()
+    composed = _pad_max_pool(COMPOSED, ms.Tensor(x)).asnumpy()
+    assert got.shape == shape and np.array_equal(got, want) and np.array_equal(composed, want)
+    assert (got[:, :, -1, -1] == np.maximum(x[:, :, -1, -1], 0)).all()

@@ -2,6 +2,8 @@
 // activation and residual, and DeformableSample, multi-scale deformable attention's sampling.
 #include <omp.h>
 
+#include <algorithm>
+
 #include <vector>
 
 #include "common.h"
@@ -265,6 +267,36 @@ int DeformableSample(int nparam, void** params, int* ndims, int64_t** shapes, co
             }
           }
         }
+      }
+    }
+  }
+  return 0;
+}
+
+// ---- PadMaxPool2: HGNetV2's stem pooling (layout/backbone.py Embeddings) ---------------------------------------
+// x [B, C, H, W] -> y [B, C, H, W]: y[i, j] = the max of x over rows i, i + 1 and columns j, j + 1, a row or column
+// past the map counting 0 (the reference pads the map with one zero row and column, then MaxPool2d(2, stride 1,
+// ceil_mode)). A max picks one of its inputs: the same values as the reference, bit for bit.
+int PadMaxPool2(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+                void* extra) {
+  (void)stream; (void)extra; (void)dtypes;
+  if (nparam != 2 || ndims[0] != 4 || ndims[1] != 4) return 1;
+  const int64_t planes = shapes[0][0] * shapes[0][1], h = shapes[0][2], w = shapes[0][3];
+  if (h < 1 || w < 1) return 1;
+  const float* x = static_cast<const float*>(params[0]);
+  float* y = static_cast<float*>(params[1]);
+#pragma omp parallel for num_threads(g_threads) schedule(static)
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t i = 0; i < h; ++i) {
+      const float* r0 = x + (p * h + i) * w;
+      float* out = y + (p * h + i) * w;
+      if (i + 1 < h) {
+        const float* r1 = r0 + w;
+        for (int64_t j = 0; j + 1 < w; ++j) out[j] = std::max(std::max(r0[j], r0[j + 1]), std::max(r1[j], r1[j + 1]));
+        out[w - 1] = std::max(std::max(r0[w - 1], r1[w - 1]), 0.f);
+      } else {
+        for (int64_t j = 0; j + 1 < w; ++j) out[j] = std::max(std::max(r0[j], r0[j + 1]), 0.f);
+        out[w - 1] = std::max(r0[w - 1], 0.f);
       }
     }
   }

@@ -83,5 +83,6 @@ MS_OCR_KERNEL(GemmBf16BiasResidual);
 // conv.cc: the layout models' convolutions and deformable sampling (ops/conv.py, layout/deformable.py)
 MS_OCR_KERNEL(Conv2dAffine);
 MS_OCR_KERNEL(DeformableSample);
+MS_OCR_KERNEL(PadMaxPool2);
 
 }  // extern "C"
