@@ -9,7 +9,7 @@ written after every process.
     python scripts/benchmark_pipeline.py [--versions 1.0 1.6 1.8] [--pages 10] [--new-tokens 32] [--threads 2]
 
 A page of the 10-page run: rendered from the PDF (96 dpi, 768x1024), the layout model on it (--layout-mode auto, as
-the command line: the graph for 10 pages; one threshold keeping 25 detections, since random weights score every
+the command line: eager for 10 pages; one threshold keeping 25 detections, since random weights score every
 label alike), then the page's drawn blocks (bench/pages.py ARTICLE_BLOCKS; V3 outlines and V4
 quadrilaterals of their boxes) through the version's rules and the recogniser, --new-tokens per region with EOS
 ignored: every version reads the same regions with the same token budget. Figures: layout s/page (forward and

@@ -37,10 +37,10 @@ class PageLayout:
     outputs: tuple  # the model's outputs for the page (numpy), named by LayoutDetector.output_names
 
 
-# Below this many pages the command line's --layout-mode auto takes eager on the CPU: no compile, ~1 GB, ~3 s per
-# page, against the staged graphs' ~7-9 s of compiling, ~1.5 GB and ~1.3-1.5 s per page (V2/V3/V4 at their real
-# configs, README.md "Speed"): eager finishes first up to about four pages.
-EAGER_BELOW_PAGES = 5
+# Below this many pages the command line's --layout-mode auto takes eager on the CPU: no compile, ~1 GB, ~2-2.2 s a
+# page, against the staged graphs' ~9-12 s of compiling, ~1.1-1.3 GB and ~1.3 s a page (V3/V4 at their real configs,
+# Intel Xeon, 2 cores, README.md "Speed"): eager finishes first up to about 13 pages.
+EAGER_BELOW_PAGES = 12
 
 
 def layout_mode_for(mode, target, pages):

@@ -42,9 +42,9 @@ def build_parser():
                    help="one layout score threshold for every label, instead of the version's (1.0: 0.4-0.5 by "
                         "label, 1.5/1.6: 0.3)")
     p.add_argument("--layout-mode", default="auto", choices=["auto", "graph", "eager"],
-                   help="layout model as one compiled graph (faster per page after a 35-60 s compile, ~7 GB on CPU) "
-                        "or op by op (no compile, ~1.4 GB, ~3x slower per page); auto: eager on the CPU for fewer "
-                        "than 5 pages, else graph")
+                   help="layout model as compiled graphs (~1.3 s a page on 2 CPU cores after ~9-12 s of compiling) "
+                        "or op by op (no compile, ~2-2.2 s a page); auto: eager on the CPU for fewer than 12 pages, "
+                        "else graph")
     p.add_argument("--charts", action="store_true", help="recognise charts (default: kept as pictures)")
     p.add_argument("--keep-all-labels", action="store_true",
                    help="also put headers, footers, page numbers, footnotes and side text into the Markdown")

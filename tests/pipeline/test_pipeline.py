@@ -188,8 +188,8 @@ def test_cli_image(tiny_dir, layout_dir, layout_detector, vlm, tmp_path, monkeyp
 
 def test_layout_mode_auto_is_eager_for_a_few_pages_on_the_cpu():
     from ms_ocr.layout.runner import EAGER_BELOW_PAGES, layout_mode_for
-    assert EAGER_BELOW_PAGES == 5
-    assert [layout_mode_for("auto", "CPU", n) for n in (1, 4, 5, 40)] == ["eager", "eager", "graph", "graph"]
+    assert EAGER_BELOW_PAGES == 12
+    assert [layout_mode_for("auto", "CPU", n) for n in (1, 11, 12, 40)] == ["eager", "eager", "graph", "graph"]
     assert layout_mode_for("auto", "Ascend", 1) == "graph" and layout_mode_for("auto", "CPU", None) == "graph"
     assert layout_mode_for("graph", "CPU", 1) == "graph" and layout_mode_for("eager", "Ascend", 40) == "eager"
 
