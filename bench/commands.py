@@ -60,7 +60,8 @@ def add_serve_args(p):
 def serve_infer_argv(args, mode="infer"):
     """The worker command line (after the script) of the `infer` one-request-at-a-time baseline, or with mode
     "batch" of the offline engine's run over the same requests (--max-num-seqs at a time)."""
-    return ["--worker", "--worker-mode", mode, "--max-num-seqs", args.max_num_seqs, "--model", args.model, "--ckpt", args.ckpt, "--requests", args.requests,
+    return ["--worker", "--worker-mode", mode, "--max-num-seqs", args.max_num_seqs, "--max-model-len",
+            args.max_model_len, "--model", args.model, "--ckpt", args.ckpt, "--requests", args.requests,
             "--new-tokens", *args.new_tokens, "--width", args.width, "--height", args.height,
             "--threads", args.threads, *precision_argv(args)]
 

@@ -296,6 +296,7 @@ def main():
             rows.append(run_json_worker(__file__, serve_infer_argv(args, mode), args.threads, mode))
         else:
             rows += run_server(args) if mode == "serve" else run_llama_server(args)
+        write_json(args.out, f"benchmark_serve_{args.model}.json", serve_record(args, rows))  # each mode kept
     base = rows[0]
     base_tps = base["tokens"] / base["wall_s"]
     table = []

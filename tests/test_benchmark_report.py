@@ -197,15 +197,17 @@ def test_serve_benchmark_batch_worker_parses_its_mode(monkeypatch):
     p = argparse.ArgumentParser()
     commands.add_serve_args(p)
     monkeypatch.setattr(run, "ensure_checkpoint", lambda model, ckpt: "ckpt-dir")
-    monkeypatch.setattr("sys.argv", ["x", "--modes", "batch", "llama-server", "--max-num-seqs", "4"])
+    monkeypatch.setattr("sys.argv", ["x", "--modes", "batch", "llama-server", "--max-num-seqs", "4",
+                                     "--max-model-len", "1536"])
     args = run.parse_main_args(p, worker=None)
     assert args.modes == ["batch", "llama-server"]
     argv = [str(a) for a in commands.serve_infer_argv(args, "batch")]
     assert argv[argv.index("--worker-mode") + 1] == "batch" and argv[argv.index("--max-num-seqs") + 1] == "4"
+    assert argv[argv.index("--max-model-len") + 1] == "1536"
     p = argparse.ArgumentParser()
     commands.add_serve_args(p)
     seen = []
     monkeypatch.setattr("sys.argv", ["x", *argv])
     with pytest.raises(SystemExit):
         run.parse_main_args(p, worker=lambda a: seen.append(a) or {})
-    assert (seen[0].worker_mode, seen[0].max_num_seqs) == ("batch", 4)
+    assert (seen[0].worker_mode, seen[0].max_num_seqs, seen[0].max_model_len) == ("batch", 4, 1536)
