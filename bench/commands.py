@@ -80,3 +80,21 @@ def serve_record(args, rows):
             "kv_cache_dtype": args.kv_cache_dtype, "threads": args.threads,
             "max_num_seqs": args.max_num_seqs, "max_model_len": args.max_model_len,
             "llamacpp": {"slots": args.llamacpp_slots, "format": args.llamacpp_format}, "rows": rows}
+
+
+# ---- llama.cpp's server, the many-pages peer (scripts/bench_llamacpp.py server_command) --------------------------
+def llama_server_command(bin_dir, gguf_dir, name, port, fmt="BF16", slots=4, slot_tokens=2048, threads=2,
+                         template=None, no_repack=False):
+    """llama-server for GGUF NAME on 127.0.0.1:PORT: `slots` parallel sequences (-np, continuous batching) of
+    `slot_tokens` context each (-c is split across the slots, each rounded up to 256), greedy, no host-RAM prompt
+    cache (its 8 GiB default would count in peak RSS and replay nothing: every request is a new page), no Web UI;
+    `template` a Jinja chat template (None: the built-in one llama.cpp detects, as its CLI, not the GGUF's own);
+    `no_repack` keeps Q8_0 off ggml's AMX kernels (they fault on the Xeon KVM guests here)."""
+    import os
+    cmd = [os.path.join(bin_dir, "llama-server"), "-m", os.path.join(gguf_dir, f"{name}-text-{fmt}.gguf"),
+           "--mmproj", os.path.join(gguf_dir, f"{name}-mmproj-BF16.gguf"), "-np", str(slots), "-c",
+           str(slots * -(-slot_tokens // 256) * 256), "-cb", "-t", str(threads), "--temp", "0", "--cache-ram", "0",
+           "--no-webui", "--host", "127.0.0.1", "--port", str(port)]
+    cmd += ["--jinja", "--chat-template", template] if template is not None else ["--no-jinja"]
+    return cmd + (["--no-repack"] if no_repack else [])
+

@@ -95,19 +95,12 @@ def server_available():
 
 
 def server_command(model, name, port, fmt="BF16", slots=4, slot_tokens=2048, threads=2):
-    """llama-server for GGUF NAME on 127.0.0.1:PORT: `slots` parallel sequences (-np, continuous batching, llama.cpp's
-    default) of `slot_tokens` context each (-c is split across the slots), greedy, no host-RAM prompt cache (its
-    8 GiB default would count in peak RSS and replay nothing here: every request is a new page), no Web UI."""
-    cmd = [os.path.join(BIN, "llama-server"), "-m", os.path.join(GGUF, f"{name}-text-{fmt}.gguf"), "--mmproj",
-           os.path.join(GGUF, f"{name}-mmproj-BF16.gguf"), "-np", str(slots), "-c",
-           str(slots * -(-slot_tokens // 256) * 256), "-cb", "-t", str(threads), "--temp", "0", "--cache-ram", "0",
-           "--no-webui", "--host", "127.0.0.1", "--port", str(port)]
-    # the CLI's templates (run_page): PaddleOCR-VL's written plainly; HunyuanOCR's built in (the server's Jinja
-    # default would take the GGUF's own template instead)
-    cmd += ["--jinja", "--chat-template", PADDLE_TEMPLATE] if model == "paddleocr-vl" else ["--no-jinja"]
-    if fmt != "BF16" and cpu_has_amx():
-        cmd.append("--no-repack")  # as run_page: ggml's AMX Q8_0 kernels fault on the Xeon KVM guests here
-    return cmd
+    """llama-server for GGUF NAME of `model` on 127.0.0.1:PORT (bench/commands.py llama_server_command): the CLI
+    peer's chat templates (run_page) and its --no-repack rule for Q8_0 on a CPU with AMX."""
+    from bench.commands import llama_server_command
+    return llama_server_command(BIN, GGUF, name, port, fmt, slots, slot_tokens, threads,
+                                PADDLE_TEMPLATE if model == "paddleocr-vl" else None,
+                                no_repack=fmt != "BF16" and cpu_has_amx())
 
 
 def _edit_json(path, edit):

@@ -169,23 +169,23 @@ def test_benchmarks_pass_the_precision_options_on(monkeypatch, tmp_path, name):
         assert (served.model_path, served.port, served.max_num_seqs) == ("ckpt-dir", 8000, args.max_num_seqs)
 
 
-@pytest.mark.parametrize("model,fmt,amx", [("paddleocr-vl", "BF16", True), ("hunyuan-ocr", "Q8_0", True),
-                                           ("hunyuan-ocr", "Q8_0", False)])
-def test_llama_server_peer_command(monkeypatch, model, fmt, amx):
+@pytest.mark.parametrize("template,fmt,no_repack", [("{{ x }}", "BF16", False), (None, "Q8_0", True),
+                                                    (None, "Q8_0", False)])
+def test_llama_server_peer_command(template, fmt, no_repack):
     """The llama-server peer (benchmark_serve.py --modes llama-server): -c is split across -np slots, so each slot
-    gets the page's prompt and answer (rounded up to llama.cpp's 256); no host-RAM prompt cache; the CLI's chat
-    templates; --no-repack for Q8_0 where ggml's AMX kernels would take it (as the CLI peer)."""
-    from scripts import bench_llamacpp as L
+    gets the page's prompt and answer (rounded up to llama.cpp's 256); no host-RAM prompt cache; the given chat
+    template, else llama.cpp's built-in detection (no Jinja); --no-repack when asked (Q8_0 on AMX, as the CLI peer)."""
+    from bench.commands import llama_server_command
 
-    monkeypatch.setattr(L, "cpu_has_amx", lambda: amx)
-    cmd = L.server_command(model, "ckpt", 8123, fmt, slots=4, slot_tokens=1012 + 64 + 257, threads=2)
+    cmd = llama_server_command("/bin", "/gguf", "ckpt", 8123, fmt, slots=4, slot_tokens=1012 + 64 + 257, threads=2,
+                               template=template, no_repack=no_repack)
     arg = lambda flag: cmd[cmd.index(flag) + 1]  # noqa: E731
-    assert cmd[0].endswith("llama-server") and arg("-m").endswith(f"ckpt-text-{fmt}.gguf")
-    assert arg("--mmproj").endswith("ckpt-mmproj-BF16.gguf")
+    assert cmd[0] == "/bin/llama-server" and arg("-m") == f"/gguf/ckpt-text-{fmt}.gguf"
+    assert arg("--mmproj") == "/gguf/ckpt-mmproj-BF16.gguf"
     assert (arg("-np"), arg("-c"), arg("-t"), arg("--cache-ram"), arg("--port")) == ("4", str(4 * 1536), "2", "0",
                                                                                      "8123")
-    assert (arg("--chat-template") == L.PADDLE_TEMPLATE) if model == "paddleocr-vl" else "--no-jinja" in cmd
-    assert ("--no-repack" in cmd) == (fmt == "Q8_0" and amx)
+    assert (arg("--chat-template") == template and "--jinja" in cmd) if template else "--no-jinja" in cmd
+    assert ("--no-repack" in cmd) == no_repack
 
 
 def test_serve_benchmark_batch_worker_parses_its_mode(monkeypatch):
