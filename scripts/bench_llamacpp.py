@@ -164,6 +164,15 @@ def converted(name):
     return all(os.path.isfile(os.path.join(GGUF, f"{name}-{p}")) for p in ("text-BF16.gguf", "mmproj-BF16.gguf"))
 
 
+def ensure_converted(model, ckpt):
+    """The GGUF name of checkpoint folder `ckpt` (its folder name), converted first if it is not yet."""
+    name = os.path.basename(os.path.normpath(ckpt))
+    if not converted(name):
+        print(f"converting {ckpt} to GGUF for llama.cpp ...", flush=True)
+        convert(model, ckpt, name)
+    return name
+
+
 def context_size(new_tokens, prompt=2048):
     """llama.cpp's -c for a page's prompt (the pages here: ~800-1,000 image tokens; `prompt` leaves room for up to
     2,048) and `new_tokens` forced tokens, a multiple of 256: 4,096 up to 2,048 tokens, as before."""

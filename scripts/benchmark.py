@@ -276,10 +276,7 @@ def cli_process(args, cache_dir, fresh):
 def llamacpp_runs(args, fmt):
     """llama.cpp on the same page and checkpoint (converted to GGUF once), in its own process."""
     from scripts import bench_llamacpp as L
-    name = os.path.basename(os.path.normpath(args.ckpt))
-    if not L.converted(name):
-        print(f"converting {args.ckpt} to GGUF for llama.cpp ...", flush=True)
-        L.convert(args.model, args.ckpt, name)
+    name = L.ensure_converted(args.model, args.ckpt)
     r = L.run_page(args.model, name, args.image, fmt, args.new_tokens, args.threads, args.isa)
     r["framework"] = f"llama.cpp {fmt}"
     return r

@@ -58,18 +58,22 @@ def percentile(values, q):
 
 
 # ---- infer baseline (own process) -------------------------------------------------------------------------------
-def infer_worker(args):
-    from ms_ocr.proc import peak_rss_gb
+def load_worker(args):
+    """A worker's (pipeline, its model's first task prompt, the requests' pages): the model loaded on the CPU with
+    the run's threads and precision."""
     from ms_ocr.device import setup
-    from ms_ocr.generate import SamplingConfig
     from ms_ocr.models import get as model_spec
     setup("cpu", args.threads)
     package = model_spec(args.model)
-    pipe = package.load(args.ckpt, "CPU", args.dtype, quantize=args.quantize,
-                        kv_cache_dtype=args.kv_cache_dtype)
+    pipe = package.load(args.ckpt, "CPU", args.dtype, quantize=args.quantize, kv_cache_dtype=args.kv_cache_dtype)
+    return pipe, next(iter(package.tasks.values())), crops(args.requests, args.width, args.height)
+
+
+def infer_worker(args):
+    from ms_ocr.proc import peak_rss_gb
+    from ms_ocr.generate import SamplingConfig
+    pipe, prompt, pages = load_worker(args)
     pipe.eos_ids = []  # every request runs to its budget, as the server's requests do (ignore_eos)
-    prompt = next(iter(package.tasks.values()))
-    pages = crops(args.requests, args.width, args.height)
     pipe.run([pages[0]], prompt, SamplingConfig(max_new_tokens=2))  # compile
     lat, ttft, tokens = [], [], 0
     t0 = time.perf_counter()
@@ -88,16 +92,11 @@ def infer_worker(args):
 def batch_worker(args):
     """The offline engine (what `python -m ms_ocr.batch` runs) over the same requests, --max-num-seqs at a time,
     each to its budget; wall time from the first request in to the last result out, compile included."""
-    from ms_ocr.device import setup
     from ms_ocr.engine import BatchEngine, Request
     from ms_ocr.generate import SamplingConfig
-    from ms_ocr.models import get as model_spec
     from ms_ocr.proc import peak_rss_gb
-    setup("cpu", args.threads)
-    package = model_spec(args.model)
-    pipe = package.load(args.ckpt, "CPU", args.dtype, quantize=args.quantize, kv_cache_dtype=args.kv_cache_dtype)
-    prompt = next(iter(package.tasks.values()))
-    pages, budget = crops(args.requests, args.width, args.height), budgets(args)
+    pipe, prompt, pages = load_worker(args)
+    budget = budgets(args)
     engine = BatchEngine(pipe, SamplingConfig(max_new_tokens=max(budget)), args.max_num_seqs,
                          max_model_len=args.max_model_len, ignore_eos=True)
     lat, tokens = [], []
@@ -257,10 +256,7 @@ def run_llama_server(args):
     from scripts import bench_llamacpp as L
     if not L.server_available():
         raise SystemExit("llama-server is not built here: python scripts/bench_llamacpp.py build-server")
-    name = os.path.basename(os.path.normpath(args.ckpt))
-    if not L.converted(name):
-        print(f"converting {args.ckpt} to GGUF for llama.cpp ...", flush=True)
-        L.convert(args.model, args.ckpt, name)
+    name = L.ensure_converted(args.model, args.ckpt)
     # a slot holds a page's prompt (up to one image token per 28x28 pixels, and the text around it) and its answer
     slot_tokens = args.width * args.height // (28 * 28) + 64 + max(budgets(args)) + 1
     port = free_port()
