@@ -14,7 +14,7 @@ from ms_ocr.convert.quantize import Int8Plan
 from ms_ocr.models.quantize import finish_int8, prepare_int8
 from ms_ocr.ops import bind
 from ms_ocr.plan import make_plan
-from ms_ocr.runtime import Buckets, VLMRuntime
+from ms_ocr.runtime import Buckets, VLMRuntime, hugepages
 from ms_ocr.vlm import VLMPipeline
 
 
@@ -89,6 +89,8 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
         net.widen_embeddings = net.model.embed_tokens.weight.dtype == ms.bfloat16 and compute_dtype == ms.float32
         if int8 and (only is None or only & text):
             finish_int8(net)
+        if plan.target == "CPU" and (only is None or only & text):  # the decoder's weights onto 2 MB pages, meanwhile
+            hugepages.collapse_in_background(net, default=not staged)  # (not for the one-request CLI's)
 
     staged = bool(_STAGED)
     text = text_parameter_names(net)

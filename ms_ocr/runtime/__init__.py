@@ -6,6 +6,7 @@
 - moe.py      HostMoE: MoE layers with the experts routed on the host (CPU), with its step graphs
 - vision.py   VisionEncoder: images through the vision tower (packed ViT layers, or the model's own views)
 - inputs.py   what the host side hands over (Buckets, VisionInputs, Prepared), free of MindSpore
+- hugepages.py  the decoder's weights moved to 2 MB pages after load (CPU; the decode step's TLB misses)
 The compile machinery (compiled-graph bookkeeping and the persistent cache) is ms_ocr/compiler.py and
 compile_cache.py; how the runtime computes (dtypes, kernels) is its plan's (ms_ocr/plan.py).
 

@@ -1,0 +1,99 @@
+"""The decoder's weights moved to 2 MB pages after load (ms_ocr/runtime/hugepages.py): which ranges are asked for,
+that the bytes stay the same, that this machine's kernel really backs them with huge pages, and which buffers of a
+model are the decoder's."""
+
+import numpy as np
+import mindspore as ms
+from mindspore import Parameter, Tensor
+
+from ms_ocr.runtime import hugepages as H
+
+MB = 1 << 20
+
+
+def anon_huge_bytes():
+    with open("/proc/self/smaps_rollup") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("AnonHugePages"))
+
+
+def test_interior_is_the_whole_huge_pages_inside():
+    assert H.interior(0, 4 * MB) == (0, 4 * MB)
+    assert H.interior(1, 4 * MB) == (2 * MB, 4 * MB)
+    assert H.interior(2 * MB - 1, 2 * MB + 2) == (2 * MB, 4 * MB)
+    assert H.interior(3 * MB, 2 * MB) is None  # [3, 5) MB holds no whole huge page
+    assert H.interior(2 * MB, 2 * MB - 1) is None
+
+
+def test_thp_mode_reads_the_bracketed_choice(tmp_path):
+    f = tmp_path / "enabled"
+    f.write_text("always [madvise] never\n")
+    assert H.thp_mode(str(f)) == "madvise"
+    f.write_text("[always] madvise never\n")
+    assert H.thp_mode(str(f)) == "always"
+    assert H.thp_mode(str(tmp_path / "missing")) is None
+
+
+def test_switch_turns_it_off(monkeypatch):
+    monkeypatch.setenv(H.ENV_SWITCH, "0")
+    assert not H.enabled()
+    assert H.collapse_in_background(object()) is None  # nothing of the model is touched
+
+
+def test_collapse_keeps_the_bytes_and_backs_them_with_huge_pages():
+    np.core.multiarray._set_madvise_hugepage(False)  # numpy would ask for huge pages itself
+    try:
+        buf = np.random.default_rng(0).integers(0, 255, 16 * MB, dtype=np.uint8)
+    finally:
+        np.core.multiarray._set_madvise_hugepage(True)
+    before_bytes = buf.copy()
+    lo, hi = H.interior(buf.ctypes.data, buf.nbytes)
+    before = anon_huge_bytes()
+    done = H.collapse([(buf.ctypes.data, buf.nbytes)])
+    assert np.array_equal(buf, before_bytes)
+    mode = H.thp_mode()
+    if mode in ("always", "madvise"):
+        # every whole huge page inside is either moved now (MADV_COLLAPSE) or left to khugepaged
+        assert done["collapsed"] + done["advised"] == hi - lo and done["failed"] == 0
+        assert hi - lo >= 14 * MB
+        if done["collapsed"]:
+            assert anon_huge_bytes() - before >= done["collapsed"]
+    else:
+        assert not H.enabled()
+
+
+def test_collapse_skips_small_buffers():
+    buf = np.zeros(3 * MB, np.uint8)
+    assert H.collapse([(buf.ctypes.data, buf.nbytes)]) == {"collapsed": 0, "advised": 0, "failed": 0}
+
+
+class _Layer:
+    def __init__(self, params):
+        self.params = params
+
+    def get_parameters(self):
+        return iter(self.params)
+
+
+class _Model:
+    def __init__(self, tied):
+        def param(name, rows, dtype=ms.float32):
+            return Parameter(Tensor(np.zeros((rows, 1024), np.float32), dtype), name=name)
+        self.layers = [_Layer([param(f"l{i}.q", 1024), param(f"l{i}.norm", 1),
+                               param(f"l{i}.self_attn.k_cache", 2048)]) for i in range(2)]
+        self.tied = tied
+        self.model = type("Inner", (), {})()
+        self.model.embed_tokens = type("Embed", (), {"weight": param("embed", 3000)})()
+        self.lm_head = type("Head", (), {"weight": param("head", 2000)})()
+
+    def text_layers(self):
+        return self.layers
+
+
+def test_decoder_buffers_are_the_layers_and_the_head_not_the_caches():
+    for tied in (True, False):
+        m = _Model(tied)
+        head = m.model.embed_tokens.weight if tied else m.lm_head.weight
+        got = H.decoder_buffers(m)
+        want = sorted([(p.data_ptr(), 4 * MB) for p in (m.layers[0].params[0], m.layers[1].params[0])]
+                      + [(head.data_ptr(), head.shape[0] * 4096)], key=lambda kv: -kv[1])
+        assert got == want  # the 1-row norms are too small, the caches are state
