@@ -9,6 +9,9 @@ import time
 
 import numpy as np
 
+# checkpoint tensor names of the vision side (PaddleOCR-VL, HunyuanOCR, DeepSeek-OCR-2), which a decode step never reads
+VISION_PREFIXES = ("visual", "mlp_AR", "model.visual", "model.projector", "vit", "model.sam_model", "model.qwen2_model",
+                   "model.vision_model", "model.image_newline", "model.view_seperator")
 PROBE_BYTES = 2 << 30  # past any last-level cache (a shared host may show a VM several hundred MB of L3)
 
 
@@ -48,3 +51,20 @@ def step_bytes(weight_bytes, kv_per_token, position):
 def bound_ms(nbytes, gbs):
     """The step's floor in ms: its bytes at the read bandwidth."""
     return 1000 * nbytes / (gbs * 1e9)
+
+
+def checkpoint_weight_format(ckpt):
+    """"bf16" or "fp32": how the checkpoint stores its decoder layers' matrices (as the exact path keeps them), by
+    the bytes of each dtype among them: a few small fp32 tensors (DeepSeek's MoE router gates, which transformers
+    keeps in fp32) do not make a bf16 checkpoint an fp32 one."""
+    from ms_ocr.convert.safetensors_io import read_header, weight_files
+    by_dtype = {}
+    for path in weight_files(ckpt):
+        header, _ = read_header(path)
+        for k, v in header.items():
+            if k != "__metadata__" and "layers" in k and k.endswith(".weight") and not k.startswith(VISION_PREFIXES):
+                n = int(np.prod(v["shape"])) if v["shape"] else 1
+                by_dtype[v["dtype"]] = by_dtype.get(v["dtype"], 0) + n
+    if not by_dtype:
+        return "fp32"
+    return "bf16" if max(by_dtype, key=by_dtype.get) == "BF16" else "fp32"

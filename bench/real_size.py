@@ -204,6 +204,36 @@ def deepseek_ocr_config(image_token_id):
             "image_token_id": image_token_id}
 
 
+def deepseek_ocr2_hub_config(config, arch):
+    """The remote-code config.json deepseek-ai/DeepSeek-OCR-2 ships (language_config, vision_config.width,
+    projector_config), which llama.cpp's converter reads, from a transformers-5 one (text_config,
+    vision_config.{sam_config, encoder_config}) of the same sizes; `arch` its architecture. The vendored converter
+    registers DeepseekOCR2ForCausalLM for the projector (--mmproj) only, so the text GGUF is converted under
+    DeepSeek-OCR's name: the same DeepSeek-V2 decoder, both written as llama.cpp's deepseek2-ocr. Without MLA the
+    whole head dim is roped (qk_rope_head_dim = head_dim)."""
+    text, vision = config["text_config"], config["vision_config"]
+    sam, enc = vision["sam_config"], vision["encoder_config"]
+    head_dim = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
+    keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok",
+            "n_shared_experts", "max_position_embeddings", "rms_norm_eps", "bos_token_id", "eos_token_id",
+            "routed_scaling_factor", "topk_method")
+    language = {k: text[k] for k in keys if k in text}
+    language.update(first_k_dense_replace=text["mlp_layer_types"].index("sparse"), use_mla=False,
+                    kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=head_dim,
+                    rope_theta=text.get("rope_parameters", {}).get("rope_theta", 10000.0))
+    return {"architectures": [arch], "model_type": "deepseek_vl_v2", "language_config": language,
+            "tie_word_embeddings": config.get("tie_word_embeddings", False),
+            "projector_config": {"input_dim": enc["hidden_size"], "n_embed": text["hidden_size"],
+                                 "projector_type": "linear"},
+            "vision_config": {"image_size": sam.get("image_size", 1024), "width": {
+                "sam_vit_b": {"width": sam["hidden_size"], "layers": sam["num_hidden_layers"],
+                              "heads": sam["num_attention_heads"], "global_attn_indexes": sam["global_attn_indexes"],
+                              "downsample_channels": sam["downsample_channels"]},
+                "qwen2-0-5b": {"dim": enc["hidden_size"]}}},
+            "image_token_id": config["image_token_id"]}
+
+
 def unlimited_ocr_config(image_token_id):
     """baidu/Unlimited-OCR's config.json layout and sizes: DeepSeek-OCR's with its model_type, architectures,
     auto_map, max_position_embeddings 32768 and the top-level sliding window of 128."""

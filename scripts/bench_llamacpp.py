@@ -10,8 +10,11 @@ A benchmark dependency, never a runtime one. The build is the workplace's peer r
 (shared/peers/llamacpp/peer.sh build: llama.cpp vendored in the llama-cpp-python 0.3.36 source package, CMake with
 GGML_NATIVE, OpenMP, and its converter in a venv with transformers 4.x); `build` runs it (MS_OCR_LLAMACPP_PEER
 names peer.sh where the shared folder is elsewhere). Conversion and timing are done here: the converter needs the
-checkpoint's transformers-5 files adjusted (in a folder of links, never in the checkpoint), and the figures are
-read from llama.cpp's own log plus the kernel's accounting of the process (wall, peak RSS via wait4).
+checkpoint's transformers-5 files adjusted (in a folder of links, never in the checkpoint; DeepSeek-OCR-2's config
+rewritten in the deepseek-ai remote-code layout the converter reads, bench/real_size.py deepseek_ocr2_hub_config),
+and the figures are read from llama.cpp's own log plus the kernel's accounting of the process (wall, peak RSS via
+wait4). Models: paddleocr-vl, hunyuan-ocr, deepseek-ocr2 (llama.cpp's deepseek2-ocr text model and its
+DeepSeek-OCR-2 projector, in the vendored 0.3.36 source).
 
 Figures (one JSON object on stdout): vision_ms (the image encode), prefill_ms (llama_perf's prompt eval minus the
 encode: it includes it), decode_ms_per_token, load_s (llama.cpp's model load), peak_rss_gb, wall_s, image_tokens,
@@ -29,6 +32,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from bench.real_size import deepseek_ocr2_hub_config  # noqa: E402
 from bench.report import parse_log  # noqa: E402
 
 PEER = os.environ.get("PEER", os.path.join(os.path.expanduser("~"), ".cache", "llamacpp-peer"))
@@ -48,7 +52,23 @@ GGUF = os.path.join(PEER, "gguf")
 # PaddleOCR-VL's own chat template does not run in llama.cpp's template engine: the same prompt, written plainly
 PADDLE_TEMPLATE = ("{{- '<|begin_of_sentence|>' -}}{%- for message in messages -%}{%- if message['role'] == 'user' -%}"
                    "{{- 'User: ' + message['content'] + '\\n' -}}{%- endif -%}{%- endfor -%}{{- 'Assistant: ' -}}")
-PROMPTS = {"paddleocr-vl": "OCR:", "hunyuan-ocr": "OCR"}
+PROMPTS = {"paddleocr-vl": "OCR:", "hunyuan-ocr": "OCR", "deepseek-ocr2": "Free OCR."}
+# The converter run through a wrapper for a checkpoint whose BPE tokenizer it cannot identify (the benchmark's
+# random DeepSeek-OCR-2 tokenizer: no pre-tokenizer hash it knows; ByteLevel with GPT-2's rule, which it names
+# "gpt-2"); every other model runs the converter itself.
+CONVERT_WRAPPER = """import runpy, sys
+sys.path.insert(0, sys.argv[1])
+import conversion.base as base
+known = base.TextModel.get_vocab_base_pre
+def pre(self, tokenizer):
+    try:
+        return known(self, tokenizer)
+    except NotImplementedError:
+        return "gpt-2"
+base.TextModel.get_vocab_base_pre = pre
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
 
 
 def peer_script():
@@ -153,9 +173,16 @@ def convert(model, ckpt, name):
     env = dict(os.environ, OMP_NUM_THREADS="2")
     log = open(os.path.join(PEER, f"convert-{name}.log"), "w")
     text, mmproj = (os.path.join(GGUF, f"{name}-{part}") for part in ("text-BF16.gguf", "mmproj-BF16.gguf"))
-    for extra, out in (([], text), (["--mmproj"], mmproj)):
-        subprocess.run([py, os.path.join(SRC, "convert_hf_to_gguf.py"), folder, *extra, "--outtype", "bf16",
-                        "--outfile", out], check=True, stdout=log, stderr=log, env=env)
+    config = os.path.join(folder, "config.json")
+    with open(config) as f:
+        hf_config = json.load(f)
+    for extra, out, arch in (([], text, "DeepseekOCRForCausalLM"), (["--mmproj"], mmproj, "DeepseekOCR2ForCausalLM")):
+        launcher = [py, os.path.join(SRC, "convert_hf_to_gguf.py")]
+        if model == "deepseek-ocr2":
+            _edit_json(config, lambda d, arch=arch: (d.clear(), d.update(deepseek_ocr2_hub_config(hf_config, arch))))
+            launcher = [py, "-c", CONVERT_WRAPPER, SRC, os.path.join(SRC, "convert_hf_to_gguf.py")]
+        subprocess.run([*launcher, folder, *extra, "--outtype", "bf16", "--outfile", out], check=True, stdout=log,
+                       stderr=log, env=env)
     subprocess.run([os.path.join(BIN, "llama-quantize"), text, text.replace("BF16", "Q8_0"), "Q8_0"], check=True,
                    stdout=log, stderr=log)
 
@@ -187,6 +214,8 @@ def run_page(model, name, image, fmt="BF16", new_tokens=32, threads=2, isa="nati
            "-lv", "4"]
     if model == "paddleocr-vl":
         cmd += ["--jinja", "--chat-template", PADDLE_TEMPLATE]
+    elif model == "deepseek-ocr2":  # the converter's template (the messages' text as it is) runs only under --jinja
+        cmd.append("--jinja")
     no_repack = fmt != "BF16" and isa == "native" and cpu_has_amx()
     if no_repack:
         # ggml's AMX kernels take Q8_0 matrices on a CPU with AMX, and on the Xeon KVM guests here they end in an

@@ -155,14 +155,13 @@ def fp32_weight_bytes(ckpt, bytes_per_weight=4):
     """Bytes of decoder weights read per generated token in fp32 (bytes_per_weight=2: in bf16): every text layer
     plus the output head (the tied embedding table, read once by the head; the input embedding is a single-row
     gather)."""
+    from bench.memory import VISION_PREFIXES
     from ms_ocr.convert.safetensors_io import read_header, weight_files
     sizes = {}
     for path in weight_files(ckpt):
         header, _ = read_header(path)
         for k, v in header.items():
-            if k != "__metadata__" and not k.startswith(("visual", "mlp_AR", "model.visual", "model.projector", "vit",
-                                                          "model.sam_model", "model.qwen2_model", "model.vision_model",
-                                                          "model.image_newline", "model.view_seperator")):
+            if k != "__metadata__" and not k.startswith(VISION_PREFIXES):
                 n = 1
                 for d in v["shape"]:
                     n *= d
@@ -407,21 +406,10 @@ def read_bandwidth(threads):
     return float(value)
 
 
-def checkpoint_weight_format(ckpt):
-    """"bf16" or "fp32": how the checkpoint stores its text weights (as the exact path keeps them)."""
-    from ms_ocr.convert.safetensors_io import read_header, weight_files
-    for path in weight_files(ckpt):
-        header, _ = read_header(path)
-        for k, v in header.items():
-            if k != "__metadata__" and "layers" in k and k.endswith(".weight"):
-                return "bf16" if v["dtype"] == "BF16" else "fp32"
-    return "fp32"
-
-
 def decode_bounds(args, med, gbs):
     """{column: (bound ms/token, bytes a step)} of the process table: each column's weights in its format, and the
     KV cache (fp32, or bf16 with --kv-cache-dtype bf16) at the answer's middle position."""
-    from bench.memory import bound_ms, kv_bytes_per_token, step_bytes
+    from bench.memory import bound_ms, checkpoint_weight_format, kv_bytes_per_token, step_bytes
     with open(os.path.join(args.ckpt, "config.json")) as f:
         config = json.load(f)
     text = config.get("text_config") or config.get("language_config") or config

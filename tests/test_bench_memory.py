@@ -38,3 +38,21 @@ def test_kv_bytes_per_token_and_the_step_bound():
     nbytes = step_bytes(721e6, 36864, 1000)
     assert nbytes == 721e6 + 36.864e6
     assert bound_ms(nbytes, 20.0) == pytest.approx(37.8932)
+
+
+def test_checkpoint_weight_format_goes_by_the_bytes_of_the_decoder_layers(tmp_path):
+    """DeepSeek-OCR-2 as transformers saves it: bf16 layers with fp32 MoE router gates (which came first in its
+    header and made the benchmark count the exact path's weights as fp32: a bound of 2,437 MB a step instead of
+    1,289); the vision tower's tensors do not count."""
+    from bench.memory import checkpoint_weight_format
+    from ms_ocr.convert.safetensors_io import save_file
+    bf16 = (np.zeros((64, 64), np.float32), "BF16")  # stored as bf16
+    tensors = {"model.layers.1.mlp.gate.weight": np.zeros((8, 64), np.float32),
+               "model.layers.1.mlp.experts.0.up_proj.weight": bf16, "model.layers.0.self_attn.q_proj.weight": bf16,
+               "model.qwen2_model.model.layers.0.mlp.up_proj.weight": np.zeros((256, 256), np.float32)}
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    assert checkpoint_weight_format(str(tmp_path)) == "bf16"
+    save_file({"model.layers.0.self_attn.q_proj.weight": np.zeros((64, 64), np.float32),
+               "model.layers.0.input_layernorm.weight": (np.zeros(64, np.float32), "BF16")},
+              str(tmp_path / "model.safetensors"))
+    assert checkpoint_weight_format(str(tmp_path)) == "fp32"

@@ -211,3 +211,30 @@ def test_serve_benchmark_batch_worker_parses_its_mode(monkeypatch):
     with pytest.raises(SystemExit):
         run.parse_main_args(p, worker=lambda a: seen.append(a) or {})
     assert (seen[0].worker_mode, seen[0].max_num_seqs, seen[0].max_model_len) == ("batch", 4, 1536)
+
+
+def test_deepseek_ocr2_hub_config_reads_as_the_same_model():
+    """The remote-code config written for llama.cpp's converter (bench/real_size.py deepseek_ocr2_hub_config) from a
+    transformers-5 DeepSeek-OCR-2 config describes the same model: ms_ocr reads both layouts to the same sizes."""
+    from bench.real_size import deepseek_ocr2_hub_config
+    from ms_ocr.models.deepseek_ocr2.config import DeepseekOCR2Config
+    from tests.helpers.tiny_deepseek import tiny_config
+    hf = tiny_config().to_dict()
+    hub = deepseek_ocr2_hub_config(hf, "DeepseekOCR2ForCausalLM")
+    assert hub["architectures"] == ["DeepseekOCR2ForCausalLM"] and hub["model_type"] == "deepseek_vl_v2"
+    lang = hub["language_config"]
+    assert lang["first_k_dense_replace"] == 1 and lang["qk_rope_head_dim"] == 16 and lang["use_mla"] is False
+    a, b = DeepseekOCR2Config.from_dict(hf), DeepseekOCR2Config.from_dict(hub)
+    assert (a.layout, b.layout) == ("transformers", "deepseek-ai")
+    for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                 "num_key_value_heads", "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok",
+                 "n_shared_experts", "mlp_layer_types", "rope_theta", "head_dim", "bos_token_id", "eos_token_id",
+                 "tie_word_embeddings"):
+        assert getattr(a.text, name) == getattr(b.text, name), name
+    assert a.encoder.hidden_size == b.encoder.hidden_size == 48
+    # the hub layout states SAM's width, depth, heads, global layers and downsampling (its MLP and neck widths are
+    # the official constants, which the tiny model does not use)
+    for name in ("dim", "depth", "heads", "global_layers", "downsample", "image_size"):
+        assert a.sam[name] == b.sam[name], name
+    assert a.sam["global_layers"] == (1, 3) and a.sam["downsample"] == (24, 48)
+    assert b.image_token_id == a.image_token_id

@@ -4,7 +4,7 @@ A lone sequence's decode step streams every weight of the decoder and its head o
 read takes a TLB miss every 4 KB, and in a virtual machine each miss walks two page tables; on 2 MB pages the
 misses are 512 times fewer. Measured on an Intel Xeon (family 6 model 167, KVM guest, 2 threads): the PaddleOCR-VL
 head's 211 MB product 9.3 ms on 4 KB pages against 7.5 ms on 2 MB pages, the whole `infer` decode step 41.7-44 ms
-against 35.9 ms (docs/journal/native-kernels.md, "Huge pages for the decode weights").
+against 35.9 ms (docs/journal/native-kernels.md, "Where the decode step's time goes in the process").
 
 The weights live in MindSpore's memory pool, filled at load on 4 KB pages. After the decoder's weights are loaded,
 `collapse` asks Linux to move the 2 MB-aligned interior of each buffer to huge pages: MADV_COLLAPSE (Linux 6.1+; it
