@@ -97,3 +97,11 @@ def test_decoder_buffers_are_the_layers_and_the_head_not_the_caches():
         want = sorted([(p.data_ptr(), 4 * MB) for p in (m.layers[0].params[0], m.layers[1].params[0])]
                       + [(head.data_ptr(), head.shape[0] * 4096)], key=lambda kv: -kv[1])
         assert got == want  # the 1-row norms are too small, the caches are state
+
+
+def test_a_model_it_cannot_read_is_left_as_it_is(monkeypatch):
+    monkeypatch.setenv(H.ENV_SWITCH, "1")
+    if H.enabled():  # a model without text_layers: no thread, no error (the load goes on)
+        assert H.collapse_in_background(object()) is None
+    else:
+        assert H.thp_mode() not in ("always", "madvise")

@@ -102,7 +102,10 @@ def collapse_in_background(model, default=True):
     says."""
     if not enabled(default):
         return None
-    buffers = decoder_buffers(model)
+    try:
+        buffers = decoder_buffers(model)
+    except (AttributeError, RuntimeError, TypeError, ValueError):  # an optimisation: it never fails a load
+        return None
 
     def run():
         try:  # the lowest priority: the copies take the CPU time prefill and decode leave
