@@ -57,8 +57,8 @@ def test_collapse_keeps_the_bytes_and_backs_them_with_huge_pages():
         np.core.multiarray._set_madvise_hugepage(True)
     before_bytes = buf.copy()
     lo, hi = H.interior(buf.ctypes.data, buf.nbytes)
-    if H.thp_mode() == "madvise":  # nobody asked for huge pages here yet ("always" may have given some already)
-        assert anon_huge_bytes(lo, hi) == 0
+    # the buffer's mapping may be merged with a neighbour's (pool memory an earlier load collapsed): count the change
+    before = anon_huge_bytes(lo, hi)
     done = H.collapse([(buf.ctypes.data, buf.nbytes)])
     assert np.array_equal(buf, before_bytes)
     mode = H.thp_mode()
@@ -67,7 +67,7 @@ def test_collapse_keeps_the_bytes_and_backs_them_with_huge_pages():
         assert done["collapsed"] + done["advised"] == hi - lo and done["failed"] == 0
         assert hi - lo >= 14 * MB
         if done["collapsed"]:
-            assert anon_huge_bytes(lo, hi) >= done["collapsed"]
+            assert anon_huge_bytes(lo, hi) - before >= done["collapsed"]
     else:
         assert not H.enabled()
 
