@@ -63,8 +63,7 @@ def checkpoint_weight_format(ckpt):
         header, _ = read_header(path)
         for k, v in header.items():
             if k != "__metadata__" and "layers" in k and k.endswith(".weight") and not k.startswith(VISION_PREFIXES):
-                n = int(np.prod(v["shape"])) if v["shape"] else 1
-                by_dtype[v["dtype"]] = by_dtype.get(v["dtype"], 0) + n
+                by_dtype[v["dtype"]] = by_dtype.get(v["dtype"], 0) + int(np.prod(v["shape"]))
     if not by_dtype:
         return "fp32"
     return "bf16" if max(by_dtype, key=by_dtype.get) == "BF16" else "fp32"

@@ -90,9 +90,8 @@ def decoder_buffers(model):
     params.append(model.model.embed_tokens.weight if model.tied else model.lm_head.weight)
     out = {}
     for p in params:
-        nbytes = p.nbytes if hasattr(p, "nbytes") else p.size * p.itemsize
-        if nbytes >= MIN_BYTES:
-            out[p.data_ptr()] = nbytes
+        if p.nbytes >= MIN_BYTES:
+            out[p.data_ptr()] = p.nbytes
     return sorted(out.items(), key=lambda kv: -kv[1])
 
 
