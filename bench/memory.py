@@ -53,17 +53,48 @@ def bound_ms(nbytes, gbs):
     return 1000 * nbytes / (gbs * 1e9)
 
 
-def checkpoint_weight_format(ckpt):
-    """"bf16" or "fp32": how the checkpoint stores its decoder layers' matrices (as the exact path keeps them), by
-    the bytes of each dtype among them: a few small fp32 tensors (DeepSeek's MoE router gates, which transformers
-    keeps in fp32) do not make a bf16 checkpoint an fp32 one."""
+def text_tensors(ckpt):
+    """{name: (safetensors dtype, elements)} of the checkpoint's tensors a decode step may read (every one but the
+    vision side's), from the files' headers."""
     from ms_ocr.convert.safetensors_io import read_header, weight_files
-    by_dtype = {}
+    out = {}
     for path in weight_files(ckpt):
         header, _ = read_header(path)
         for k, v in header.items():
-            if k != "__metadata__" and "layers" in k and k.endswith(".weight") and not k.startswith(VISION_PREFIXES):
-                by_dtype[v["dtype"]] = by_dtype.get(v["dtype"], 0) + int(np.prod(v["shape"]))
+            if k != "__metadata__" and not k.startswith(VISION_PREFIXES):
+                out[k] = (v["dtype"], int(np.prod(v["shape"])))
+    return out
+
+
+def checkpoint_weight_format(ckpt, tensors=None):
+    """"bf16" or "fp32": how the checkpoint stores its decoder layers' matrices (as the exact path keeps them), by
+    the bytes of each dtype among them: a few small fp32 tensors (DeepSeek's MoE router gates, which transformers
+    keeps in fp32) do not make a bf16 checkpoint an fp32 one."""
+    by_dtype = {}
+    for k, (dtype, n) in (text_tensors(ckpt) if tensors is None else tensors).items():
+        if "layers" in k and k.endswith(".weight"):
+            by_dtype[dtype] = by_dtype.get(dtype, 0) + n
     if not by_dtype:
         return "fp32"
     return "bf16" if max(by_dtype, key=by_dtype.get) == "BF16" else "fp32"
+
+
+def decode_weight_bytes(ckpt, bytes_per_weight=4, tensors=None):
+    """Bytes of decoder weights read per generated token at `bytes_per_weight` (4: fp32, 2: bf16, 1: int8): every
+    text layer plus the output head (the tied embedding table, read once by the head; the input embedding is a
+    single-row gather); of an MoE layer's routed experts, the share a token reads (top-k of n)."""
+    import json
+    import os
+    tensors = text_tensors(ckpt) if tensors is None else tensors
+    sizes = {k: bytes_per_weight * n for k, (_, n) in tensors.items()}
+    with open(os.path.join(ckpt, "config.json")) as f:
+        config = json.load(f)
+    text = config.get("text_config") or config.get("language_config") or {}
+    if text.get("n_routed_experts"):  # MoE: a token reads only its top-k routed experts
+        share = text["num_experts_per_tok"] / text["n_routed_experts"]
+        for k in sizes:
+            if ".mlp.experts." in k:
+                sizes[k] *= share
+    if any(k.endswith("lm_head.weight") for k in sizes):  # untied or duplicated head: count the table once
+        sizes.pop(next((k for k in sizes if k.endswith("embed_tokens.weight")), None), None)
+    return sum(sizes.values())

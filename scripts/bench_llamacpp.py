@@ -145,6 +145,11 @@ def _tokenizer_config(d):
     d.pop("model_specific_special_tokens", None)
 
 
+# DeepSeek-OCR-2's architecture names as the converter registers them: its text model only under DeepSeek-OCR's name
+# (the same DeepSeek-V2 decoder), the projector under its own
+DEEPSEEK_OCR2_ARCHS = {"text": "DeepseekOCRForCausalLM", "mmproj": "DeepseekOCR2ForCausalLM"}
+
+
 def convert(model, ckpt, name):
     """GGUF text BF16 and Q8_0 and vision (mmproj) BF16 of a checkpoint folder, into PEER/gguf/NAME-*."""
     folder = os.path.join(PEER, "models", name)
@@ -176,9 +181,10 @@ def convert(model, ckpt, name):
     config = os.path.join(folder, "config.json")
     with open(config) as f:
         hf_config = json.load(f)
-    for extra, out, arch in (([], text, "DeepseekOCRForCausalLM"), (["--mmproj"], mmproj, "DeepseekOCR2ForCausalLM")):
+    for extra, out, part in (([], text, "text"), (["--mmproj"], mmproj, "mmproj")):
         launcher = [py, os.path.join(SRC, "convert_hf_to_gguf.py")]
         if model == "deepseek-ocr2":
+            arch = DEEPSEEK_OCR2_ARCHS[part]
             _edit_json(config, lambda d, arch=arch: (d.clear(), d.update(deepseek_ocr2_hub_config(hf_config, arch))))
             launcher = [py, "-c", CONVERT_WRAPPER, SRC, os.path.join(SRC, "convert_hf_to_gguf.py")]
         subprocess.run([*launcher, folder, *extra, "--outtype", "bf16", "--outfile", out], check=True, stdout=log,

@@ -151,34 +151,6 @@ def worker_transformers(args):
             "simd": {"isa_level": torch.backends.cpu.get_cpu_capability()}}
 
 
-def fp32_weight_bytes(ckpt, bytes_per_weight=4):
-    """Bytes of decoder weights read per generated token in fp32 (bytes_per_weight=2: in bf16): every text layer
-    plus the output head (the tied embedding table, read once by the head; the input embedding is a single-row
-    gather)."""
-    from bench.memory import VISION_PREFIXES
-    from ms_ocr.convert.safetensors_io import read_header, weight_files
-    sizes = {}
-    for path in weight_files(ckpt):
-        header, _ = read_header(path)
-        for k, v in header.items():
-            if k != "__metadata__" and not k.startswith(VISION_PREFIXES):
-                n = 1
-                for d in v["shape"]:
-                    n *= d
-                sizes[k] = bytes_per_weight * n
-    config = json.load(open(os.path.join(ckpt, "config.json")))
-    text = config.get("text_config") or config.get("language_config") or {}
-    if text.get("n_routed_experts"):  # MoE: a token reads only its top-k routed experts
-        share = text["num_experts_per_tok"] / text["n_routed_experts"]
-        for k in sizes:
-            if ".mlp.experts." in k:
-                sizes[k] *= share
-    head = [k for k in sizes if k.endswith("lm_head.weight")]
-    if head:  # untied or duplicated head: count the table once
-        sizes.pop(next(k for k in sizes if k.endswith("embed_tokens.weight")), None)
-    return sum(sizes.values())
-
-
 def run_worker(framework, args):
     return run_json_worker(__file__, ["--worker", framework, "--model", args.model, "--ckpt", args.ckpt, "--image",
                                       args.image, "--new-tokens", args.new_tokens, "--threads", args.threads,
@@ -341,8 +313,10 @@ def main():
         rounds.append(results)
     results = {fw: median_result([r[fw] for r in rounds]) for fw in frameworks}
     gbs = read_bandwidth(args.threads)
-    bound_ms = 1000 * fp32_weight_bytes(args.ckpt) / (gbs * 1e9)
-    bf16_bound_ms = 1000 * fp32_weight_bytes(args.ckpt, 2) / (gbs * 1e9)
+    from bench.memory import decode_weight_bytes, text_tensors
+    tensors = text_tensors(args.ckpt)
+    bound_ms = 1000 * decode_weight_bytes(args.ckpt, 4, tensors) / (gbs * 1e9)
+    bf16_bound_ms = 1000 * decode_weight_bytes(args.ckpt, 2, tensors) / (gbs * 1e9)
     print(f"read bandwidth {gbs:.1f} GB/s ({args.threads} threads, bench/memory.py)")
     from ms_ocr.ops.native import cpu_model
     cpu = cpu_model()
@@ -409,19 +383,21 @@ def read_bandwidth(threads):
 def decode_bounds(args, med, gbs):
     """{column: (bound ms/token, bytes a step)} of the process table: each column's weights in its format, and the
     KV cache (fp32, or bf16 with --kv-cache-dtype bf16) at the answer's middle position."""
-    from bench.memory import bound_ms, checkpoint_weight_format, kv_bytes_per_token, step_bytes
+    from bench.memory import (bound_ms, checkpoint_weight_format, decode_weight_bytes, kv_bytes_per_token,
+                              step_bytes, text_tensors)
+    tensors = text_tensors(args.ckpt)  # the checkpoint's headers, read once
     with open(os.path.join(args.ckpt, "config.json")) as f:
         config = json.load(f)
     text = config.get("text_config") or config.get("language_config") or config
     kv = kv_bytes_per_token(text, 2 if args.kv_cache_dtype == "bf16" else 4)
     ours = "int8" if args.quantize.startswith("int8") else (
-        "bf16" if args.dtype == "bf16" else checkpoint_weight_format(args.ckpt))
-    weights = {}  # format -> bytes a step reads (one read of the checkpoint's headers per format)
+        "bf16" if args.dtype == "bf16" else checkpoint_weight_format(args.ckpt, tensors))
+    weights = {}  # format -> bytes a step reads
     out = {}
     for name, m in med.items():
         fmt = name.split()[-1] if name.startswith("llama.cpp") else ours
         if fmt not in weights:
-            weights[fmt] = fp32_weight_bytes(args.ckpt, WEIGHT_BYTES[fmt])
+            weights[fmt] = decode_weight_bytes(args.ckpt, WEIGHT_BYTES[fmt], tensors)
         nbytes = step_bytes(weights[fmt], kv, (m.get("prompt_tokens") or 0) + args.new_tokens / 2)
         out[name] = (bound_ms(nbytes, gbs), nbytes)
     return out

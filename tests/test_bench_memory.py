@@ -56,3 +56,25 @@ def test_checkpoint_weight_format_goes_by_the_bytes_of_the_decoder_layers(tmp_pa
                "model.layers.0.input_layernorm.weight": (np.zeros(64, np.float32), "BF16")},
               str(tmp_path / "model.safetensors"))
     assert checkpoint_weight_format(str(tmp_path)) == "fp32"
+
+
+def test_decode_weight_bytes_counts_text_layers_head_once_and_the_experts_a_token_reads(tmp_path):
+    import json
+    from bench.memory import decode_weight_bytes, text_tensors
+    from ms_ocr.convert.safetensors_io import save_file
+    tensors = {"model.layers.0.self_attn.q_proj.weight": np.zeros((64, 32), np.float32),  # 2,048
+               "model.layers.1.mlp.experts.0.up_proj.weight": np.zeros((16, 32), np.float32),  # 512 each, 4 experts
+               "model.layers.1.mlp.experts.1.up_proj.weight": np.zeros((16, 32), np.float32),
+               "model.layers.1.mlp.experts.2.up_proj.weight": np.zeros((16, 32), np.float32),
+               "model.layers.1.mlp.experts.3.up_proj.weight": np.zeros((16, 32), np.float32),
+               "model.embed_tokens.weight": np.zeros((100, 32), np.float32),  # 3,200: the head's table
+               "model.vision_model.layers.0.fc1.weight": np.zeros((256, 256), np.float32)}  # never read by decode
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({"language_config": {"n_routed_experts": 4,
+                                                                          "num_experts_per_tok": 1}}))
+    want = 2048 + 512 + 3200  # one of four experts a token
+    assert decode_weight_bytes(str(tmp_path)) == 4 * want
+    assert decode_weight_bytes(str(tmp_path), 2, text_tensors(str(tmp_path))) == 2 * want
+    tensors["lm_head.weight"] = np.zeros((100, 32), np.float32)  # untied: the head read, the table gathered
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    assert decode_weight_bytes(str(tmp_path), 1) == want

@@ -1,12 +1,13 @@
-"""The decoder's weights moved to 2 MB pages after load (ms_ocr/runtime/hugepages.py): which ranges are asked for,
-that the bytes stay the same, that this machine's kernel really backs them with huge pages, and which buffers of a
-model are the decoder's."""
+"""The weights on 2 MB pages (ms_ocr/convert/hugepages.py; the after-load collapse of models/loading.py): which
+ranges are asked for, that the bytes stay the same, that this machine's kernel really backs them with huge pages as
+they are loaded and after a collapse, and which buffers of a model are the decoder's."""
 
 import numpy as np
 import mindspore as ms
 from mindspore import Parameter, Tensor
 
-from ms_ocr.runtime import hugepages as H
+from ms_ocr.convert import hugepages as H
+from ms_ocr.models.loading import collapse_in_background, decoder_buffers
 
 MB = 1 << 20
 
@@ -46,7 +47,7 @@ def test_thp_mode_reads_the_bracketed_choice(tmp_path):
 def test_switch_turns_it_off(monkeypatch):
     monkeypatch.setenv(H.ENV_SWITCH, "0")
     assert not H.enabled()
-    assert H.collapse_in_background(object()) is None  # nothing of the model is touched
+    assert collapse_in_background(object()) is None  # nothing of the model is touched
 
 
 def test_collapse_keeps_the_bytes_and_backs_them_with_huge_pages():
@@ -104,7 +105,7 @@ def test_decoder_buffers_are_the_layers_and_the_head_not_the_caches():
     for tied in (True, False):
         m = _Model(tied)
         head = m.model.embed_tokens.weight if tied else m.lm_head.weight
-        got = H.decoder_buffers(m)
+        got = decoder_buffers(m)
         want = sorted([(p.data_ptr(), 4 * MB) for p in (m.layers[0].params[0], m.layers[1].params[0])]
                       + [(head.data_ptr(), head.shape[0] * 4096)], key=lambda kv: -kv[1])
         assert got == want  # the 1-row norms are too small, the caches are state
@@ -113,6 +114,45 @@ def test_decoder_buffers_are_the_layers_and_the_head_not_the_caches():
 def test_a_model_it_cannot_read_is_left_as_it_is(monkeypatch):
     monkeypatch.setenv(H.ENV_SWITCH, "1")
     if H.enabled():  # a model without text_layers: no thread, no error (the load goes on)
-        assert H.collapse_in_background(object()) is None
+        assert collapse_in_background(object()) is None
     else:
         assert H.thp_mode() not in ("always", "madvise")
+
+
+def _touched(nbytes):
+    """A buffer of `nbytes` on 4 KB pages, every page written (as pool memory used before)."""
+    np.core.multiarray._set_madvise_hugepage(False)  # numpy would ask for huge pages itself
+    try:
+        buf = np.full(nbytes, 7, np.uint8)
+    finally:
+        np.core.multiarray._set_madvise_hugepage(True)
+    return buf
+
+
+def test_a_fresh_buffer_faults_in_on_huge_pages(monkeypatch):
+    """prepare_fresh (the loader's weights, before they are written): the interior of memory already on 4 KB pages
+    is emptied and faults in again on 2 MB pages as it is written; switched off, the pages stay as they were
+    (mapped, contents untouched). This machine's kernel has transparent huge pages on madvise."""
+    assert H.thp_mode() in ("always", "madvise")
+    monkeypatch.setenv(H.ENV_SWITCH, "1")
+    buf = _touched(16 * MB)
+    lo, hi = H.interior(buf.ctypes.data, buf.nbytes)
+    H.prepare_fresh(buf.ctypes.data, buf.nbytes)
+    off = lo - buf.ctypes.data
+    assert not buf[off:off + (hi - lo)].any() and buf[:off].all()  # the interior emptied, the edges kept
+    buf[:] = np.arange(buf.size, dtype=np.uint8)
+    assert np.array_equal(buf, np.arange(buf.size, dtype=np.uint8))
+    assert anon_huge_bytes(lo, hi) >= hi - lo >= 14 * MB
+    monkeypatch.setenv(H.ENV_SWITCH, "0")
+    buf = _touched(16 * MB)
+    H.prepare_fresh(buf.ctypes.data, buf.nbytes)
+    assert buf.all()
+
+
+def test_the_loaders_buffers_are_on_huge_pages():
+    from ms_ocr.convert.loader import pool_array
+    t, view = pool_array((4 * MB,), ms.float32, np.float32)  # 16 MB
+    view[:] = np.arange(view.size, dtype=np.float32)
+    lo, hi = H.interior(t.data_ptr(), view.nbytes)
+    assert anon_huge_bytes(lo, hi) >= hi - lo >= 14 * MB
+    assert np.array_equal(t.asnumpy(), np.arange(view.size, dtype=np.float32))

@@ -1,7 +1,6 @@
 """Strict loading of renamed checkpoint tensors into a Cell: missing or unexpected keys are errors."""
 
 import ctypes
-import mmap
 
 import numpy as np
 import mindspore as ms
@@ -10,27 +9,10 @@ from mindspore import Tensor, mint
 from ms_ocr.config_utils import CheckpointError
 from ms_ocr.convert.quantize import Int8Plan, quantize_array
 from ms_ocr.convert.safetensors_io import widen_bf16
+from ms_ocr.convert.hugepages import prepare_fresh
 
 
 _HAVE_EMPTY = hasattr(mint, "empty") and hasattr(Tensor, "data_ptr")
-try:
-    _LIBC = ctypes.CDLL(None, use_errno=True)
-    _LIBC.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-except (OSError, AttributeError):  # not Linux
-    _LIBC = None
-MADV_POPULATE_WRITE = 23  # Linux 5.14+; older kernels answer EINVAL and nothing happens
-_PAGE = mmap.PAGESIZE
-
-
-def _prefault(ptr, nbytes):
-    """Map the pages of a fresh pool allocation before the weights are copied in (one madvise instead of a page
-    fault per page inside the copy; a fault is costly in a virtual machine): a shorter load, most for large
-    checkpoints (DeepSeek-OCR-2)."""
-    if _LIBC is None or nbytes < (1 << 20):
-        return
-    lo = ptr - ptr % _PAGE
-    hi = -(-(ptr + nbytes) // _PAGE) * _PAGE
-    _LIBC.madvise(lo, hi - lo, MADV_POPULATE_WRITE)
 
 
 _MS_DTYPES = {"f4": ms.float32, "f2": ms.float16, "f8": ms.float64, "i8": ms.int64, "i4": ms.int32, "i2": ms.int16,
@@ -99,7 +81,7 @@ def pool_array(shape, dtype, np_dtype):
         return None, np.empty(shape, np_dtype)
     t = mint.empty(tuple(shape), dtype=dtype)
     nbytes = int(np.prod(shape)) * np.dtype(np_dtype).itemsize
-    _prefault(t.data_ptr(), nbytes)
+    prepare_fresh(t.data_ptr(), nbytes)
     buf = (ctypes.c_char * nbytes).from_address(t.data_ptr()) if nbytes else bytearray()
     return t, np.frombuffer(buf, np_dtype).reshape(shape)
 
@@ -158,7 +140,7 @@ class _Stack:
         elif raw and _HAVE_EMPTY:
             self.tensor = mint.empty(self.shape, dtype=ms.bfloat16)
             count = int(np.prod(self.shape))
-            _prefault(self.tensor.data_ptr(), 2 * count)
+            prepare_fresh(self.tensor.data_ptr(), 2 * count)
             self.bits = np.ctypeslib.as_array((ctypes.c_uint16 * count).from_address(self.tensor.data_ptr()))
             self.bits = self.bits.reshape(self.shape) if count else np.zeros(self.shape, np.uint16)
         else:

@@ -2,20 +2,57 @@
 
 import contextlib
 import os
+import threading
 import time
 
 import mindspore as ms
 
 from ms_ocr.compile_cache import CompileCache, runtime_key
 from ms_ocr.config_utils import read_json
+from ms_ocr.convert import hugepages
 from ms_ocr.convert.loader import is_state, load_weights
 from ms_ocr.convert.safetensors_io import has_weights, iter_checkpoint, same_values, tensor_index
 from ms_ocr.convert.quantize import Int8Plan
 from ms_ocr.models.quantize import finish_int8, prepare_int8
 from ms_ocr.ops import bind
 from ms_ocr.plan import make_plan
-from ms_ocr.runtime import Buckets, VLMRuntime, hugepages
+from ms_ocr.runtime import Buckets, VLMRuntime
 from ms_ocr.vlm import VLMPipeline
+
+
+def decoder_buffers(model):
+    """(ptr, nbytes) of the weights a decode step reads: every decoder layer's Parameters (not the KV caches) and
+    the head (the embedding table when tied), largest first."""
+    params = [p for layer in model.text_layers() for p in layer.get_parameters() if not is_state(p.name)]
+    params.append(model.model.embed_tokens.weight if model.tied else model.lm_head.weight)
+    out = {}
+    for p in params:
+        if p.nbytes >= hugepages.MIN_BYTES:
+            out[p.data_ptr()] = p.nbytes
+    return sorted(out.items(), key=lambda kv: -kv[1])
+
+
+def collapse_in_background(model, default=True):
+    """Start `collapse` of the decoder's weights on a daemon thread (None when turned off or unsupported): the
+    thread, whose `result` holds collapse's counts when it ends. `default`: whether to, unless MS_OCR_HUGE_PAGES
+    says."""
+    if not hugepages.enabled(default):
+        return None
+    try:
+        buffers = decoder_buffers(model)
+    except (AttributeError, RuntimeError, TypeError, ValueError):  # an optimisation: it never fails a load
+        return None
+
+    def run():
+        try:  # the lowest priority: the copies take the CPU time prefill and decode leave
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except OSError:
+            pass
+        thread.result = hugepages.collapse(buffers)
+    thread = threading.Thread(target=run, name="ms_ocr-hugepages", daemon=True)
+    thread.result = None
+    thread.start()
+    return thread
 
 
 def eos_ids(model_dir, default):
@@ -90,7 +127,7 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
         if int8 and (only is None or only & text):
             finish_int8(net)
         if plan.target == "CPU" and (only is None or only & text):  # the decoder's weights onto 2 MB pages, meanwhile
-            hugepages.collapse_in_background(net, default=not staged)  # (not for the one-request CLI's)
+            collapse_in_background(net, default=not staged)  # (not for the one-request CLI's)
 
     staged = bool(_STAGED)
     text = text_parameter_names(net)

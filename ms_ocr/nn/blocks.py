@@ -105,6 +105,20 @@ class DecoderLayer(nn.Cell, WeightOrder):
             out.append(getattr(getattr(self, owner), attr))
         return out
 
+    def attention_weights(self):
+        """input_layernorm, q/k/v_proj, (query/key_layernorm), o_proj, post_attention_layernorm: the attention's
+        weights in the native DecodeLayer's order."""
+        attn = self.self_attn
+        weights = (self.input_layernorm.weight, attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight)
+        if attn.qk_norm:
+            weights = weights + (attn.query_layernorm.weight, attn.key_layernorm.weight)
+        return weights + (attn.o_proj.weight, self.post_attention_layernorm.weight)
+
+    def decode_weights(self):
+        """A dense layer's weights as the native DecodeLayer takes them: attention_weights, then gate, up, down."""
+        mlp = self.mlp
+        return self.attention_weights() + (mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+
     def read_only_step(self, x, cos, sin, mask, k_cache=None, v_cache=None):
         """One new token per sequence over caches the host writes (allocated flat=False), which this step only
         reads: (x, k, v), the token's k/v for the host to store. k_cache, v_cache: the caches as graph inputs
@@ -114,16 +128,13 @@ class DecoderLayer(nn.Cell, WeightOrder):
         attn, kn = self.self_attn, self.kernels
         if k_cache is None:
             k_cache, v_cache = attn.k_cache, attn.v_cache
-        weights = (self.input_layernorm.weight, attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight)
-        if attn.qk_norm:
-            weights = weights + (attn.query_layernorm.weight, attn.key_layernorm.weight)
-        weights = weights + (attn.o_proj.weight, self.post_attention_layernorm.weight)
         if self.moe:
-            x, h, k, v = F.decoder_attention_decode(kn, x, cos, sin, mask, k_cache, v_cache, weights, attn.num_heads,
-                                                    attn.num_kv_heads, attn.head_dim, attn.eps, attn.paired)
+            x, h, k, v = F.decoder_attention_decode(kn, x, cos, sin, mask, k_cache, v_cache, self.attention_weights(),
+                                                    attn.num_heads, attn.num_kv_heads, attn.head_dim, attn.eps,
+                                                    attn.paired)
             return x + self.mlp(h), k, v
         mlp = self.mlp
-        weights = weights + (mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+        weights = self.decode_weights()
         int8 = ()
         if self.quantized:
             scales = (attn.q_proj.weight_scale, attn.k_proj.weight_scale, attn.v_proj.weight_scale,

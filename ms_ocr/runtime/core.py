@@ -15,6 +15,7 @@ from ms_ocr.interfaces import Runtime
 from ms_ocr.nn.blocks import MATRIX_PATHS, graph_input
 from ms_ocr.processing.grid import bucket
 from ms_ocr.runtime.decode import DecodeStep
+from ms_ocr.runtime.host_step import HostStep
 from ms_ocr.runtime.inputs import Buckets, RequestTooLong
 from ms_ocr.runtime.kvcache import GraphKVCache, HostKVCache
 from ms_ocr.runtime.moe import HostMoE
@@ -53,6 +54,8 @@ class VLMRuntime(Runtime):
         self.caches = {False: HostKVCache(model, plan.kv_dtype), True: GraphKVCache(model, plan.kv_dtype)}
         self.cache = self.caches[not self.host_writes]
         self.decode_steps = {in_graph: DecodeStep(model, in_graph) for in_graph in (False, True)}
+        # on the CPU, the same step's native kernels called from the host where they serve the whole step
+        self.host_step = HostStep(model, plan, self.compiler)
         self.tspec = model.text_layers()[0].spec
         # a decoder with a reference sliding window: prompt + a ring of W slots per sequence (runtime/window.py)
         self.window = None if model.attention_window is None else WindowSlots(model.attention_window)
@@ -253,6 +256,8 @@ class VLMRuntime(Runtime):
             write, slot_ids = cache_pos, np.arange(self.cache.slots, dtype=np.int32)
         else:
             write, slot_ids = self.window.step(cache_pos, self.cache.slots)
+        if not self.moe.serves_decode(rows) and self.host_step.serves(self.cache, rows):
+            return self.host_step(self.cache, tokens, pos[0, :, 0], write, slot_ids, num_axes)
         args = (Tensor(np.asarray(tokens, np.int32)[:, None]), Tensor(np.ascontiguousarray(pos)),
                 Tensor(write[:, None]), Tensor(slot_ids))
         if self.moe.serves_decode(rows):

@@ -64,12 +64,19 @@ class HostKVCache(KVCache):
         super().__init__(model, dtype)
         self._views = []  # per layer (k, v) numpy views [B, Hkv, T, D]
         self._inputs = {}  # rows -> per layer (k, v) graph inputs over the first `rows` sequences
+        self.generation = 0  # counts resets: what holds the buffers of one (runtime/host_step.py) sees it change
 
     def reset(self, batch, slots):
         super().reset(batch, slots)
         self._views = [(layer.self_attn.k_cache.asnumpy(), layer.self_attn.v_cache.asnumpy())
                        for layer in self.model.text_layers()]
         self._inputs = {}
+        self.generation += 1
+
+    @property
+    def views(self):
+        """Per layer (k, v): numpy views [B, Hkv, T, D] of the cache Parameters' own buffers."""
+        return self._views
 
     def inputs(self, rows):
         """Per layer (k, v) Tensors sharing memory with the first `rows` sequence rows (rows are the leading

@@ -1,0 +1,278 @@
+"""The decode step on the CPU as the host's calls of the native kernels, without a MindSpore graph around them.
+
+runtime/decode.py's DecodeStep, compiled, runs a dense decoder's step as ~20 native kernels (one DecodeLayer per
+layer, MatMulT for the head) and the graph's small ops between them (embedding, rope tables, mask, the k/v stacks).
+MindSpore launches each of them: on a 2-core Xeon the launches cost 2.8-6.7 ms of a 44 ms PaddleOCR-VL step, where
+the same kernels called directly took the read bound's 1.07-1.32x (docs/journal/native-kernels.md, "Where the decode
+step's time goes in the process"). `HostStep` makes the same kernel calls from the host through ctypes: the
+embedding rows gathered from the table's own buffer (bf16 widened, int8 dequantised, as the graph does), the rope
+tables of a block of positions computed once by the decoder's own rotary Cell (a small graph per 256 positions), the
+additive mask, each layer's DecodeLayer (or DecodeLayerBf16, with the int8 scales: the kernel the graph would
+choose, ops.decode_layer.serves) whose k, v the host cache stores, the final RMSNorm, and the head's MatMulT
+(MatMulTBf16 on the AMX tiles for a bf16 head under --dtype bf16, MatMulTQ8 for --quantize int8).
+
+It serves what the graph's kernels would serve whole: every layer dense, SiLU-gated and served by DecodeLayer, caches
+the host writes, no sliding window, at most 8 sequence rows; anything else (MoE decoders, Unlimited-OCR's window,
+the composed fallback, Ascend) keeps the compiled DecodeStep. Same kernels, same order: the layers' arithmetic is
+the graph's; the final norm is numpy's fp32 (its sum in another order than MindSpore's ReduceMean). MS_OCR_HOST_STEP=0
+keeps the compiled step everywhere (a comparison, or a fallback)."""
+
+import ctypes
+import os
+import types
+
+import numpy as np
+import mindspore as ms
+from mindspore import Tensor, nn
+
+from ms_ocr import ops as K
+from ms_ocr.nn.blocks import DecoderLayer
+from ms_ocr.ops.attention import NEG_BIAS
+from ms_ocr.ops.decode_layer import MAX_ROWS
+from ms_ocr.ops.linear import NATIVE_MIN_WEIGHT, NATIVE_MIN_WEIGHT_BF16
+
+ENV = "MS_OCR_HOST_STEP"
+ROPE_BLOCK = 256  # positions per rope-table graph call
+
+_DTYPE_NAMES = {ms.float32: b"float32", ms.bfloat16: b"bfloat16", ms.int8: b"int8", ms.float16: b"float16"}
+_ENTRY_ARGS = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int),
+               ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p,
+               ctypes.c_void_p]
+
+
+class Operand:
+    """One operand of a native call: its address, shape and dtype name (as MindSpore's Custom op passes them)."""
+
+    __slots__ = ("ptr", "shape", "dtype")
+
+    def __init__(self, ptr, shape, dtype):
+        self.ptr, self.shape, self.dtype = int(ptr), tuple(int(s) for s in shape), dtype
+
+    @classmethod
+    def of(cls, t):
+        """A Parameter / Tensor (its own buffer) or a C-contiguous numpy array."""
+        if isinstance(t, np.ndarray):
+            assert t.flags.c_contiguous
+            name = b"bfloat16" if t.dtype.name == "bfloat16" else t.dtype.name.encode()
+            return cls(t.ctypes.data, t.shape, name)
+        return cls(t.data_ptr(), t.shape, _DTYPE_NAMES[t.dtype])
+
+
+class NativeCall:
+    """A Custom-op entry of the library (int f(nparam, params, ndims, shapes, dtypes, stream, extra)) with its
+    argument arrays built once: calling it costs one ctypes call."""
+
+    def __init__(self, library, entry, operands):
+        self.fn = getattr(library.lib, entry)
+        self.fn.argtypes, self.fn.restype = _ENTRY_ARGS, ctypes.c_int
+        self.entry, n = entry, len(operands)
+        self._shapes = [(ctypes.c_int64 * max(1, len(o.shape)))(*o.shape) for o in operands]
+        self.n = n
+        self.params = (ctypes.c_void_p * n)(*[o.ptr for o in operands])
+        self.ndims = (ctypes.c_int * n)(*[len(o.shape) for o in operands])
+        self.shapes = (ctypes.POINTER(ctypes.c_int64) * n)(
+            *[ctypes.cast(s, ctypes.POINTER(ctypes.c_int64)) for s in self._shapes])
+        self.dtypes = (ctypes.c_char_p * n)(*[o.dtype for o in operands])
+
+    def __call__(self):
+        if self.fn(self.n, self.params, self.ndims, self.shapes, self.dtypes, None, None) != 0:
+            raise RuntimeError(f"the native {self.entry} refused its operands")
+
+
+class RopeRows(nn.Cell):
+    """The decoder's rope tables for positions pos [A, N, 1] -> cos, sin [N, 1, 1, D] (its own rotary Cell)."""
+
+    def __init__(self, model):
+        super().__init__(auto_prefix=False)
+        self.model = model
+
+    def construct(self, pos):
+        return self.model.text_rotary(pos)
+
+
+def enabled():
+    return os.environ.get(ENV, "1") != "0"
+
+
+def refusal(model, plan, cache):
+    """Why HostStep cannot run this model's decode step (None: it can), from what the graph would run."""
+    kn = model.kernels
+    if not enabled():
+        return f"{ENV}=0"
+    if kn is None or kn.fused or kn.library is None:
+        return "no native kernel library"
+    if kn.decode_layer is None or kn.matmul_t is None:
+        return "the native decode kernels are not routed at this SIMD level"
+    if cache.in_graph:
+        return "the graphs write the caches"
+    if model.attention_window is not None:
+        return "a sliding-window decoder"
+    if plan.compute_dtype != ms.float32:
+        return "activations are not fp32"
+    for layer in model.text_layers():
+        if type(layer) is not DecoderLayer or layer.moe or not layer.silu_mlp:
+            return "a decoder layer the native DecodeLayer does not serve"
+    return None
+
+
+class HostStep:
+    """The decode step of runtime/decode.py's DecodeStep (read-only caches), its kernels called from the host (see
+    the module's docstring). Built per cache reset and row count; `__call__` returns the logits [B, V] (Tensor)."""
+
+    def __init__(self, model, plan, compiler):
+        self.model, self.plan, self.compiler = model, plan, compiler
+        self.rope_cell = RopeRows(model)
+        self._rope = {}  # (axes, block) -> (cos, sin) numpy [ROPE_BLOCK, D]
+        self._built = {}  # rows -> the step's buffers and calls over the current caches (None: not served)
+        self._generation = None  # the caches' reset they name
+        self.kn = self.refused = None  # the kernels bound, and why not served, as of that reset
+
+    # ---- what the graph would run -----------------------------------------------------------------------------
+    def serves(self, cache, rows):
+        """Whether this step runs `rows` sequences over `cache` (every layer's kernel would be DecodeLayer,
+        ops.decode_layer.serves); builds its buffers and calls on the first step of a cache's size."""
+        if cache.in_graph:
+            return False
+        if cache.generation != self._generation:  # the kernels bound now, the caches of this reset
+            self._built, self._generation = {}, cache.generation
+            self.kn = self.model.kernels
+            self.refused = refusal(self.model, self.plan, cache)
+        if rows not in self._built:
+            self._built[rows] = self._build(cache, rows) if self.refused is None and self._kernels_serve(rows) \
+                else None
+        return self._built[rows] is not None
+
+    def _kernels_serve(self, rows):
+        if rows > MAX_ROWS:
+            return False
+        x = types.SimpleNamespace(shape=(rows, 1, self.model.cfg.text.hidden_size), dtype=ms.float32)
+        for layer in self.model.text_layers():
+            attn = layer.self_attn
+            if not K.decode_layer_serves(self.kn, x, attn.k_cache, layer.decode_weights(), layer.silu_mlp):
+                return False
+        head = self._head_weight()
+        return head.dtype in (ms.float32, ms.bfloat16) or (self.model.head_quantized and self.kn.q8 is not None)
+
+    def _head_weight(self):
+        return self.model.model.embed_tokens.weight if self.model.tied else self.model.lm_head.weight
+
+    def _head_entry(self, weight):
+        """The head kernel logits() would take for a decode step's rows (ops.linear.matmul_t / matmul_t_q8); below
+        the native kernel's size the graph multiplies with MindSpore's MatMul, here MatMulT's exact fp32 serves."""
+        if self.model.head_quantized:
+            return "MatMulTQ8"
+        least = NATIVE_MIN_WEIGHT_BF16 if weight.dtype == ms.bfloat16 else NATIVE_MIN_WEIGHT
+        big = weight.shape[0] * weight.shape[1] >= least
+        return "MatMulTBf16" if self.kn.amx_decode is not None and weight.dtype == ms.bfloat16 and big else "MatMulT"
+
+    # ---- the calls over the current caches -----------------------------------------------------------------------
+    def _build(self, cache, rows):
+        lib, model = self.kn.library, self.model
+        hidden = model.cfg.text.hidden_size
+        slots = cache.slots
+        d = model.text_layers()[0].self_attn.head_dim
+        b = types.SimpleNamespace()
+        b.x = [np.zeros((rows, 1, hidden), np.float32) for _ in range(2)]
+        b.cos = np.zeros((rows, 1, 1, d), np.float32)
+        b.sin = np.zeros((rows, 1, 1, d), np.float32)
+        b.mask = np.zeros((rows, 1, 1, slots), np.float32)
+        b.h = np.zeros((rows, hidden), np.float32)
+        b.kv, b.layers, b.keep = [], [], []
+        amx = self.kn.amx_decode is not None
+        for i, layer in enumerate(model.text_layers()):
+            attn = layer.self_attn
+            k_view, v_view = cache.views[i]
+            kv_shape = (rows, attn.num_kv_heads, 1, attn.head_dim)
+            k_out, v_out = np.zeros(kv_shape, np.float32), np.zeros(kv_shape, np.float32)
+            b.kv.append((k_view, v_view, k_out, v_out))
+            weights = layer.decode_weights()
+            scales = ()
+            eps = [attn.eps]
+            if layer.quantized:
+                scales = (layer.q8_scales,)
+                if layer.q8_group:
+                    eps = [attn.eps, layer.q8_group]
+            eps = np.array(eps, np.float32)
+            b.keep.append(eps)  # alive as long as the call that names it
+            operands = [Operand.of(b.x[i % 2]), Operand.of(b.cos), Operand.of(b.sin), Operand.of(b.mask),
+                        Operand.of(k_view[:rows]), Operand.of(v_view[:rows])]
+            operands += [Operand.of(w) for w in weights + scales]
+            operands += [Operand.of(eps), Operand.of(b.x[(i + 1) % 2]), Operand.of(k_out), Operand.of(v_out)]
+            b.layers.append(NativeCall(lib, "DecodeLayerBf16" if amx else "DecodeLayer", operands))
+        b.out = b.x[len(b.layers) % 2]
+        head = self._head_weight()
+        owner = model.model.embed_tokens if model.tied else model.lm_head
+        operands = [Operand.of(b.h), Operand.of(head)]
+        if model.head_quantized:
+            operands.append(Operand.of(owner.weight_scale))
+        b.logits = np.zeros((rows, head.shape[0]), np.float32)
+        b.head = NativeCall(lib, self._head_entry(head), operands + [Operand.of(b.logits)])
+        norm = model.model.norm
+        b.norm_w = norm.weight.asnumpy().astype(np.float32)
+        b.norm_eps = np.float32(norm.eps)
+        b.embed = self._embedding(model)
+        return b
+
+    @staticmethod
+    def _embedding(model):
+        """ids [B] -> rows [B, H] fp32, read from the table's own buffer as embed() computes them (an id outside
+        the table: a zero row, as the graph's Gather and GatherRows give)."""
+        table = model.model.embed_tokens
+
+        def take(array, ids):
+            inside = (ids >= 0) & (ids < array.shape[0])
+            out = array[np.where(inside, ids, 0)]
+            out[~inside] = 0
+            return out
+        if model.head_quantized and model.tied:  # q[ids] * scale[ids] (ops.embedding_rows_q8)
+            q, scale = table.weight.asnumpy(), table.weight_scale.asnumpy()
+
+            def dequantised(ids):
+                r, s = take(q, ids).astype(np.float32), take(scale, ids)
+                if s.ndim == 1:
+                    return r * s[:, None]
+                return (r.reshape(len(ids), s.shape[-1], -1) * s[..., None]).reshape(len(ids), -1)
+            return dequantised
+        words = table.weight.asnumpy()
+        if table.weight.dtype == ms.bfloat16:  # widened exactly: a bf16 word is the high half of its fp32 word
+            words = words.view(np.uint16)
+            return lambda ids: (take(words, ids).astype(np.uint32) << 16).view(np.float32)
+        return lambda ids: take(words, ids).astype(np.float32)
+
+    def _rope_rows(self, positions, axes):
+        """cos, sin [B, D] at `positions` [B] (every axis at the same position, as in a decode step)."""
+        blocks = np.floor_divide(positions, ROPE_BLOCK)
+        cos = np.empty((len(positions), self.model.text_layers()[0].self_attn.head_dim), np.float32)
+        sin = np.empty_like(cos)
+        for i, (p, blk) in enumerate(zip(positions, blocks)):
+            key = (axes, int(blk))
+            if key not in self._rope:
+                pos = np.arange(blk * ROPE_BLOCK, (blk + 1) * ROPE_BLOCK, dtype=np.int32)
+                pos = np.ascontiguousarray(np.broadcast_to(pos[None, :, None], (axes, ROPE_BLOCK, 1)))
+                c, s = self.compiler.call("decode", self.rope_cell, Tensor(pos))
+                self._rope[key] = (c.asnumpy().reshape(ROPE_BLOCK, -1), s.asnumpy().reshape(ROPE_BLOCK, -1))
+            c, s = self._rope[key]
+            cos[i], sin[i] = c[p - blk * ROPE_BLOCK], s[p - blk * ROPE_BLOCK]
+        return cos, sin
+
+    def __call__(self, cache, tokens, positions, write, slot_ids, axes):
+        """tokens, positions (rope), write (cache slots) [B] for the first B rows -> logits [B, V] (Tensor)."""
+        rows = len(tokens)
+        b = self._built[rows]
+        b.x[0][:, 0] = b.embed(np.asarray(tokens, np.int64))
+        cos, sin = self._rope_rows(np.asarray(positions, np.int64), axes)
+        b.cos[:, 0, 0], b.sin[:, 0, 0] = cos, sin
+        b.mask[:, 0, 0] = np.where(slot_ids[None, :] <= (write[:, None] - 1), np.float32(0), np.float32(NEG_BIAS))
+        # each layer's k, v stored at its row's slot as soon as it ran (HostKVCache.store's values: a bf16 cache
+        # rounds to nearest even, and the kernel rounded them so already)
+        at = [(r, int(w)) for r, w in enumerate(write)]
+        for call, (kc, vc, k, v) in zip(b.layers, b.kv):
+            call()
+            for r, w in at:
+                kc[r, :, w] = k[r, :, 0]
+                vc[r, :, w] = v[r, :, 0]
+        x = b.out[:, 0]
+        var = np.mean(x * x, axis=-1, keepdims=True, dtype=np.float32)
+        b.h[:] = b.norm_w * (x * (np.float32(1) / np.sqrt(var + b.norm_eps)))
+        b.head()
+        return Tensor.from_numpy(b.logits.copy())
