@@ -1,21 +1,24 @@
-"""The decode step on the CPU as the host's calls of the native kernels, without a MindSpore graph around them.
+"""The decode step on the CPU as one call of the native library, without a MindSpore graph around its kernels.
 
 runtime/decode.py's DecodeStep, compiled, runs a dense decoder's step as ~20 native kernels (one DecodeLayer per
 layer, MatMulT for the head) and the graph's small ops between them (embedding, rope tables, mask, the k/v stacks).
 MindSpore launches each of them: on a 2-core Xeon the launches cost 2.8-6.7 ms of a 44 ms PaddleOCR-VL step, where
-the same kernels called directly took the read bound's 1.07-1.32x (docs/journal/native-kernels.md, "Where the decode
-step's time goes in the process"). `HostStep` makes the same kernel calls from the host through ctypes: the
-embedding rows gathered from the table's own buffer (bf16 widened, int8 dequantised, as the graph does), the rope
-tables of a block of positions computed once by the decoder's own rotary Cell (a small graph per 256 positions), the
-additive mask, each layer's DecodeLayer (or DecodeLayerBf16, with the int8 scales: the kernel the graph would
-choose, ops.decode_layer.serves) whose k, v the host cache stores, the final RMSNorm, and the head's MatMulT
-(MatMulTBf16 on the AMX tiles for a bf16 head under --dtype bf16, MatMulTQ8 for --quantize int8).
+the same kernels called directly took the read bound's 1.07-1.32x (docs/journal/native-kernels.md). `HostStep`
+prepares the step's inputs on the host: the embedding rows gathered from the table's own buffer (bf16 widened, int8
+dequantised, as the graph does), the rope tables of a block of positions computed once by the decoder's own rotary
+Cell (a small graph per 256 positions), the additive mask; then one ctypes call, ms_ocr_decode_step
+(ops/native/decode_layer.cc), runs every layer's DecodeLayer (DecodeLayerBf16 under --dtype bf16 with AMX; int8
+with its scales: the kernel the graph would choose, ops.decode_layer.serves), stores each layer's k, v into the
+host-written caches as it returns, applies the final RMSNorm and the head (MatMulT; MatMulTBf16 on the AMX tiles for
+a large bf16 head under --dtype bf16; MatMulTQ8 for --quantize int8). Every argument array is built once per cache
+size and row count.
 
 It serves what the graph's kernels would serve whole: every layer dense, SiLU-gated and served by DecodeLayer, caches
 the host writes, no sliding window, at most 8 sequence rows; anything else (MoE decoders, Unlimited-OCR's window,
-the composed fallback, Ascend) keeps the compiled DecodeStep. Same kernels, same order: the layers' arithmetic is
-the graph's; the final norm is numpy's fp32 (its sum in another order than MindSpore's ReduceMean). MS_OCR_HOST_STEP=0
-keeps the compiled step everywhere (a comparison, or a fallback)."""
+the composed fallback, Ascend) keeps the compiled DecodeStep. The layers' arithmetic is the graph's; the final
+RMSNorm is the layers' (its sum in another order than MindSpore's ReduceMean), and a head below MatMulT's size in the
+graph (tiny test models) is MatMulT's here: logits within ~1e-7 of the graph's. MS_OCR_HOST_STEP=0 keeps the compiled
+step everywhere (a comparison, or a fallback)."""
 
 import ctypes
 import os
@@ -77,6 +80,35 @@ class NativeCall:
     def __call__(self):
         if self.fn(self.n, self.params, self.ndims, self.shapes, self.dtypes, None, None) != 0:
             raise RuntimeError(f"the native {self.entry} refused its operands")
+
+
+HEAD_KINDS = {"MatMulT": 0, "MatMulTBf16": 1, "MatMulTQ8": 2}  # ms_ocr_decode_step's head_kind
+
+
+class StepCall:
+    """The library's ms_ocr_decode_step over the layers' and the head's NativeCalls (their argument arrays), with
+    the rows' cache slots (`write`, int64 [B], filled per step) and the final norm's weight."""
+
+    def __init__(self, library, layers, tiles, write, norm_w, eps, head_kind, head):
+        self.fn = library.lib.ms_ocr_decode_step
+        p = ctypes.POINTER
+        self.fn.argtypes = [ctypes.c_int, p(ctypes.c_int), p(p(ctypes.c_void_p)), p(p(ctypes.c_int)),
+                            p(p(p(ctypes.c_int64))), p(p(ctypes.c_char_p)), ctypes.c_int, ctypes.c_void_p,
+                            ctypes.c_void_p, ctypes.c_float, ctypes.c_int] + _ENTRY_ARGS[:5]
+        self.fn.restype = ctypes.c_int
+        n = len(layers)
+
+        def each(kind, attr):
+            return (kind * n)(*[ctypes.cast(getattr(c, attr), kind) for c in layers])
+        self.args = (n, (ctypes.c_int * n)(*[c.n for c in layers]), each(p(ctypes.c_void_p), "params"),
+                     each(p(ctypes.c_int), "ndims"), each(p(p(ctypes.c_int64)), "shapes"),
+                     each(p(ctypes.c_char_p), "dtypes"), int(tiles), write.ctypes.data, norm_w.ctypes.data, eps,
+                     head_kind, head.n, head.params, head.ndims, head.shapes, head.dtypes)
+        self._keep = (layers, head, write, norm_w)
+
+    def __call__(self):
+        if self.fn(*self.args) != 0:
+            raise RuntimeError("the native decode step refused its operands")
 
 
 class RopeRows(nn.Cell):
@@ -176,7 +208,7 @@ class HostStep:
         b.cos = np.zeros((rows, 1, 1, d), np.float32)
         b.sin = np.zeros((rows, 1, 1, d), np.float32)
         b.mask = np.zeros((rows, 1, 1, slots), np.float32)
-        b.h = np.zeros((rows, hidden), np.float32)
+        b.h = np.zeros((rows, hidden), np.float32)  # the head's input: the final norm's output
         b.kv, b.layers, b.keep = [], [], []
         amx = self.kn.amx_decode is not None
         for i, layer in enumerate(model.text_layers()):
@@ -208,8 +240,9 @@ class HostStep:
         b.logits = np.zeros((rows, head.shape[0]), np.float32)
         b.head = NativeCall(lib, self._head_entry(head), operands + [Operand.of(b.logits)])
         norm = model.model.norm
-        b.norm_w = norm.weight.asnumpy().astype(np.float32)
-        b.norm_eps = np.float32(norm.eps)
+        b.norm_w = np.ascontiguousarray(norm.weight.asnumpy().astype(np.float32))
+        b.write = np.zeros(rows, np.int64)
+        b.step = StepCall(lib, b.layers, amx, b.write, b.norm_w, norm.eps, HEAD_KINDS[b.head.entry], b.head)
         b.embed = self._embedding(model)
         return b
 
@@ -263,16 +296,6 @@ class HostStep:
         cos, sin = self._rope_rows(np.asarray(positions, np.int64), axes)
         b.cos[:, 0, 0], b.sin[:, 0, 0] = cos, sin
         b.mask[:, 0, 0] = np.where(slot_ids[None, :] <= (write[:, None] - 1), np.float32(0), np.float32(NEG_BIAS))
-        # each layer's k, v stored at its row's slot as soon as it ran (HostKVCache.store's values: a bf16 cache
-        # rounds to nearest even, and the kernel rounded them so already)
-        at = [(r, int(w)) for r, w in enumerate(write)]
-        for call, (kc, vc, k, v) in zip(b.layers, b.kv):
-            call()
-            for r, w in at:
-                kc[r, :, w] = k[r, :, 0]
-                vc[r, :, w] = v[r, :, 0]
-        x = b.out[:, 0]
-        var = np.mean(x * x, axis=-1, keepdims=True, dtype=np.float32)
-        b.h[:] = b.norm_w * (x * (np.float32(1) / np.sqrt(var + b.norm_eps)))
-        b.head()
+        b.write[:] = write
+        b.step()  # every layer, its k, v stored at its row's slot, the final norm and the head
         return Tensor.from_numpy(b.logits.copy())

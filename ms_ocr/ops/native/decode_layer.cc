@@ -4,10 +4,12 @@
 // in one parallel region on the decode team; the products are gemv.h's (fp32, bf16 or int8 weights; bf16 on the AMX
 // tiles with DecodeLayerBf16).
 #include <atomic>
+#include <cstring>
 #include <vector>
 
 #include "activation.h"
 #include "gemv.h"
+#include "kernels.h"
 #include "team.h"
 
 namespace ms_ocr {
@@ -388,6 +390,52 @@ int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const c
   (void)stream; (void)extra;
   return decode_layer_entry(nparam, params, ndims, shapes, dtypes, false);
 }
+// A whole decode step of a dense decoder in one call (runtime/host_step.py, which builds every argument once per
+// cache size): layer l's DecodeLayer operands (nparam[l], params[l], ndims[l], shapes[l], dtypes[l]; layer l's x
+// output is layer l + 1's x input), each layer's k, v outputs [B, Hkv, 1, D] stored as it returns into its caches
+// [B, Hkv, T, D] (inputs 4 and 5: fp32, or bf16, which the kernel's k, v already are exactly) at slot write[r] of
+// row r, then the final RMSNorm (norm_w [H], eps) of the last x into the head's input (head_params[0] [B, H]) and
+// the head (head_kind 0: MatMulT, 1: MatMulTBf16, 2: MatMulTQ8, with its operands). tiles: DecodeLayerBf16's products
+// (on the AMX tiles where they are on). 0, or the first refusing kernel's code.
+int ms_ocr_decode_step(int layers, const int* nparam, void*** params, int** ndims, int64_t*** shapes,
+                       const char*** dtypes, int tiles, const int64_t* write, const float* norm_w, float norm_eps,
+                       int head_kind, int head_nparam, void** head_params, int* head_ndims, int64_t** head_shapes,
+                       const char** head_dtypes) {
+  for (int l = 0; l < layers; ++l) {
+    const int rc = decode_layer_entry(nparam[l], params[l], ndims[l], shapes[l], dtypes[l], tiles && g_amx);
+    if (rc != 0) return rc;
+    const int n_in = nparam[l] - 3;
+    const int64_t* cs = shapes[l][4];  // [B, Hkv, T, D]
+    const int64_t b = cs[0], hkv = cs[1], t = cs[2], d = cs[3];
+    const bool kv16 = is_bf16(dtypes[l][4]);
+    for (int c = 0; c < 2; ++c) {
+      const float* src = static_cast<const float*>(params[l][n_in + 1 + c]);
+      for (int64_t r = 0; r < b; ++r)
+        for (int64_t h = 0; h < hkv; ++h) {
+          const float* row = src + (r * hkv + h) * d;
+          const int64_t at = ((r * hkv + h) * t + write[r]) * d;
+          if (kv16) {
+            uint16_t* dst = static_cast<uint16_t*>(params[l][4 + c]) + at;
+            for (int64_t i = 0; i < d; ++i) dst[i] = round_bf16(row[i]);
+          } else {
+            std::memcpy(static_cast<float*>(params[l][4 + c]) + at, row, d * sizeof(float));
+          }
+        }
+    }
+  }
+  const int last = layers - 1, n_in = nparam[last] - 3;
+  const float* x = static_cast<const float*>(params[last][n_in]);
+  float* h = static_cast<float*>(head_params[0]);
+  const int64_t b = shapes[last][0][0], hidden = shapes[last][0][2];
+  for (int64_t r = 0; r < b; ++r) rms_norm(x + r * hidden, norm_w, h + r * hidden, hidden, norm_eps);
+  switch (head_kind) {
+    case 0: return MatMulT(head_nparam, head_params, head_ndims, head_shapes, head_dtypes, nullptr, nullptr);
+    case 1: return MatMulTBf16(head_nparam, head_params, head_ndims, head_shapes, head_dtypes, nullptr, nullptr);
+    case 2: return MatMulTQ8(head_nparam, head_params, head_ndims, head_shapes, head_dtypes, nullptr, nullptr);
+    default: return 1;
+  }
+}
+
 // DecodeLayer with --dtype bf16's products: on the tiles where AMX is on (else DecodeLayer's)
 int DecodeLayerBf16(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
                     void* extra) {
