@@ -98,3 +98,20 @@ def test_switched_off_or_unserved_the_graph_runs(paddle, monkeypatch):
     monkeypatch.setenv(ENV, "1")
     rt.reset_cache(1, 64, host_writes=False)  # caches the graphs write (Ascend's, the exported graph's)
     assert not rt.host_step.serves(rt.cache, 1)
+
+
+def test_rope_tables_are_bounded_and_exact(paddle, monkeypatch):
+    """A long-lived process's rope tables: at most ROPE_BLOCKS_KEPT blocks of positions, and a block computed again
+    after it was dropped gives the same rows."""
+    from ms_ocr.runtime import host_step
+    monkeypatch.setattr(host_step, "ROPE_BLOCKS_KEPT", 3)
+    hs = paddle.runtime.host_step
+    hs._rope.clear()
+    first = hs._rope_rows(np.array([5, 300]), 3)
+    for block in range(2, 6):
+        hs._rope_rows(np.array([block * host_step.ROPE_BLOCK + 1]), 3)
+        assert len(hs._rope) <= 3
+    assert (3, 0) not in hs._rope
+    again = hs._rope_rows(np.array([5, 300]), 3)
+    assert np.array_equal(first[0], again[0]) and np.array_equal(first[1], again[1])
+    assert not np.array_equal(first[0][0], first[0][1])

@@ -36,6 +36,8 @@ from ms_ocr.ops.linear import NATIVE_MIN_WEIGHT, NATIVE_MIN_WEIGHT_BF16
 
 ENV = "MS_OCR_HOST_STEP"
 ROPE_BLOCK = 256  # positions per rope-table graph call
+ROPE_BLOCKS_KEPT = 64  # rope-table blocks kept (256 KB each at head_dim 128), the oldest dropped: a long-lived
+# server's answers reach every position of a 128k context over time, and the tables must not grow with them
 
 _DTYPE_NAMES = {ms.float32: b"float32", ms.bfloat16: b"bfloat16", ms.int8: b"int8", ms.float16: b"float16"}
 _ENTRY_ARGS = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int),
@@ -280,6 +282,8 @@ class HostStep:
         for i, (p, blk) in enumerate(zip(positions, blocks)):
             key = (axes, int(blk))
             if key not in self._rope:
+                if len(self._rope) >= ROPE_BLOCKS_KEPT:
+                    del self._rope[next(iter(self._rope))]  # the oldest block computed
                 pos = np.arange(blk * ROPE_BLOCK, (blk + 1) * ROPE_BLOCK, dtype=np.int32)
                 pos = np.ascontiguousarray(np.broadcast_to(pos[None, :, None], (axes, ROPE_BLOCK, 1)))
                 c, s = self.compiler.call("decode", self.rope_cell, Tensor(pos))
