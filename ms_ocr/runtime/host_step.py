@@ -40,9 +40,9 @@ ROPE_BLOCKS_KEPT = 64  # rope-table blocks kept (256 KB each at head_dim 128), t
 # server's answers reach every position of a 128k context over time, and the tables must not grow with them
 
 _DTYPE_NAMES = {ms.float32: b"float32", ms.bfloat16: b"bfloat16", ms.int8: b"int8", ms.float16: b"float16"}
-_ENTRY_ARGS = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int),
-               ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p,
-               ctypes.c_void_p]
+# a kernel's (nparam, params, ndims, shapes, dtypes)
+_KERNEL_ARGS = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int),
+                ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_char_p)]
 
 
 class Operand:
@@ -63,32 +63,25 @@ class Operand:
         return cls(t.data_ptr(), t.shape, _DTYPE_NAMES[t.dtype])
 
 
-class NativeCall:
-    """A Custom-op entry of the library (int f(nparam, params, ndims, shapes, dtypes, stream, extra)) with its
-    argument arrays built once: calling it costs one ctypes call."""
+class ArgArrays:
+    """The argument arrays of one native kernel call as MindSpore's Custom op passes them (params, ndims, shapes,
+    dtypes; kernels.h), built once: ms_ocr_decode_step takes a layer's and the head's."""
 
-    def __init__(self, library, entry, operands):
-        self.fn = getattr(library.lib, entry)
-        self.fn.argtypes, self.fn.restype = _ENTRY_ARGS, ctypes.c_int
-        self.entry, n = entry, len(operands)
+    def __init__(self, operands):
+        self.n = len(operands)
         self._shapes = [(ctypes.c_int64 * max(1, len(o.shape)))(*o.shape) for o in operands]
-        self.n = n
-        self.params = (ctypes.c_void_p * n)(*[o.ptr for o in operands])
-        self.ndims = (ctypes.c_int * n)(*[len(o.shape) for o in operands])
-        self.shapes = (ctypes.POINTER(ctypes.c_int64) * n)(
+        self.params = (ctypes.c_void_p * self.n)(*[o.ptr for o in operands])
+        self.ndims = (ctypes.c_int * self.n)(*[len(o.shape) for o in operands])
+        self.shapes = (ctypes.POINTER(ctypes.c_int64) * self.n)(
             *[ctypes.cast(s, ctypes.POINTER(ctypes.c_int64)) for s in self._shapes])
-        self.dtypes = (ctypes.c_char_p * n)(*[o.dtype for o in operands])
-
-    def __call__(self):
-        if self.fn(self.n, self.params, self.ndims, self.shapes, self.dtypes, None, None) != 0:
-            raise RuntimeError(f"the native {self.entry} refused its operands")
+        self.dtypes = (ctypes.c_char_p * self.n)(*[o.dtype for o in operands])
 
 
 HEAD_KINDS = {"MatMulT": 0, "MatMulTBf16": 1, "MatMulTQ8": 2}  # ms_ocr_decode_step's head_kind
 
 
 class StepCall:
-    """The library's ms_ocr_decode_step over the layers' and the head's NativeCalls (their argument arrays), with
+    """The library's ms_ocr_decode_step over the layers' and the head's ArgArrays, with
     the rows' cache slots (`write`, int64 [B], filled per step) and the final norm's weight."""
 
     def __init__(self, library, layers, tiles, write, norm_w, eps, head_kind, head):
@@ -96,7 +89,7 @@ class StepCall:
         p = ctypes.POINTER
         self.fn.argtypes = [ctypes.c_int, p(ctypes.c_int), p(p(ctypes.c_void_p)), p(p(ctypes.c_int)),
                             p(p(p(ctypes.c_int64))), p(p(ctypes.c_char_p)), ctypes.c_int, ctypes.c_void_p,
-                            ctypes.c_void_p, ctypes.c_float, ctypes.c_int] + _ENTRY_ARGS[:5]
+                            ctypes.c_void_p, ctypes.c_float, ctypes.c_int] + _KERNEL_ARGS
         self.fn.restype = ctypes.c_int
         n = len(layers)
 
@@ -211,14 +204,13 @@ class HostStep:
         b.sin = np.zeros((rows, 1, 1, d), np.float32)
         b.mask = np.zeros((rows, 1, 1, slots), np.float32)
         b.h = np.zeros((rows, hidden), np.float32)  # the head's input: the final norm's output
-        b.kv, b.layers, b.keep = [], [], []
-        amx = self.kn.amx_decode is not None
+        b.layers, b.keep = [], []  # keep: what the arrays point to and nothing else holds
         for i, layer in enumerate(model.text_layers()):
             attn = layer.self_attn
             k_view, v_view = cache.views[i]
             kv_shape = (rows, attn.num_kv_heads, 1, attn.head_dim)
             k_out, v_out = np.zeros(kv_shape, np.float32), np.zeros(kv_shape, np.float32)
-            b.kv.append((k_view, v_view, k_out, v_out))
+            b.keep += [k_out, v_out]
             weights = layer.decode_weights()
             scales = ()
             eps = [attn.eps]
@@ -227,24 +219,26 @@ class HostStep:
                 if layer.q8_group:
                     eps = [attn.eps, layer.q8_group]
             eps = np.array(eps, np.float32)
-            b.keep.append(eps)  # alive as long as the call that names it
+            b.keep.append(eps)
             operands = [Operand.of(b.x[i % 2]), Operand.of(b.cos), Operand.of(b.sin), Operand.of(b.mask),
                         Operand.of(k_view[:rows]), Operand.of(v_view[:rows])]
             operands += [Operand.of(w) for w in weights + scales]
             operands += [Operand.of(eps), Operand.of(b.x[(i + 1) % 2]), Operand.of(k_out), Operand.of(v_out)]
-            b.layers.append(NativeCall(lib, "DecodeLayerBf16" if amx else "DecodeLayer", operands))
-        b.out = b.x[len(b.layers) % 2]
+            b.layers.append(ArgArrays(operands))
         head = self._head_weight()
         owner = model.model.embed_tokens if model.tied else model.lm_head
         operands = [Operand.of(b.h), Operand.of(head)]
         if model.head_quantized:
             operands.append(Operand.of(owner.weight_scale))
         b.logits = np.zeros((rows, head.shape[0]), np.float32)
-        b.head = NativeCall(lib, self._head_entry(head), operands + [Operand.of(b.logits)])
+        b.head = ArgArrays(operands + [Operand.of(b.logits)])
         norm = model.model.norm
         b.norm_w = np.ascontiguousarray(norm.weight.asnumpy().astype(np.float32))
         b.write = np.zeros(rows, np.int64)
-        b.step = StepCall(lib, b.layers, amx, b.write, b.norm_w, norm.eps, HEAD_KINDS[b.head.entry], b.head)
+        # DecodeLayerBf16's products (the graph's choice under --dtype bf16 with AMX: ops.decode_layer.step)
+        tiles = self.kn.amx_decode is not None
+        b.step = StepCall(lib, b.layers, tiles, b.write, b.norm_w, norm.eps, HEAD_KINDS[self._head_entry(head)],
+                          b.head)
         b.embed = self._embedding(model)
         return b
 
