@@ -115,8 +115,9 @@ class DecoderLayer(nn.Cell, WeightOrder):
         return weights + (attn.o_proj.weight, self.post_attention_layernorm.weight)
 
     def decode_weights(self):
-        """A dense layer's weights as the native DecodeLayer takes them: attention_weights, then gate, up, down."""
-        mlp = self.mlp
+        """A dense layer's weights as the native DecodeLayer takes them: attention_weights, then gate, up, down (an
+        MoE layer's: its shared experts', as the host step's MoE layers take them beside MoE.routed_weights)."""
+        mlp = self.mlp.shared_experts if self.moe else self.mlp
         return self.attention_weights() + (mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
 
     def read_only_step(self, x, cos, sin, mask, k_cache=None, v_cache=None):

@@ -95,6 +95,12 @@ class MoE(nn.Cell):
         y = (y * weights.astype(y.dtype)[..., None]).sum(1)
         return (y + self.shared_experts(h)).reshape(shape)
 
+    def routed_weights(self):
+        """The router and the routed expert stacks (gate, up, down), then their int8 scales if quantised: the host
+        step's MoE layer operands (ms_ocr/ops/native/decode_layer.cc MoeLayer)."""
+        e = self.experts
+        return (self.gate.weight, e.gate_proj, e.up_proj, e.down_proj) + self.expert_scales()
+
     def expert_scales(self):
         """The int8 expert stacks' scales (gate, up, down), or () when they are not quantised."""
         if not self.quantized:

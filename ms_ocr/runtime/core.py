@@ -256,7 +256,7 @@ class VLMRuntime(Runtime):
             write, slot_ids = cache_pos, np.arange(self.cache.slots, dtype=np.int32)
         else:
             write, slot_ids = self.window.step(cache_pos, self.cache.slots)
-        if self.host_step.serves(self.cache, rows):  # (never an MoE decoder's: host_step.refusal)
+        if self.host_step.serves(self.cache, rows):  # the whole step in one native call (runtime/host_step.py)
             return self.host_step(self.cache, tokens, pos[0, :, 0], write, slot_ids, num_axes)
         args = (Tensor(np.asarray(tokens, np.int32)[:, None]), Tensor(np.ascontiguousarray(pos)),
                 Tensor(write[:, None]), Tensor(slot_ids))

@@ -5,9 +5,9 @@ The caches are runtime/kvcache.py's: written in this graph (GraphKVCache: Ascend
 read here and written by the host from the step's outputs (HostKVCache). Which kernel runs each decoder layer (the
 native DecodeLayer, its AMX variant, int8, composed) is the layer's choice from the kernels bound to the model
 (nn.functional.decoder_layer_decode). One sequence of an MoE model whose experts are routed on the host steps through
-runtime/moe.py instead. On the CPU, where the native kernels serve the whole step (a dense decoder, up to 8 rows), the
-host calls them itself (runtime/host_step.py: the same kernels without MindSpore's launches between them) and this
-graph is not compiled."""
+runtime/moe.py instead. On the CPU, where the native kernels serve the whole step (SiLU-gated dense or DeepSeek MoE
+layers, up to 8 rows), the host calls them itself (runtime/host_step.py: the same kernels without MindSpore's
+launches between them) and this graph is not compiled."""
 
 from mindspore import nn
 

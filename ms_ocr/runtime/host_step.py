@@ -13,9 +13,15 @@ host-written caches as it returns, applies the final RMSNorm and the head (MatMu
 a large bf16 head under --dtype bf16; MatMulTQ8 for --quantize int8). Every argument array is built once per cache
 size and row count.
 
-It serves what the graph's kernels would serve whole: every layer dense, SiLU-gated and served by DecodeLayer, caches
-the host writes, no sliding window, at most 8 sequence rows; anything else (MoE decoders, Unlimited-OCR's window,
-the composed fallback, Ascend) keeps the compiled DecodeStep. The layers' arithmetic is the graph's; the final
+It serves what the graph's kernels would serve whole: every layer SiLU-gated with its attention served by DecodeLayer,
+caches the host writes, no sliding window, at most 8 sequence rows. A DeepSeek MoE layer (where the graph runs the
+native MoeExperts) runs in the same call: the layer's region routes each row itself (fp32 softmax over the router's
+logits, top-k, as nn/moe.py route), runs the shared experts and the selected experts' rows of the stacks (moe.h, the
+arithmetic MoeExperts does) and adds x1 + (routed + shared) as the graph does; the graph composes that layer's
+attention and routes through MindSpore's kernels (~60 launches a layer), so there the host step saves the most. Not
+served (the compiled DecodeStep): Unlimited-OCR's window, an MoE decoder under --dtype bf16 on the AMX tiles (the
+graph's attention products are tiled there, DecodeLayer's MoE form is not), the exported graph's dense experts, the
+composed fallback, Ascend. The layers' arithmetic is the graph's; the final
 RMSNorm is the layers' (its sum in another order than MindSpore's ReduceMean), and a head below MatMulT's size in the
 graph (tiny test models) is MatMulT's here: logits within ~1e-7 of the graph's. MS_OCR_HOST_STEP=0 keeps the compiled
 step everywhere (a comparison, or a fallback)."""
@@ -81,25 +87,30 @@ HEAD_KINDS = {"MatMulT": 0, "MatMulTBf16": 1, "MatMulTQ8": 2}  # ms_ocr_decode_s
 
 
 class StepCall:
-    """The library's ms_ocr_decode_step over the layers' and the head's ArgArrays, with
-    the rows' cache slots (`write`, int64 [B], filled per step) and the final norm's weight."""
+    """The library's ms_ocr_decode_step over the layers' and the head's ArgArrays (and each MoE layer's routed
+    operands, None for a dense layer), with the rows' cache slots (`write`, int64 [B], filled per step) and the final
+    norm's weight."""
 
-    def __init__(self, library, layers, tiles, write, norm_w, eps, head_kind, head):
+    def __init__(self, library, layers, moe, tiles, write, norm_w, eps, head_kind, head):
         self.fn = library.lib.ms_ocr_decode_step
         p = ctypes.POINTER
-        self.fn.argtypes = [ctypes.c_int, p(ctypes.c_int), p(p(ctypes.c_void_p)), p(p(ctypes.c_int)),
-                            p(p(p(ctypes.c_int64))), p(p(ctypes.c_char_p)), ctypes.c_int, ctypes.c_void_p,
-                            ctypes.c_void_p, ctypes.c_float, ctypes.c_int] + _KERNEL_ARGS
+        per_layer = [p(ctypes.c_int), p(p(ctypes.c_void_p)), p(p(ctypes.c_int)), p(p(p(ctypes.c_int64))),
+                     p(p(ctypes.c_char_p))]
+        self.fn.argtypes = [ctypes.c_int] + per_layer * 2 + [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                                             ctypes.c_float, ctypes.c_int] + _KERNEL_ARGS
         self.fn.restype = ctypes.c_int
         n = len(layers)
 
-        def each(kind, attr):
-            return (kind * n)(*[ctypes.cast(getattr(c, attr), kind) for c in layers])
-        self.args = (n, (ctypes.c_int * n)(*[c.n for c in layers]), each(p(ctypes.c_void_p), "params"),
-                     each(p(ctypes.c_int), "ndims"), each(p(p(ctypes.c_int64)), "shapes"),
-                     each(p(ctypes.c_char_p), "dtypes"), int(tiles), write.ctypes.data, norm_w.ctypes.data, eps,
+        def arrays(calls):  # nparam, params, ndims, shapes, dtypes per layer (0 and null pointers for None)
+            def each(kind, attr):
+                return (kind * n)(*[ctypes.cast(getattr(c, attr), kind) if c is not None else kind()
+                                    for c in calls])
+            return ((ctypes.c_int * n)(*[c.n if c is not None else 0 for c in calls]),
+                    each(p(ctypes.c_void_p), "params"), each(p(ctypes.c_int), "ndims"),
+                    each(p(p(ctypes.c_int64)), "shapes"), each(p(ctypes.c_char_p), "dtypes"))
+        self.args = (n, *arrays(layers), *arrays(moe), int(tiles), write.ctypes.data, norm_w.ctypes.data, eps,
                      head_kind, head.n, head.params, head.ndims, head.shapes, head.dtypes)
-        self._keep = (layers, head, write, norm_w)
+        self._keep = (layers, moe, head, write, norm_w)
 
     def __call__(self):
         if self.fn(*self.args) != 0:
@@ -137,8 +148,24 @@ def refusal(model, plan, cache):
     if plan.compute_dtype != ms.float32:
         return "activations are not fp32"
     for layer in model.text_layers():
-        if type(layer) is not DecoderLayer or layer.moe or not layer.silu_mlp:
+        if type(layer) is not DecoderLayer:
             return "a decoder layer the native DecodeLayer does not serve"
+        why = _moe_refusal(kn, layer.mlp) if layer.moe else None if layer.silu_mlp else "a layer not SiLU-gated"
+        if why is not None:
+            return why
+    return None
+
+
+def _moe_refusal(kn, mlp):
+    """Why an MoE layer's feed-forward half cannot run in the host step (None: it can)."""
+    if kn.moe_experts is None:
+        return "the native MoeExperts is not routed at this SIMD level"
+    if kn.amx_decode is not None:
+        return "an MoE decoder with --dtype bf16 on the AMX tiles"
+    if mlp.dense:
+        return "every expert for every token (the exported graph's form)"
+    if not mlp.silu or mlp.shared_experts.act is not mlp.act:
+        return "an MoE layer not SiLU-gated"
     return None
 
 
@@ -160,6 +187,9 @@ class HostStep:
         ops.decode_layer.serves); builds its buffers and calls on the first step of a cache's size."""
         if cache.in_graph:
             return False
+        if not enabled():  # read at every step: switched back on, the step is decided and built again
+            self.refused, self._generation = f"{ENV}=0", None
+            return False
         if cache.generation != self._generation:  # the kernels bound now, the caches of this reset
             self._built, self._generation = {}, cache.generation
             self.kn = self.model.kernels
@@ -175,8 +205,13 @@ class HostStep:
         x = types.SimpleNamespace(shape=(rows, 1, self.model.cfg.text.hidden_size), dtype=ms.float32)
         for layer in self.model.text_layers():
             attn = layer.self_attn
-            if not K.decode_layer_serves(self.kn, x, attn.k_cache, layer.decode_weights(), layer.silu_mlp):
+            if not K.decode_layer_serves(self.kn, x, attn.k_cache, layer.decode_weights(), layer.silu_mlp or layer.moe):
                 return False
+            if layer.moe:
+                router, *stacks = layer.mlp.routed_weights()[:4]
+                h = types.SimpleNamespace(dtype=ms.float32)
+                if router.dtype not in (ms.float32, ms.bfloat16) or not K.experts_native(self.kn, h, stacks):
+                    return False
         head = self._head_weight()
         return head.dtype in (ms.float32, ms.bfloat16) or (self.model.head_quantized and self.kn.q8 is not None)
 
@@ -204,7 +239,7 @@ class HostStep:
         b.sin = np.zeros((rows, 1, 1, d), np.float32)
         b.mask = np.zeros((rows, 1, 1, slots), np.float32)
         b.h = np.zeros((rows, hidden), np.float32)  # the head's input: the final norm's output
-        b.layers, b.keep = [], []  # keep: what the arrays point to and nothing else holds
+        b.layers, b.moe, b.keep = [], [], []  # keep: what the arrays point to and nothing else holds
         for i, layer in enumerate(model.text_layers()):
             attn = layer.self_attn
             k_view, v_view = cache.views[i]
@@ -225,6 +260,11 @@ class HostStep:
             operands += [Operand.of(w) for w in weights + scales]
             operands += [Operand.of(eps), Operand.of(b.x[(i + 1) % 2]), Operand.of(k_out), Operand.of(v_out)]
             b.layers.append(ArgArrays(operands))
+            b.moe.append(None)
+            if layer.moe:  # the router, the routed stacks (their scales) and {top_k, scaling}
+                cfg = np.array([layer.mlp.top_k, layer.mlp.scaling], np.float32)
+                b.keep.append(cfg)
+                b.moe[-1] = ArgArrays([Operand.of(w) for w in layer.mlp.routed_weights()] + [Operand.of(cfg)])
         head = self._head_weight()
         owner = model.model.embed_tokens if model.tied else model.lm_head
         operands = [Operand.of(b.h), Operand.of(head)]
@@ -237,8 +277,8 @@ class HostStep:
         b.write = np.zeros(rows, np.int64)
         # DecodeLayerBf16's products (the graph's choice under --dtype bf16 with AMX: ops.decode_layer.step)
         tiles = self.kn.amx_decode is not None
-        b.step = StepCall(lib, b.layers, tiles, b.write, b.norm_w, norm.eps, HEAD_KINDS[self._head_entry(head)],
-                          b.head)
+        b.step = StepCall(lib, b.layers, b.moe, tiles, b.write, b.norm_w, norm.eps,
+                          HEAD_KINDS[self._head_entry(head)], b.head)
         b.embed = self._embedding(model)
         return b
 

@@ -2,7 +2,8 @@
 // RMSNorm, q/k/v, rope (the general rotate-half form, so XD-RoPE too), optional q/k norms, GQA softmax attention over
 // the read-only cache plus the token's own key, o_proj and residual, post-attention RMSNorm, gated MLP and residual,
 // in one parallel region on the decode team; the products are gemv.h's (fp32, bf16 or int8 weights; bf16 on the AMX
-// tiles with DecodeLayerBf16).
+// tiles with DecodeLayerBf16). In the host step (ms_ocr_decode_step) the same region also serves a DeepSeek MoE
+// layer: router, shared experts and the selected routed experts (moe.h) in place of the gated MLP.
 #include <atomic>
 #include <cstring>
 #include <vector>
@@ -10,10 +11,33 @@
 #include "activation.h"
 #include "gemv.h"
 #include "kernels.h"
+#include "moe.h"
 #include "team.h"
 
 namespace ms_ocr {
 namespace {
+
+// A DeepSeek MoE layer's feed-forward half in the host step (ms_ocr_decode_step): the router [E, H] (fp32 or
+// bf16), the routed expert stacks (moe.h) and top_k / scaling; the layer's gate, up, down operands are then its
+// shared experts'.
+struct MoeLayer {
+  Weight router;
+  ExpertStacks stacks;
+  int64_t top_k = 0;
+  float scaling = 1.f;
+
+  // operands: router, gate, up, down stacks, (int8: their three scales), cfg [2] = {top_k, scaling} (fp32)
+  bool parse(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, int64_t hidden) {
+    if (nparam != 5 && nparam != 8) return false;
+    if (ndims[0] != 2 || is_int8(dtypes[0]) || ndims[nparam - 1] != 1 || shapes[nparam - 1][0] != 2) return false;
+    if (!stacks.parse(params, ndims, shapes, dtypes, 1, nparam == 8)) return false;
+    const float* cfg = static_cast<const float*>(params[nparam - 1]);
+    router = Weight{params[0], is_bf16(dtypes[0])};
+    top_k = static_cast<int64_t>(cfg[0]), scaling = cfg[1];
+    return shapes[0][0] == stacks.count && shapes[0][1] == hidden && stacks.hidden == hidden && top_k >= 1 &&
+           top_k <= stacks.count;
+  }
+};
 
 // ---- attention over the cache -----------------------------------------------------------------------------------
 // out[j * stride + i] = dot(q + j * d, k_i, d) + bias_i for `count` query rows against the n key rows
@@ -200,7 +224,9 @@ void parallel_products(int m, const Product* ps, int n, const TeamCtx& team, std
 
 // DecodeLayer's body; tiles: the bf16 weights' products on AMX (DecodeLayerBf16, when ms_ocr_amx_init turned it
 // on), activations rounded to bf16.
-int decode_layer_entry(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, bool tiles) {
+// moe: an MoE layer's routed half (its gate, up, down operands the shared experts'), or nullptr.
+int decode_layer_entry(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, bool tiles,
+                       const MoeLayer* moe = nullptr) {
   if (nparam < 19 || nparam > 22) return 1;
   // 20 / 22: int8 matrices, their scales packed in one input before eps
   const bool quant = nparam == 20 || nparam == 22, qk_norm = nparam >= 21;
@@ -235,7 +261,8 @@ int decode_layer_entry(int nparam, void** params, int* ndims, int64_t** shapes, 
   const Weight qw = wt(7), kw = wt(8), vw = wt(9);
   const int w = qk_norm ? 12 : 10;
   const Weight ow = wt(w), gw = wt(w + 2), uw = wt(w + 3), dw = wt(w + 4);
-  tiles = tiles && shapes[0][0] >= kTileMinRows && qw.bf16 && ow.bf16 && gw.bf16 && uw.bf16 && dw.bf16;
+  tiles = tiles && moe == nullptr && shapes[0][0] >= kTileMinRows && qw.bf16 && ow.bf16 && gw.bf16 && uw.bf16 &&
+          dw.bf16;
   // every scale of the 7 matrices, and whole groups
   if (quant && (!groups_fit || scales != in(n_in - 2) + shapes[n_in - 2][0])) return 1;
   const float *inw = vec(6, norm_bufs[0]), *postw = vec(w + 1, norm_bufs[1]);
@@ -248,6 +275,7 @@ int decode_layer_entry(int nparam, void** params, int* ndims, int64_t** shapes, 
   const int64_t b = shapes[0][0], hidden = shapes[0][2], hkv = shapes[4][1], t = shapes[4][2], d = shapes[4][3];
   const int64_t hq = shapes[7][0] / d, inter = shapes[w + 2][0];
   if (b < 1 || b > 8 || d > 512 || hq % hkv != 0 || shapes[4][0] != b) return 1;
+  if (moe != nullptr && moe->stacks.hidden != hidden) return 1;
   const int64_t rep = hq / hkv;
   const int64_t rope_stride = shapes[1][0] == 1 ? 0 : d, mask_stride = shapes[3][0] == 1 ? 0 : t;
   const float scale = 1.f / std::sqrt(static_cast<float>(d));
@@ -260,7 +288,12 @@ int decode_layer_entry(int nparam, void** params, int* ndims, int64_t** shapes, 
   // the attention's tasks: split until there are two per thread (the launcher thread may be niced)
   int64_t splits = 1;
   while (b * hkv * splits < 2 * g_threads && rep % (splits * 2) == 0) splits *= 2;
-  std::atomic<int64_t> next[5] = {};  // the work-sharing phases' next chunk / task
+  // an MoE layer's: router logits, the pairs' gate / up products and down products, the routed sum
+  const int64_t e_count = moe ? moe->stacks.count : 0, top_k = moe ? moe->top_k : 0, pairs = b * top_k;
+  const int64_t e_inter = moe ? moe->stacks.inter : 0;
+  std::vector<float> logits(b * e_count), eg(pairs * e_inter), eu(pairs * e_inter), yp(pairs * hidden),
+      routed(moe ? b * hidden : 0), shared(moe ? b * hidden : 0);
+  std::atomic<int64_t> next[7] = {};  // the work-sharing phases' next chunk / task
   team_run(g_threads, [&](const TeamCtx& team) {
     // each thread normalises the rows for itself (no barrier): h_own feeds its share of the products
     std::vector<float> h_own(b * hidden);
@@ -351,14 +384,56 @@ int decode_layer_entry(int nparam, void** params, int* ndims, int64_t** shapes, 
       parallel_products(m, ps, 1, team, next[2]);
     }
     for (int64_t r = 0; r < b; ++r) rms_norm(x1.data() + r * hidden, postw, h_own.data() + r * hidden, hidden, eps);
-    {
-      const auto [xh, ph] = rounded(h_own.data(), hidden);
-      const Product ps[] = {{xh, gw, g.data(), inter, hidden, nullptr, ph},
-                            {xh, uw, u.data(), inter, hidden, nullptr, ph}};
-      parallel_products(m, ps, 2, team, next[3]);
-    }
-    team_silu_mul(g.data(), u.data(), b * inter, team);
-    {
+    if (moe != nullptr) {  // routed experts + shared experts, then the residual: x1 + (routed + shared)
+      const ExpertStacks& st = moe->stacks;
+      {
+        const Product ps[] = {{h_own.data(), moe->router, logits.data(), e_count, hidden, nullptr},
+                              {h_own.data(), gw, g.data(), inter, hidden, nullptr},
+                              {h_own.data(), uw, u.data(), inter, hidden, nullptr}};
+        parallel_products(m, ps, 3, team, next[3]);
+      }
+      // every thread routes every row for itself (the same result: no barrier)
+      std::vector<int32_t> ids(pairs);
+      std::vector<float> wts(pairs), probs(e_count);
+      for (int64_t r = 0; r < b; ++r)
+        route_token(logits.data() + r * e_count, e_count, top_k, moe->scaling, probs.data(), ids.data() + r * top_k,
+                    wts.data() + r * top_k);
+      {  // the shared experts' gating, this thread's share (read after the next barrier)
+        const auto [lo, hi] = team_share(b * inter, kVL, team);
+        silu_mul(g.data() + lo, u.data() + lo, g.data() + lo, hi - lo);
+      }
+      const int64_t gate_up = experts_gate_up_items(st, pairs);
+      for (int64_t c = next[4].fetch_add(1); c < gate_up; c = next[4].fetch_add(1))
+        experts_gate_up_item(st, h_own.data(), ids.data(), top_k, c, eg.data(), eu.data());
+      team.sync();
+      team_silu_mul(eg.data(), eu.data(), pairs * e_inter, team);
+      // the experts' down products, then the shared experts' in chunks of 64 rows
+      const int64_t down = experts_down_items(st, pairs), shared_chunks = (hidden + 63) / 64;
+      for (int64_t c = next[5].fetch_add(1); c < down + shared_chunks; c = next[5].fetch_add(1)) {
+        if (c < down) {
+          experts_down_item(st, eg.data(), ids.data(), c, yp.data());
+        } else {
+          const int64_t o = (c - down) * 64;
+          product_rows(Product{g.data(), dw, shared.data(), hidden, inter, nullptr}, m, o,
+                       o + 64 < hidden ? o + 64 : hidden);
+        }
+      }
+      team.sync();
+      const auto [lo, hi] = team_share(hidden, 1, team);
+      experts_weighted_sum(st, yp.data(), ids.data(), wts.data(), b, top_k, lo, hi, routed.data());
+      for (int64_t r = 0; r < b; ++r)
+        for (int64_t i = lo; i < hi; ++i) {
+          const int64_t at = r * hidden + i;
+          x_out[at] = x1[at] + (routed[at] + shared[at]);
+        }
+    } else {
+      {
+        const auto [xh, ph] = rounded(h_own.data(), hidden);
+        const Product ps[] = {{xh, gw, g.data(), inter, hidden, nullptr, ph},
+                              {xh, uw, u.data(), inter, hidden, nullptr, ph}};
+        parallel_products(m, ps, 2, team, next[3]);
+      }
+      team_silu_mul(g.data(), u.data(), b * inter, team);
       const auto [xg, pg] = rounded(g.data(), inter);
       const Product ps[] = {{xg, dw, x_out, hidden, inter, x1.data(), pg}};
       parallel_products(m, ps, 1, team, next[4]);
@@ -390,19 +465,30 @@ int DecodeLayer(int nparam, void** params, int* ndims, int64_t** shapes, const c
   (void)stream; (void)extra;
   return decode_layer_entry(nparam, params, ndims, shapes, dtypes, false);
 }
-// A whole decode step of a dense decoder in one call (runtime/host_step.py, which builds every argument once per
-// cache size): layer l's DecodeLayer operands (nparam[l], params[l], ndims[l], shapes[l], dtypes[l]; layer l's x
-// output is layer l + 1's x input), each layer's k, v outputs [B, Hkv, 1, D] stored as it returns into its caches
+// A whole decode step in one call (runtime/host_step.py, which builds every argument once per cache size): layer
+// l's DecodeLayer operands (nparam[l], params[l], ndims[l], shapes[l], dtypes[l]; layer l's x output is layer l + 1's
+// x input; an MoE layer's gate, up and down operands are its shared experts', and moe_nparam[l] > 0 operands in
+// moe_params[l] ... give its router, routed expert stacks and {top_k, scaling}: MoeLayer; 0 for a dense layer),
+// each layer's k, v outputs [B, Hkv, 1, D] stored as it returns into its caches
 // [B, Hkv, T, D] (inputs 4 and 5: fp32, or bf16, which the kernel's k, v already are exactly) at slot write[r] of
 // row r, then the final RMSNorm (norm_w [H], eps) of the last x into the head's input (head_params[0] [B, H]) and
 // the head (head_kind 0: MatMulT, 1: MatMulTBf16, 2: MatMulTQ8, with its operands). tiles: DecodeLayerBf16's products
 // (on the AMX tiles where they are on). 0, or the first refusing kernel's code.
 int ms_ocr_decode_step(int layers, const int* nparam, void*** params, int** ndims, int64_t*** shapes,
-                       const char*** dtypes, int tiles, const int64_t* write, const float* norm_w, float norm_eps,
-                       int head_kind, int head_nparam, void** head_params, int* head_ndims, int64_t** head_shapes,
-                       const char** head_dtypes) {
+                       const char*** dtypes, const int* moe_nparam, void*** moe_params, int** moe_ndims,
+                       int64_t*** moe_shapes, const char*** moe_dtypes, int tiles, const int64_t* write,
+                       const float* norm_w, float norm_eps, int head_kind, int head_nparam, void** head_params,
+                       int* head_ndims, int64_t** head_shapes, const char** head_dtypes) {
   for (int l = 0; l < layers; ++l) {
-    const int rc = decode_layer_entry(nparam[l], params[l], ndims[l], shapes[l], dtypes[l], tiles && g_amx);
+    MoeLayer moe;
+    if (moe_nparam[l] != 0) {
+      if (ndims[l][0] != 3) return 1;
+      g_moe_experts_calls.fetch_add(1);
+      if (!moe.parse(moe_nparam[l], moe_params[l], moe_ndims[l], moe_shapes[l], moe_dtypes[l], shapes[l][0][2]))
+        return 1;
+    }
+    const int rc = decode_layer_entry(nparam[l], params[l], ndims[l], shapes[l], dtypes[l], tiles && g_amx,
+                                      moe_nparam[l] != 0 ? &moe : nullptr);
     if (rc != 0) return rc;
     const int n_in = nparam[l] - 3;
     const int64_t* cs = shapes[l][4];  // [B, Hkv, T, D]

@@ -47,11 +47,13 @@ MS_OCR_API int ms_ocr_quantize_rows(const void* src, int bf16_src, int64_t n, in
 // decode_layer.cc: a dense decoder layer of a decode step (ops/decode_layer.py)
 MS_OCR_KERNEL(DecodeLayer);
 MS_OCR_KERNEL(DecodeLayerBf16);
-// ... and a whole decode step of them with the final norm and the head (runtime/host_step.py)
+// ... and a whole decode step of them (MoE layers too) with the final norm and the head (runtime/host_step.py)
 MS_OCR_API int ms_ocr_decode_step(int layers, const int* nparam, void*** params, int** ndims, int64_t*** shapes,
-                                  const char*** dtypes, int tiles, const int64_t* write, const float* norm_w,
-                                  float norm_eps, int head_kind, int head_nparam, void** head_params, int* head_ndims,
-                                  int64_t** head_shapes, const char** head_dtypes);
+                                  const char*** dtypes, const int* moe_nparam, void*** moe_params, int** moe_ndims,
+                                  int64_t*** moe_shapes, const char*** moe_dtypes, int tiles, const int64_t* write,
+                                  const float* norm_w, float norm_eps, int head_kind, int head_nparam,
+                                  void** head_params, int* head_ndims, int64_t** head_shapes,
+                                  const char** head_dtypes);
 
 // moe.cc: a decode step's routed experts (nn/moe.py)
 MS_OCR_KERNEL(MoeExperts);

@@ -12,6 +12,7 @@ from ms_ocr.models.deepseek_ocr2.convert import name_table
 from ms_ocr.models.deepseek_ocr2.model import DeepseekOCR2Model
 from ms_ocr.plan import Plan
 from ms_ocr.runtime import Buckets, Prepared, VisionInputs, VLMRuntime
+from ms_ocr.runtime.host_step import ENV as HOST_STEP
 from tests.helpers.native import bound
 from tests.helpers.parity import rel_err
 from tests.helpers.tiny_deepseek import TILE, GLOBAL, tiny_model, view_inputs
@@ -45,7 +46,7 @@ def test_image_features_match_reference(tiles, pair):
     assert rel_err(got, want) < 1e-4
 
 
-def test_multimodal_prefill_and_decode_logits(pair):
+def test_multimodal_prefill_and_decode_logits(pair, monkeypatch):
     ref, rt, cfg = pair
     rng = np.random.default_rng(9)
     glob = rng.standard_normal((1, 3, GLOBAL, GLOBAL)).astype(np.float32)
@@ -65,8 +66,10 @@ def test_multimodal_prefill_and_decode_logits(pair):
     assert rel_err(rt.full_logits(prep, feats), want[:s]) < 1e-4
     last = rt.prefill(prep, feats, max_new_tokens=len(cont)).asnumpy()[0]
     assert rel_err(last, want[s - 1]) < 1e-4
-    # one sequence on the CPU: the whole-model graph with the native MoeExperts where it is routed, else layer
-    # graphs with the experts routed on the host; both run here
+    # one sequence on the CPU: the host step (runtime/host_step.py) where the native kernels serve it; else the
+    # whole-model graph with the native MoeExperts where it is routed, else layer graphs with the experts routed on
+    # the host; all three run here (the graphs with the host step switched off)
+    monkeypatch.setenv(HOST_STEP, "0")
     assert rt.moe.decode_on_host == (rt.plan.kernels.moe_experts is None)
     rt.moe.decode_on_host = True
     steps = [rt.moe.layer_step(*kind) for kind in ((False, "moe"), (True, "moe"), (True, "head"))]
@@ -76,6 +79,12 @@ def test_multimodal_prefill_and_decode_logits(pair):
         step = rt.decode(int(tok), s + i, 0, 1).asnumpy()[0]
         assert rel_err(step, want[s + i]) < 1e-4, f"decode step {i}"
         assert rel_err(whole, want[s + i]) < 1e-4, f"whole-graph decode step {i}"
+        monkeypatch.setenv(HOST_STEP, "1")
+        native = rt.plan.kernels.moe_experts is not None and rt.plan.kernels.decode_layer is not None
+        assert rt.host_step.serves(rt.cache, 1) == native  # wherever the native kernels serve the whole step
+        host = rt.decode(int(tok), s + i, 0, 1).asnumpy()[0]
+        assert rel_err(host, want[s + i]) < 1e-4, f"host step {i}"
+        monkeypatch.setenv(HOST_STEP, "0")
     # every MoE layer ran through one shared graph (weights and KV caches as inputs), not a graph per layer: the
     # first MoE layer through the (no experts, "moe") step, each later one through the (experts, "moe") one, which
     # also runs the experts of the layer before it (the last layer's experts run with the head)
