@@ -361,11 +361,18 @@ def peers(args, suffix=""):
         got = med[name].get("decode_ms_per_token")
         print(f"decode bound {name}: {nbytes / 1e6:.0f} MB a step at {gbs:.1f} GB/s = {b_ms:.1f} ms/token"
               + (f"; measured {got:.1f} = {got / b_ms:.2f}x the bound" if got else ""))
+    rate = product_rate(args.threads)
+    prefill = prefill_bounds(args, med, rate) if rate else {}
+    for name, (b_ms, flops) in prefill.items():
+        got = med[name].get("prefill_ms")
+        print(f"prefill bound {name}: {flops / 1e9:.0f} GFLOP at {rate:.0f} GFLOP/s (fp32 products) = {b_ms:.0f} ms"
+              + (f"; measured {got:.0f} = {got / b_ms:.2f}x the bound" if got else ""))
     suffix = ("" if args.isa == "native" else f"_{args.isa}") + precision_tag(args, "_") + suffix
     write_json(args.out, f"benchmark_{args.model}_processes{suffix}.json",
                {"model": args.model, "cpu": cpu_model(), "isa": args.isa, "threads": args.threads,
                 "new_tokens": args.new_tokens, "medians": med, "runs": columns, "read_gbs": gbs,
-                "decode_bounds_ms": {n: b for n, (b, _) in bounds.items()}})
+                "decode_bounds_ms": {n: b for n, (b, _) in bounds.items()}, "product_gflops": rate,
+                "prefill_bounds_ms": {n: b for n, (b, _) in prefill.items()}})
 
 
 def read_bandwidth(threads):
@@ -378,6 +385,34 @@ def read_bandwidth(threads):
     if out.returncode or value == "None":
         raise SystemExit(f"the read probe failed (are the native kernels built?): {out.stderr.strip()[-500:]}")
     return float(value)
+
+
+def product_rate(threads):
+    """GFLOP/s of MindSpore's fp32 MatMul with `threads` on a prefill-sized product, measured in a process of its own
+    (bench/compute.py)."""
+    code = f"from bench.compute import product_gflops; print(product_gflops({int(threads)}))"
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=REPO)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)
+    if out.returncode or not out.stdout.strip():  # the table is kept; only the prefill bound is missing
+        print(f"the product probe failed, no prefill bound: {out.stderr.strip()[-300:]}")
+        return None
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def prefill_bounds(args, med, rate):
+    """{column: (bound ms, flops)} of the process table: each column's prompt through the text model's products and
+    causal attention at `rate` GFLOP/s (bench/compute.py)."""
+    from bench.compute import prefill_flops
+    from bench.memory import text_tensors
+    tensors = text_tensors(args.ckpt)
+    with open(os.path.join(args.ckpt, "config.json")) as f:
+        config = json.load(f)
+    out = {}
+    for name, m in med.items():
+        if m.get("prompt_tokens"):
+            flops = prefill_flops(config, tensors, int(m["prompt_tokens"]))
+            out[name] = (1000 * flops / (rate * 1e9), flops)
+    return out
 
 
 def decode_bounds(args, med, gbs):

@@ -78,3 +78,26 @@ def test_decode_weight_bytes_counts_text_layers_head_once_and_the_experts_a_toke
     tensors["lm_head.weight"] = np.zeros((100, 32), np.float32)  # untied: the head read, the table gathered
     save_file(tensors, str(tmp_path / "model.safetensors"))
     assert decode_weight_bytes(str(tmp_path), 1) == want
+
+
+def test_prefill_flops_count_every_prompt_row_through_the_layers_the_experts_it_uses_and_the_head_once():
+    """bench/compute.py's prefill bound: 2 N flops a layer weight (top-k of n of the routed experts), the causal
+    attention's 2 * 2 * heads * head_dim * N (N + 1) / 2 a layer, the head on one row; norms, the embedding table as
+    an input and the vision side not counted."""
+    from bench.compute import prefill_flops
+    f32 = "F32"
+    tensors = {"model.layers.0.self_attn.q_proj.weight": (f32, 64 * 32),
+               "model.layers.0.input_layernorm.weight": (f32, 32),
+               "model.layers.1.mlp.gate.weight": (f32, 4 * 32),  # the router: every row
+               "model.layers.1.mlp.experts.0.up_proj.weight": (f32, 512),
+               "model.layers.1.mlp.experts.1.up_proj.weight": (f32, 512),
+               "model.layers.1.mlp.shared_experts.up_proj.weight": (f32, 256),
+               "model.embed_tokens.weight": (f32, 100 * 32),
+               "model.norm.weight": (f32, 32)}
+    config = {"language_config": {"n_routed_experts": 2, "num_experts_per_tok": 1, "num_hidden_layers": 2,
+                                  "num_attention_heads": 2, "hidden_size": 32}}
+    rows = 64 * 32 + 4 * 32 + 512 + 256  # one of two experts a token
+    attention = 2 * 2 * 2 * 2 * 16 * 10 * 11 / 2  # 2 layers, 2 heads of 16, 10 tokens
+    assert prefill_flops(config, tensors, 10) == 2 * 10 * rows + attention + 2 * 3200  # tied head
+    tensors["lm_head.weight"] = (f32, 100 * 32 + 32)
+    assert prefill_flops(config, tensors, 10) == 2 * 10 * rows + attention + 2 * 3232
