@@ -10,11 +10,15 @@ The weights live in MindSpore's memory pool. `prepare_fresh` runs on each fresh 
 writes a weight into it: the buffer's 2 MB-aligned interior is emptied (the pool may have used that memory before,
 on 4 KB pages: the one-request CLI loads its text weights where the vision weights were) and marked MADV_HUGEPAGE,
 then every page is mapped at once (MADV_POPULATE_WRITE), so the weights fault in on 2 MB pages with no copy, in
-every process. `collapse` (MADV_COLLAPSE, Linux 6.1+; MADV_HUGEPAGE where the kernel lacks it, left to khugepaged)
-moves what is still on 4 KB pages after load (buffers made another way); processes that load the whole model at
-once run it on a background thread at the lowest priority (models/loading.py `collapse_in_background`): already
-huge, nothing is copied. Where transparent huge pages are off ("never") or there is no madvise, nothing of this happens. The
-values never change. MS_OCR_HUGE_PAGES=0 turns both off (4 KB pages); =1 runs the collapse in every process."""
+every process. Only a buffer's whole 2 MB pages can fault in that way: its edges share their 2 MB regions with the
+neighbouring buffers and stay on 4 KB pages. `collapse` (MADV_COLLAPSE, Linux 6.1+; MADV_HUGEPAGE where the kernel
+lacks it, left to khugepaged) moves every region a decoder weight touches after the load, the edges and buffers made
+another way (regions already huge are skipped by the kernel); processes that load the whole model at once run it on a
+background thread at the lowest priority (models/loading.py `collapse_in_background`). The one-request CLI does not:
+for PaddleOCR-VL the edges are 41 % of the layers' bytes, and moving them took 0.55-0.58 s for 0.5-0.7 ms a token
+(30.8 -> 30.3 ms; Xeon model 167), which repays itself only past ~900 tokens. Where transparent huge pages are off
+("never") or there is no madvise, nothing of this happens. The values never change. MS_OCR_HUGE_PAGES=0 turns both off
+(4 KB pages); =1 runs the collapse in every process."""
 
 import ctypes
 import mmap
@@ -87,22 +91,32 @@ def enabled(default=True):
     return wanted and _LIBC is not None and thp_mode() in ("always", "madvise")
 
 
-def collapse(buffers, min_bytes=MIN_BYTES):
-    """Move each (ptr, nbytes) buffer's 2 MB-aligned interior to huge pages: MADV_COLLAPSE, else MADV_HUGEPAGE.
-    Returns {"collapsed": bytes moved now, "advised": bytes left to khugepaged, "failed": bytes neither took}."""
+def regions(buffers):
+    """The 2 MB-aligned regions [lo, lo + 2 MB) that hold any byte of the (ptr, nbytes) buffers, in order, each once:
+    the pages that must be huge for every byte of them to be. A buffer's edges share their regions with its
+    neighbours in the pool (a weight's first and last bytes are rarely 2 MB-aligned): prepare_fresh leaves those
+    on 4 KB pages, 41 % of PaddleOCR-VL's layer weights' bytes (measured in /proc/kpageflags)."""
+    out = set()
+    for ptr, nbytes in buffers:
+        if nbytes > 0:
+            out.update(range(ptr // HUGE * HUGE, ptr + nbytes, HUGE))
+    return sorted(out)
+
+
+def collapse(buffers):
+    """Move every byte of the (ptr, nbytes) buffers to huge pages, region by region (`regions`; their neighbours'
+    bytes in those regions too): MADV_COLLAPSE (regions already huge cost a system call), else MADV_HUGEPAGE, left
+    to khugepaged. The bytes never change. Returns {"collapsed": bytes moved or found huge, "advised": bytes left to
+    khugepaged, "failed": bytes neither took (a region reaching past the mapping)}."""
     done = {"collapsed": 0, "advised": 0, "failed": 0}
     use_collapse = True
-    for ptr, nbytes in buffers:
-        span = interior(ptr, nbytes) if nbytes >= min_bytes else None
-        if span is None:
-            continue
-        lo, hi = span
-        if use_collapse and madvise(lo, hi - lo, MADV_COLLAPSE) == 0:
-            done["collapsed"] += hi - lo
+    for lo in regions(buffers):
+        if use_collapse and madvise(lo, HUGE, MADV_COLLAPSE) == 0:
+            done["collapsed"] += HUGE
             continue
         use_collapse = use_collapse and ctypes.get_errno() != 22  # EINVAL: a kernel before 6.1, ask no more
-        if madvise(lo, hi - lo, MADV_HUGEPAGE) == 0:
-            done["advised"] += hi - lo
+        if madvise(lo, HUGE, MADV_HUGEPAGE) == 0:
+            done["advised"] += HUGE
         else:
-            done["failed"] += hi - lo
+            done["failed"] += HUGE
     return done

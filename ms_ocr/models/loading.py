@@ -25,11 +25,9 @@ def decoder_buffers(model):
     the head (the embedding table when tied), largest first."""
     params = [p for layer in model.text_layers() for p in layer.get_parameters() if not is_state(p.name)]
     params.append(model.model.embed_tokens.weight if model.tied else model.lm_head.weight)
-    out = {}
-    for p in params:
-        if p.nbytes >= hugepages.MIN_BYTES:
-            out[p.data_ptr()] = p.nbytes
+    out = {p.data_ptr(): p.nbytes for p in params if p.nbytes}
     return sorted(out.items(), key=lambda kv: -kv[1])
+
 
 
 def collapse_in_background(model, default=True):
@@ -127,7 +125,7 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
         if int8 and (only is None or only & text):
             finish_int8(net)
         if plan.target == "CPU" and (only is None or only & text):  # the decoder's weights onto 2 MB pages, meanwhile
-            collapse_in_background(net, default=not staged)  # (not for the one-request CLI's)
+            collapse_in_background(net, default=not staged)  # (not for the one-request CLI's: see hugepages.py)
 
     staged = bool(_STAGED)
     text = text_parameter_names(net)
