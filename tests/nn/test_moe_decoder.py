@@ -18,6 +18,7 @@ from ms_ocr.nn.vlm import ViewsModel
 from ms_ocr.ops import bind, choose
 from ms_ocr.plan import Plan
 from ms_ocr.runtime import Buckets, Prepared, VLMRuntime
+from ms_ocr.runtime.host_step import ENV as HOST_STEP
 from tests.helpers.parity import randomize_, rel_err
 
 TEXT = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
@@ -90,11 +91,17 @@ def test_prefill_and_cached_decode_match_reference(setup):
     _check_prefill_and_decode(*setup[:3])
 
 
-def test_decode_with_dense_layers_after_moe_layers(graph_mode):
-    """mlp_layer_types is a free list in transformers' config: a dense layer after an MoE layer runs that MoE
-    layer's experts in the dense layer's graph call, and a dense last layer ends the token with the head alone (the
-    hub's DeepSeek layouts, dense layers first, take neither)."""
+def test_decode_with_dense_layers_after_moe_layers(graph_mode, monkeypatch):
+    """mlp_layer_types is a free list in transformers' config: the host step (runtime/host_step.py) runs MoE and
+    dense layers in any order in its one call; on the host-routed path a dense layer after an MoE layer runs that
+    MoE layer's experts in the dense layer's graph call, and a dense last layer ends the token with the head alone
+    (the hub's DeepSeek layouts, dense layers first, take neither)."""
     ref, head, rt, _ = build(dict(TEXT, num_hidden_layers=4, mlp_layer_types=["sparse", "dense", "sparse", "dense"]))
+    kn = rt.plan.kernels
+    monkeypatch.setenv(HOST_STEP, "1")
+    _check_prefill_and_decode(ref, head, rt)
+    assert rt.host_step.serves(rt.cache, 1) == (kn.decode_layer is not None and kn.moe_experts is not None)
+    monkeypatch.setenv(HOST_STEP, "0")
     rt.moe.decode_on_host = True  # the host-routed path (the default where MoeExperts is not routed)
     _check_prefill_and_decode(ref, head, rt)
     assert set(rt.moe.layer_steps) == {(False, "moe"), (True, "dense"), (False, "head")}
