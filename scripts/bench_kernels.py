@@ -38,11 +38,12 @@ KERNEL_CASES = {
     "gelu_erf": ("GELU erf (HunyuanOCR ViT MLP) on [3,996, 4,304]", 12),
     "vit_heads": ("PaddleOCR-VL ViT q/k/v bias adds, head transposes and rope, one 512-row block: 16 heads x 72", 30),
     "layer_norm": ("PaddleOCR-VL ViT LayerNorm, one 512-row block of 1,152", 30),
+    "rms_norm": ("HunyuanOCR prefill RMSNorm, an 896-row prompt of 1,024", 30),
 }
 DECODER_LAYERS = 18  # PaddleOCR-VL's decoder (the same weights and cache in each: 54 MB a layer, past L3 anyway)
 ROUTE_OF = {"attention": "attention", "decode_layer": "decode_layer", "matmul_t": "matmul_t",
             "gelu_tanh": "gelu", "gelu_erf": "gelu", "vit_heads": "vit_heads",
-            "layer_norm": "layer_norm"}
+            "layer_norm": "layer_norm", "rms_norm": "rms_norm"}
 
 
 def _inputs(kernel):
@@ -61,6 +62,8 @@ def _inputs(kernel):
         return [f(512, 1152) for _ in range(3)] + [f(1152) for _ in range(3)] + [np.cos(angles), np.sin(angles)]
     if kernel == "layer_norm":
         return [f(512, 1152, scale=3.0), 1 + f(1152, scale=0.1), f(1152, scale=0.1)]
+    if kernel == "rms_norm":
+        return [f(896, 1024, scale=3.0), 1 + f(1024, scale=0.1)]
     hidden, hq, hkv, d, inter, t = 1024, 16, 2, 128, 3072, 2048
     angles = rng.uniform(0, 6, (1, 1, 1, d)).astype(np.float32)
     mask = np.full((1, 1, 1, t), -3.0e38, np.float32)
@@ -90,6 +93,8 @@ def _cell(kernel, kn):
                 return K.vit_heads(kn, *args, 16)
             if kernel == "layer_norm":
                 return K.layer_norm(kn, args[0], args[1], args[2], 1e-6)
+            if kernel == "rms_norm":
+                return K.rms_norm(kn, args[0], args[1], 1e-6)
             x, cos, sin, mask, kc, vc = args[:6]
             weights = args[6:]
             ks = []

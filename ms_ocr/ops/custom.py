@@ -34,7 +34,8 @@ def _rows_shape(q, k, v, s):
 @functools.cache
 def native_ops(library):
     """The Custom ops the route table chooses among (kernels.KERNELS order): (MatMulT, (DecodeLayer without, with
-    q/k norms), VisionAttention, (GeluTanh, GeluErf), CausalAttention, MoeExperts, ViTHeads, LayerNormRows)."""
+    q/k norms), VisionAttention, (GeluTanh, GeluErf), CausalAttention, MoeExperts, ViTHeads, LayerNormRows,
+    RmsNormRows)."""
     return (
         _custom(library, "MatMulT", lambda x, w: [x[0], w[0]]),
         tuple(_custom(library, "DecodeLayer", _decode_layer_out_shape, lambda *dtypes: (dtypes[0],) * 3)
@@ -44,7 +45,8 @@ def native_ops(library):
         _custom(library, "CausalAttention", _first),
         _custom(library, "MoeExperts", lambda h, *rest: list(h)),
         _custom(library, "ViTHeads", _vit_heads_shape, lambda *dtypes: (dtypes[0],) * 3),
-        _custom(library, "LayerNormRows", _first))
+        _custom(library, "LayerNormRows", _first),
+        _custom(library, "RmsNormRows", _first))
 
 
 @functools.cache

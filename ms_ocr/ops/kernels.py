@@ -10,8 +10,8 @@ VisionAttention is not routed below AVX-512: at AVX2 and SSE2 it measured slower
 MindSpore kernels ran AVX-512 on that machine). A level without measurements (neon: only run for correctness under
 qemu-user so far; scalar) routes none. CausalAttention (the prefill's attention, which keeps no score buffers in the
 layer graph) measured faster, and the run's peak memory lower, at AVX2 and AVX-512; SSE2 not measured. MoeExperts,
-ViTHeads and LayerNormRows: docs/journal/native-kernels.md. MS_OCR_NATIVE_ROUTES ("all", "none" or a comma list of
-KERNELS) overrides the table, e.g. to measure a level."""
+ViTHeads, LayerNormRows and RmsNormRows: docs/journal/native-kernels.md. MS_OCR_NATIVE_ROUTES ("all", "none" or a
+comma list of KERNELS) overrides the table, e.g. to measure a level."""
 
 import contextlib
 import dataclasses
@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from ms_ocr.ops import custom, native
 
 KERNELS = ("matmul_t", "decode_layer", "attention", "gelu", "causal_attention", "moe_experts", "vit_heads",
-           "layer_norm")
+           "layer_norm", "rms_norm")
 ROUTES = {
     "avx512": ("matmul_t", "decode_layer", "attention", "gelu", "causal_attention", "moe_experts", "vit_heads",
-               "layer_norm"),
-    "avx2": ("matmul_t", "decode_layer", "gelu", "causal_attention", "moe_experts", "vit_heads", "layer_norm"),
+               "layer_norm", "rms_norm"),
+    "avx2": ("matmul_t", "decode_layer", "gelu", "causal_attention", "moe_experts", "vit_heads", "layer_norm",
+             "rms_norm"),
     "sse2": ("matmul_t", "decode_layer", "gelu"),
     "neon": (),
     "scalar": (),
@@ -64,6 +65,7 @@ class Kernels:
     moe_experts: object = None  # a decode step's routed experts
     vit_heads: object = None  # a ViT layer's biased, heads-first, rotated q, k, v
     layer_norm: object = None
+    rms_norm: object = None  # a prompt's (or any fp32 block's) RMSNorm rows
     # exact conversions, wherever the library is loaded on the CPU: bf16 rows widened as gathered (MindSpore's CPU
     # Gather has no bfloat16 kernel), bf16 widened (its CPU Cast from bf16 is scalar), a position table resampled
     gather_rows: object = None

@@ -1,5 +1,5 @@
-"""Norm kernels: RMSNorm (Ascend fused RmsNorm or the composed T5-style norm) and LayerNorm (the native
-LayerNormRows on the CPU, MindSpore's LayerNorm operator, or composed for ONNX export)."""
+"""Norm kernels: RMSNorm (Ascend fused RmsNorm, the native RmsNormRows on the CPU, or the composed T5-style norm)
+and LayerNorm (the native LayerNormRows on the CPU, MindSpore's LayerNorm operator, or composed for ONNX export)."""
 
 import numpy as np
 import mindspore as ms
@@ -16,9 +16,12 @@ def rsqrt(kn, x):
 
 
 def rms_norm(kn, x, weight, eps):
-    """weight * x / sqrt(mean(x^2, -1) + eps), statistics in fp32, result in x's dtype times weight."""
+    """weight * x / sqrt(mean(x^2, -1) + eps), statistics in fp32, result in x's dtype times weight. On the CPU the
+    native RmsNormRows where routed (fp32 x and weight: a prompt's norms and q/k norms in the prefill graphs)."""
     if kn.fused:
         return ops.rms_norm(x, weight, eps)[0]
+    if kn.rms_norm is not None and x.dtype == ms.float32 and weight.dtype == ms.float32:
+        return kn.rms_norm(x, weight, Tensor(np.array([eps], np.float32)))
     dtype = x.dtype
     xf = x.astype(ms.float32)
     var = ops.mean(xf * xf, -1, keep_dims=True)

@@ -221,3 +221,35 @@ def test_layer_norm_routes_fp32_to_the_kernel(pynative_cpu, monkeypatch):
     mindspore_out = K.layer_norm(kn.without_native(), x, w, b, 1e-6).asnumpy()
     assert 0 < np.abs(native_out - mindspore_out).max() <= 2e-5 * np.abs(mindspore_out).max()
 
+
+
+@needs_compiler
+def test_rms_norm_rows_at_every_isa_level(pynative_cpu, isa_kernels):
+    """w * x / sqrt(mean(x^2) + eps) per row, against float64 NumPy: a decoder's hidden rows, per-head q/k rows of
+    128, and rows of a width that is not a multiple of any vector width."""
+    op = custom.native_ops(isa_kernels)[8]
+    rng = np.random.default_rng(6)
+    for shape in ((37, 1024), (1, 16, 9, 128), (5, 77)):
+        c = shape[-1]
+        x = (rng.standard_normal(shape) * 3).astype(np.float32)
+        w = (1 + 0.1 * rng.standard_normal(c)).astype(np.float32)
+        got = op(Tensor(x), Tensor(w), Tensor(np.array([1e-6], np.float32))).asnumpy()
+        xd = x.astype(np.float64)
+        want = w * (xd / np.sqrt((xd * xd).mean(-1, keepdims=True) + 1e-6))
+        assert got.shape == shape and np.abs(got - want).max() <= 2e-6 * np.abs(want).max(), (isa_kernels.isa_level,
+                                                                                                shape)
+
+
+@needs_compiler
+def test_rms_norm_routes_fp32_to_the_kernel(pynative_cpu, monkeypatch):
+    """Routed, K.rms_norm of fp32 tensors is the kernel and agrees with the composed norm (the unrouted path, and
+    graphs built for export); bf16 tensors keep the composed form."""
+    monkeypatch.setenv(routes.ROUTES_ENV, "all")
+    kn = routes.choose("CPU")
+    assert kn.rms_norm is not None and kn.without_native().rms_norm is None
+    rng = np.random.default_rng(9)
+    x = Tensor(rng.standard_normal((64, 1024)).astype(np.float32))
+    w = Tensor(rng.standard_normal(1024).astype(np.float32))
+    native_out = K.rms_norm(kn, x, w, 1e-6).asnumpy()
+    composed_out = K.rms_norm(kn.without_native(), x, w, 1e-6).asnumpy()
+    assert 0 < np.abs(native_out - composed_out).max() <= 2e-6 * np.abs(composed_out).max()

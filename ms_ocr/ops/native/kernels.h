@@ -69,9 +69,10 @@ MS_OCR_KERNEL(VisionAttentionBf16Rows);
 MS_OCR_KERNEL(GeluTanh);
 MS_OCR_KERNEL(GeluErf);
 
-// vit.cc: a ViT layer's element-wise work (ops/rope.py vit_heads, ops/norm.py layer_norm)
+// vit.cc: a layer's element-wise work (ops/rope.py vit_heads, ops/norm.py layer_norm and rms_norm)
 MS_OCR_KERNEL(ViTHeads);
 MS_OCR_KERNEL(LayerNormRows);
+MS_OCR_KERNEL(RmsNormRows);
 
 // gather.cc: rows of tables widened to fp32 (ops/linear.py)
 MS_OCR_KERNEL(GatherRows);
