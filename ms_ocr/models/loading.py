@@ -29,7 +29,6 @@ def decoder_buffers(model):
     return sorted(out.items(), key=lambda kv: -kv[1])
 
 
-
 def collapse_in_background(model, default=True):
     """Start `collapse` of the decoder's weights on a daemon thread (None when turned off or unsupported): the
     thread, whose `result` holds collapse's counts when it ends. `default`: whether to, unless MS_OCR_HUGE_PAGES
