@@ -293,7 +293,7 @@ int decode_layer_entry(int nparam, void** params, int* ndims, int64_t** shapes, 
   const int64_t e_inter = moe ? moe->stacks.inter : 0;
   std::vector<float> logits(b * e_count), eg(pairs * e_inter), eu(pairs * e_inter), yp(pairs * hidden),
       routed(moe ? b * hidden : 0), shared(moe ? b * hidden : 0);
-  std::atomic<int64_t> next[7] = {};  // the work-sharing phases' next chunk / task
+  std::atomic<int64_t> next[6] = {};  // the work-sharing phases' next chunk / task
   team_run(g_threads, [&](const TeamCtx& team) {
     // each thread normalises the rows for itself (no barrier): h_own feeds its share of the products
     std::vector<float> h_own(b * hidden);

@@ -8,6 +8,23 @@
 
 using namespace ms_ocr;
 
+namespace {
+
+// The rows of a row-wise norm's input x [..., C] (operand 0) whose operands 1 .. vectors are its [C] weight (and
+// bias): the row count, and C in `c`; -1 where the shapes do not fit.
+int64_t norm_rows(const int* ndims, int64_t* const* shapes, int vectors, int64_t& c) {
+  if (ndims[0] < 1) return -1;
+  c = shapes[0][ndims[0] - 1];
+  if (c < 1) return -1;
+  for (int i = 1; i <= vectors; ++i)
+    if (ndims[i] != 1 || shapes[i][0] != c) return -1;
+  int64_t rows = 1;
+  for (int i = 0; i < ndims[0] - 1; ++i) rows *= shapes[0][i];
+  return rows;
+}
+
+}  // namespace
+
 extern "C" {
 
 // ViTHeads: a ViT layer's q, k, v projections (without their biases) -> the biased, heads-first q, k, v of the
@@ -72,11 +89,9 @@ __attribute__((optimize("fp-contract=off"))) int ViTHeads(int nparam, void** par
 int LayerNormRows(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
                   void* extra) {
   (void)stream; (void)extra; (void)dtypes;
-  if (nparam != 5 || ndims[0] < 1 || ndims[1] != 1 || ndims[2] != 1) return 1;
-  const int64_t c = shapes[0][ndims[0] - 1];
-  if (c < 1 || shapes[1][0] != c || shapes[2][0] != c) return 1;
-  int64_t rows = 1;
-  for (int i = 0; i < ndims[0] - 1; ++i) rows *= shapes[0][i];
+  int64_t c = 0;
+  const int64_t rows = nparam == 5 ? norm_rows(ndims, shapes, 2, c) : -1;
+  if (rows < 0) return 1;
   const float* x = static_cast<const float*>(params[0]);
   const float* w = static_cast<const float*>(params[1]);
   const float* b = static_cast<const float*>(params[2]);
@@ -115,11 +130,9 @@ int LayerNormRows(int nparam, void** params, int* ndims, int64_t** shapes, const
 int RmsNormRows(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
                 void* extra) {
   (void)stream; (void)extra; (void)dtypes;
-  if (nparam != 4 || ndims[0] < 1 || ndims[1] != 1 || ndims[2] != 1) return 1;
-  const int64_t c = shapes[0][ndims[0] - 1];
-  if (c < 1 || shapes[1][0] != c) return 1;
-  int64_t rows = 1;
-  for (int i = 0; i < ndims[0] - 1; ++i) rows *= shapes[0][i];
+  int64_t c = 0;
+  const int64_t rows = nparam == 4 && ndims[2] == 1 ? norm_rows(ndims, shapes, 1, c) : -1;
+  if (rows < 0) return 1;
   const float* x = static_cast<const float*>(params[0]);
   const float* w = static_cast<const float*>(params[1]);
   const float eps = static_cast<const float*>(params[2])[0];
