@@ -18,7 +18,6 @@ PROBE_SHAPE = (1024, 1024, 4096)  # rows x in x out: a prefill product of a 1,00
 def product_gflops(threads, shape=PROBE_SHAPE, rounds=5):
     """GFLOP/s (1e9) of the best of `rounds` fp32 products x [M, K] times w [N, K]^T by MindSpore's MatMul on the CPU
     in graph mode with `threads` (ms_ocr.device.setup's threads, as the CLI sets them)."""
-    import mindspore as ms
     from mindspore import Tensor, nn, ops
     from ms_ocr import device
     device.setup("cpu", threads)
@@ -45,7 +44,6 @@ def product_gflops(threads, shape=PROBE_SHAPE, rounds=5):
         t0 = time.perf_counter()
         cell(x, w).asnumpy()
         best = min(best, time.perf_counter() - t0)
-    del ms
     return 2 * m * k * n / best / 1e9
 
 

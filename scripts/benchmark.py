@@ -356,13 +356,14 @@ def peers(args, suffix=""):
           f"{args.new_tokens} new tokens; medians of {args.repeat} round(s)")
     med = process_report(columns)
     gbs = read_bandwidth(args.threads)
-    bounds = decode_bounds(args, med, gbs)
+    tensors, config = checkpoint_text(args.ckpt)  # the checkpoint's headers and config, read once for both bounds
+    bounds = decode_bounds(args, med, gbs, tensors, config)
     for name, (b_ms, nbytes) in bounds.items():
         got = med[name].get("decode_ms_per_token")
         print(f"decode bound {name}: {nbytes / 1e6:.0f} MB a step at {gbs:.1f} GB/s = {b_ms:.1f} ms/token"
               + (f"; measured {got:.1f} = {got / b_ms:.2f}x the bound" if got else ""))
     rate = product_rate(args.threads)
-    prefill = prefill_bounds(args, med, rate) if rate else {}
+    prefill = prefill_bounds(med, rate, tensors, config) if rate else {}
     for name, (b_ms, flops) in prefill.items():
         got = med[name].get("prefill_ms")
         print(f"prefill bound {name}: {flops / 1e9:.0f} GFLOP at {rate:.0f} GFLOP/s (fp32 products) = {b_ms:.0f} ms"
@@ -375,38 +376,45 @@ def peers(args, suffix=""):
                 "prefill_bounds_ms": {n: b for n, (b, _) in prefill.items()}})
 
 
+def probe(module, call, threads):
+    """bench.<module>.<call> (a measurement returning a number) in a process of its own with `threads`: (the number,
+    or None where it failed or returned None; the process's stderr)."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=REPO)
+    code = f"from bench import {module}; print({module}.{call})"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)
+    value = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "None"
+    return (None if out.returncode or value == "None" else float(value)), out.stderr.strip()
+
+
 def read_bandwidth(threads):
     """The machine's read bandwidth (GB/s) with `threads` of the native kernels' team, measured in a process of its
     own (bench/memory.py); exits where the native kernels are not built (the bound is theirs)."""
-    code = f"from bench.memory import read_bandwidth_gbs; print(read_bandwidth_gbs({int(threads)}))"
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=REPO)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)
-    value = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "None"
-    if out.returncode or value == "None":
-        raise SystemExit(f"the read probe failed (are the native kernels built?): {out.stderr.strip()[-500:]}")
-    return float(value)
+    value, err = probe("memory", f"read_bandwidth_gbs({int(threads)})", threads)
+    if value is None:
+        raise SystemExit(f"the read probe failed (are the native kernels built?): {err[-500:]}")
+    return value
 
 
 def product_rate(threads):
     """GFLOP/s of MindSpore's fp32 MatMul with `threads` on a prefill-sized product, measured in a process of its own
-    (bench/compute.py)."""
-    code = f"from bench.compute import product_gflops; print(product_gflops({int(threads)}))"
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=REPO)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)
-    if out.returncode or not out.stdout.strip():  # the table is kept; only the prefill bound is missing
-        print(f"the product probe failed, no prefill bound: {out.stderr.strip()[-300:]}")
-        return None
-    return float(out.stdout.strip().splitlines()[-1])
+    (bench/compute.py); None where it failed (the table is kept, only the prefill bound is missing)."""
+    value, err = probe("compute", f"product_gflops({int(threads)})", threads)
+    if value is None:
+        print(f"the product probe failed, no prefill bound: {err[-300:]}")
+    return value
 
 
-def prefill_bounds(args, med, rate):
-    """{column: (bound ms, flops)} of the process table: each column's prompt through the text model's products and
-    causal attention at `rate` GFLOP/s (bench/compute.py)."""
-    from bench.compute import prefill_flops
+def checkpoint_text(ckpt):
+    """(bench.memory.text_tensors of the checkpoint, its config.json): what the decode and prefill bounds read."""
     from bench.memory import text_tensors
-    tensors = text_tensors(args.ckpt)
-    with open(os.path.join(args.ckpt, "config.json")) as f:
-        config = json.load(f)
+    with open(os.path.join(ckpt, "config.json")) as f:
+        return text_tensors(ckpt), json.load(f)
+
+
+def prefill_bounds(med, rate, tensors, config):
+    """{column: (bound ms, flops)} of the process table: each column's prompt through the text model's products and
+    causal attention at `rate` GFLOP/s (bench/compute.py); tensors, config: checkpoint_text's."""
+    from bench.compute import prefill_flops
     out = {}
     for name, m in med.items():
         if m.get("prompt_tokens"):
@@ -415,14 +423,11 @@ def prefill_bounds(args, med, rate):
     return out
 
 
-def decode_bounds(args, med, gbs):
+def decode_bounds(args, med, gbs, tensors, config):
     """{column: (bound ms/token, bytes a step)} of the process table: each column's weights in its format, and the
-    KV cache (fp32, or bf16 with --kv-cache-dtype bf16) at the answer's middle position."""
-    from bench.memory import (bound_ms, checkpoint_weight_format, decode_weight_bytes, kv_bytes_per_token,
-                              step_bytes, text_tensors)
-    tensors = text_tensors(args.ckpt)  # the checkpoint's headers, read once
-    with open(os.path.join(args.ckpt, "config.json")) as f:
-        config = json.load(f)
+    KV cache (fp32, or bf16 with --kv-cache-dtype bf16) at the answer's middle position; tensors, config:
+    checkpoint_text's."""
+    from bench.memory import bound_ms, checkpoint_weight_format, decode_weight_bytes, kv_bytes_per_token, step_bytes
     text = config.get("text_config") or config.get("language_config") or config
     kv = kv_bytes_per_token(text, 2 if args.kv_cache_dtype == "bf16" else 4)
     ours = "int8" if args.quantize.startswith("int8") else (
