@@ -39,11 +39,13 @@ KERNEL_CASES = {
     "vit_heads": ("PaddleOCR-VL ViT q/k/v bias adds, head transposes and rope, one 512-row block: 16 heads x 72", 30),
     "layer_norm": ("PaddleOCR-VL ViT LayerNorm, one 512-row block of 1,152", 30),
     "rms_norm": ("HunyuanOCR prefill RMSNorm, an 896-row prompt of 1,024", 30),
+    "amx_products": ("HunyuanOCR prefill MLP products (exact path, bf16 weights), an 896-row prompt: gate and up "
+                     "1,024 -> 3,584, down 3,584 -> 1,024", 12),
 }
 DECODER_LAYERS = 18  # PaddleOCR-VL's decoder (the same weights and cache in each: 54 MB a layer, past L3 anyway)
 ROUTE_OF = {"attention": "attention", "decode_layer": "decode_layer", "matmul_t": "matmul_t",
             "gelu_tanh": "gelu", "gelu_erf": "gelu", "vit_heads": "vit_heads",
-            "layer_norm": "layer_norm", "rms_norm": "rms_norm"}
+            "layer_norm": "layer_norm", "rms_norm": "rms_norm", "amx_products": "amx_products"}
 
 
 def _inputs(kernel):
@@ -64,6 +66,8 @@ def _inputs(kernel):
         return [f(512, 1152, scale=3.0), 1 + f(1152, scale=0.1), f(1152, scale=0.1)]
     if kernel == "rms_norm":
         return [f(896, 1024, scale=3.0), 1 + f(1024, scale=0.1)]
+    if kernel == "amx_products":  # (the weights made bf16 by the worker)
+        return [f(896, 1024), f(3584, 1024, scale=0.03), f(3584, 1024, scale=0.03), f(1024, 3584, scale=0.03)]
     hidden, hq, hkv, d, inter, t = 1024, 16, 2, 128, 3072, 2048
     angles = rng.uniform(0, 6, (1, 1, 1, d)).astype(np.float32)
     mask = np.full((1, 1, 1, t), -3.0e38, np.float32)
@@ -95,6 +99,9 @@ def _cell(kernel, kn):
                 return K.layer_norm(kn, args[0], args[1], args[2], 1e-6)
             if kernel == "rms_norm":
                 return K.rms_norm(kn, args[0], args[1], 1e-6)
+            if kernel == "amx_products":
+                x, gate, up, down = args
+                return K.matmul_t(kn, K.matmul_t(kn, x, gate) * K.matmul_t(kn, x, up), down)
             x, cos, sin, mask, kc, vc = args[:6]
             weights = args[6:]
             ks = []
@@ -110,12 +117,15 @@ def _cell(kernel, kn):
 def worker(kernel, threads):
     """Time one kernel on the route MS_OCR_NATIVE_ROUTES selects (set by the parent); prints one JSON line."""
     from mindspore import Tensor
+    from mindspore import dtype as mstype
     from ms_ocr.device import setup
     from ms_ocr.ops import choose, native
     setup("cpu", threads)
     kn = choose("CPU")
     cell = _cell(kernel, kn)
     args = [Tensor(a) for a in _inputs(kernel)]
+    if kernel == "amx_products":  # a bf16 checkpoint's weights, kept bf16 (--dtype auto)
+        args = args[:1] + [a.astype(mstype.bfloat16) for a in args[1:]]
     kernels = native.load()
     out = cell(*args)
     (out[0] if isinstance(out, tuple) else out).asnumpy()  # compile + first call

@@ -35,7 +35,7 @@ def _rows_shape(q, k, v, s):
 def native_ops(library):
     """The Custom ops the route table chooses among (kernels.KERNELS order): (MatMulT, (DecodeLayer without, with
     q/k norms), VisionAttention, (GeluTanh, GeluErf), CausalAttention, MoeExperts, ViTHeads, LayerNormRows,
-    RmsNormRows)."""
+    RmsNormRows, (GemmAmx and its epilogues: amx_product_ops))."""
     return (
         _custom(library, "MatMulT", lambda x, w: [x[0], w[0]]),
         tuple(_custom(library, "DecodeLayer", _decode_layer_out_shape, lambda *dtypes: (dtypes[0],) * 3)
@@ -46,7 +46,8 @@ def native_ops(library):
         _custom(library, "MoeExperts", lambda h, *rest: list(h)),
         _custom(library, "ViTHeads", _vit_heads_shape, lambda *dtypes: (dtypes[0],) * 3),
         _custom(library, "LayerNormRows", _first),
-        _custom(library, "RmsNormRows", _first))
+        _custom(library, "RmsNormRows", _first),
+        amx_product_ops(library))
 
 
 @functools.cache
@@ -91,6 +92,19 @@ def bf16_epilogue_ops(library):
     [M, N]: the bias, then GELU, or the bias then a residual, on each thread's slice as it is computed."""
     return {role: _custom(library, name, lambda x, w, *rest: [x[0], w[0]], lambda *dtypes: ms.float32)
             for role, name in EPILOGUES.items()}
+
+
+# GemmAmx alone (role None) and with the epilogues of EPILOGUES' roles, in this order
+AMX_PRODUCTS = ((None, "GemmAmx"), ("bias", "GemmAmxBias"), ("gelu_erf", "GemmAmxBiasGeluErf"),
+                ("gelu_tanh", "GemmAmxBiasGeluTanh"), ("residual", "GemmAmxBiasResidual"))
+
+
+@functools.cache
+def amx_product_ops(library):
+    """GemmAmx alone and with its epilogues, in AMX_PRODUCTS' order: GemmBf16's signatures for an fp32 x, the exact
+    fp32 product on the AMX tiles."""
+    return tuple(_custom(library, name, lambda x, w, *rest: [x[0], w[0]], lambda *dtypes: ms.float32)
+                 for _, name in AMX_PRODUCTS)
 
 
 @functools.cache

@@ -10,8 +10,9 @@ VisionAttention is not routed below AVX-512: at AVX2 and SSE2 it measured slower
 MindSpore kernels ran AVX-512 on that machine). A level without measurements (neon: only run for correctness under
 qemu-user so far; scalar) routes none. CausalAttention (the prefill's attention, which keeps no score buffers in the
 layer graph) measured faster, and the run's peak memory lower, at AVX2 and AVX-512; SSE2 not measured. MoeExperts,
-ViTHeads, LayerNormRows and RmsNormRows: docs/journal/native-kernels.md. MS_OCR_NATIVE_ROUTES ("all", "none" or a
-comma list of KERNELS) overrides the table, e.g. to measure a level."""
+ViTHeads, LayerNormRows and RmsNormRows: docs/journal/native-kernels.md. GemmAmx (amx_products: the exact path's
+products of many rows on the AMX tiles) is routed only where the CPU has the tiles and MS_OCR_AMX is not "0".
+MS_OCR_NATIVE_ROUTES ("all", "none" or a comma list of KERNELS) overrides the table, e.g. to measure a level."""
 
 import contextlib
 import dataclasses
@@ -23,10 +24,10 @@ from dataclasses import dataclass
 from ms_ocr.ops import custom, native
 
 KERNELS = ("matmul_t", "decode_layer", "attention", "gelu", "causal_attention", "moe_experts", "vit_heads",
-           "layer_norm", "rms_norm")
+           "layer_norm", "rms_norm", "amx_products")
 ROUTES = {
     "avx512": ("matmul_t", "decode_layer", "attention", "gelu", "causal_attention", "moe_experts", "vit_heads",
-               "layer_norm", "rms_norm"),
+               "layer_norm", "rms_norm", "amx_products"),
     "avx2": ("matmul_t", "decode_layer", "gelu", "causal_attention", "moe_experts", "vit_heads", "layer_norm",
              "rms_norm"),
     "sse2": ("matmul_t", "decode_layer", "gelu"),
@@ -39,7 +40,8 @@ ROUTES_ENV = "MS_OCR_NATIVE_ROUTES"
 # real config, 800x800 (ms_ocr/layout/README.md, "Speed").
 CONV_ROUTES = ("avx512",)
 BF16_PRODUCTS_ENV = "MS_OCR_BF16_PRODUCTS"  # "0": --dtype bf16 keeps the exact path (fp32 products on bf16 weights)
-AMX_ENV = "MS_OCR_AMX"  # "0": no AMX tiles (the decode step stays fp32; the vision attention takes AVX512_BF16)
+AMX_ENV = "MS_OCR_AMX"  # "0": no AMX tiles (the exact path's products of many rows stay MindSpore's fp32 MatMul; with
+# --dtype bf16 the decode step stays fp32 and the vision attention takes AVX512_BF16)
 # head dims the bf16 vision attention serves: on the AMX tiles, and with AVX512_BF16's VDPBF16PS (kernels.cc kAmxMaxDim,
 # kDpMaxDim)
 AMX_ATTENTION_MAX_DIM = 96
@@ -83,6 +85,9 @@ class Kernels:
     gemm_bf16_gelu_tanh: object = None
     gemm_bf16_residual: object = None
     amx_decode: tuple = None  # AMX: (MatMulTBf16, (DecodeLayerBf16 without, with q/k norms))
+    # AMX, the exact path: many fp32 rows against a bf16 weight on the tiles, fp32 exact (GemmAmx; by epilogue role,
+    # in custom.AMX_PRODUCTS' order: the bare product, then by epilogue role)
+    amx_products: tuple = None
     bf16_attention: tuple = None  # AMX or AVX512_BF16: (VisionAttentionBf16, VisionAttentionBf16Rows)
     bf16_attention_max_dim: int = None
 
@@ -127,6 +132,8 @@ def choose(target):
         return COMPOSED
     routes = native_routes(library.isa_level)
     chosen = {name: op if name in routes else None for name, op in zip(KERNELS, custom.native_ops(library))}
+    if os.environ.get(AMX_ENV) == "0" or not library.amx_products:  # routed only where the tiles are
+        chosen["amx_products"] = None
     gather_rows, widen, interp_rows = custom.bf16_ops(library)
     conv = deformable = pad_max_pool = None
     if library.isa_level in CONV_ROUTES and os.environ.get(ROUTES_ENV) != "none":

@@ -5,6 +5,7 @@ import mindspore as ms
 from mindspore import ops
 
 from ms_ocr.ops.activation import gelu_erf, gelu_tanh
+from ms_ocr.ops.custom import AMX_PRODUCTS
 
 _mm = ops.MatMul(transpose_b=True)
 
@@ -23,6 +24,22 @@ NATIVE_MIN_WEIGHT = 1 << 25
 NATIVE_MIN_WEIGHT_BF16 = 1 << 20
 
 
+# The exact path's products on the AMX tiles (GemmAmx, where routed) take x of at least this many rows against a bf16
+# weight: each call packs its weight for the tiles, which only many rows repay (docs/native-kernels.md, "GemmAmx").
+AMX_MIN_ROWS = 64
+
+
+def _amx_rows(kn, x, w):
+    """Whether GemmAmx multiplies x by w: the exact path (fp32 x) against a bf16 weight, enough rows, where routed."""
+    return (kn.amx_products is not None and w.dtype == ms.bfloat16 and x.dtype == ms.float32
+            and x.shape[0] >= AMX_MIN_ROWS)
+
+
+def _amx_op(kn, role):
+    """GemmAmx for an epilogue role (None: the bare product)."""
+    return kn.amx_products[[r for r, _ in AMX_PRODUCTS].index(role)]
+
+
 def _bf16_rows(x, w):
     """Whether, with products in bf16 on, GemmBf16 multiplies x by w: a bf16 w against more fp32 rows than a decode
     step's (NATIVE_MAX_ROWS)."""
@@ -39,6 +56,8 @@ def matmul_t(kn, x, w):
     where the native kernel multiplies them rounded to bf16 on the tiles (several rows cost what one does)."""
     if kn.gemm_bf16 is not None and _bf16_rows(x, w):
         return kn.gemm_bf16(x, w)
+    if _amx_rows(kn, x, w):
+        return _amx_op(kn, None)(x, w)
     least = NATIVE_MIN_WEIGHT_BF16 if w.dtype == ms.bfloat16 else NATIVE_MIN_WEIGHT
     if (kn.matmul_t is not None and x.shape[0] <= NATIVE_MAX_ROWS
             and w.shape[0] * w.shape[1] >= least and x.dtype == ms.float32
@@ -59,11 +78,11 @@ def linear_bias(kn, x, w, b, act=None, residual=None, act_role=None):
     through matmul_t and MindSpore's element-wise ops. act_role: `epilogue_role(act)`, decided outside the graph
     (graph mode cannot compare functions); an act without one is applied after the product."""
     role = ("residual" if act is None else None) if residual is not None else ("bias" if act is None else act_role)
-    if role is not None and kn.gemm_bf16 is not None and b.dtype == ms.float32 and _bf16_rows(x, w):
-        if residual is None:
-            return _epilogue(kn, role)(x, w, b)
-        if residual.dtype == ms.float32:
-            return _epilogue(kn, role)(x, w, b, residual)
+    if role is not None and b.dtype == ms.float32 and (residual is None or residual.dtype == ms.float32):
+        op = _epilogue(kn, role) if kn.gemm_bf16 is not None and _bf16_rows(x, w) else \
+            _amx_op(kn, role) if _amx_rows(kn, x, w) else None
+        if op is not None:
+            return op(x, w, b) if residual is None else op(x, w, b, residual)
     y = matmul_t(kn, x, w)
     # BiasAdd: the same sums as `y + b` (bit for bit); MindSpore 2.10's CPU Add broadcasting b over [M, N] rows took
     # 19-21 ms eagerly for 8,400 x 256 against BiasAdd's 1.4-1.7 (5.0 against 1.9 ms in a graph)
@@ -77,8 +96,9 @@ def linear_conv(kn, x, w, b=None):
     """x [M, C * kh * kw] times a stride == kernel convolution's weight w [N, C, kh, kw] flattened, transposed (+ b):
     [M, N]. With products in bf16 on (see matmul_t), more than NATIVE_MAX_ROWS rows against a bf16 w go to GemmBf16
     (through matmul_t / linear_bias) with w as it is: the kernel reads it as [N, C * kh * kw], and MindSpore's CPU
-    Reshape has no bf16 kernel to flatten it. Otherwise w is widened where x is fp32 and flattened first."""
-    if not (kn.gemm_bf16 is not None and _bf16_rows(x, w)):
+    Reshape has no bf16 kernel to flatten it; so do the exact path's products on the AMX tiles (GemmAmx). Otherwise w
+    is widened where x is fp32 and flattened first."""
+    if not (kn.gemm_bf16 is not None and _bf16_rows(x, w) or _amx_rows(kn, x, w)):
         if x.dtype == ms.float32:
             w = widen(kn, w, ms.float32)
         w = w.reshape(w.shape[0], -1)
@@ -129,9 +149,9 @@ def _scaled(w, scale):
 
 
 def keeps_bf16(kn, w):
-    """Whether a graph that computes in fp32 passes bf16-resident weight `w` to its products as it is (products in
-    bf16 on: a matrix, read by matmul_t) instead of widening it."""
-    return kn.gemm_bf16 is not None and w.dtype == ms.bfloat16 and len(w.shape) == 2
+    """Whether a graph that computes in fp32 passes bf16-resident weight `w` to its products as it is (a matrix,
+    read by matmul_t: products in bf16 on, or the exact products on the AMX tiles routed) instead of widening it."""
+    return (kn.gemm_bf16 is not None or kn.amx_products is not None) and w.dtype == ms.bfloat16 and len(w.shape) == 2
 
 
 def embedding_rows(kn, table, ids):

@@ -1,13 +1,16 @@
 """A bf16 checkpoint on the CPU keeps its text and ViT-layer weights in bf16 (device.bf16_resident: the native
-decode kernels read them as bf16, the prefill and vision graphs widen them per layer) and computes bit for bit what the fp32 path computes
-on the same checkpoint: image features, prefill logits and greedy decode logits, one sequence and a batch, for
-PaddleOCR-VL, HunyuanOCR and DeepSeek-OCR-2 (tiny bf16 checkpoints; DeepSeek's MoE layers keep router, stacked
-experts and shared experts in bf16, widened next to each product; its vision weights stay fp32)."""
+decode kernels read them as bf16, the prefill and vision graphs widen them per layer) and computes bit for bit what
+the fp32 path computes on the same checkpoint: image features, prefill logits and greedy decode logits, one sequence
+and a batch, for PaddleOCR-VL, HunyuanOCR and DeepSeek-OCR-2 (tiny bf16 checkpoints; DeepSeek's MoE layers keep
+router, stacked experts and shared experts in bf16, widened next to each product; its vision weights stay fp32).
+Bit for bit with the AMX tiles' exact products off (MS_OCR_AMX=0); with them (GemmAmx, on a CPU with AMX) the
+products of many rows are fp32 products summed in another order: within fp32 rounding, the same greedy tokens."""
 
 import numpy as np
 import pytest
 import mindspore as ms
 
+from ms_ocr.ops import kernels as routes
 from ms_ocr.ops import linear
 from ms_ocr.runtime import Buckets
 from tests.helpers.native import needs_compiler
@@ -17,10 +20,16 @@ from tests.helpers.tiny_bf16 import BF16_MODELS, tiny_bf16_model
 STEPS = 6
 
 
-def _load_pair(request):
+def _load_pair(request, amx="0"):
+    """The two pipelines, their kernels chosen with MS_OCR_AMX=amx (None: unset)."""
     package, folder, prompt = tiny_bf16_model(request.param, request)
     buckets = Buckets(prefill=32, slots=64)
-    return package.load(folder, "CPU", "auto", buckets), package.load(folder, "CPU", "fp32", buckets), prompt
+    with pytest.MonkeyPatch.context() as mp:
+        if amx is None:
+            mp.delenv(routes.AMX_ENV, raising=False)
+        else:
+            mp.setenv(routes.AMX_ENV, amx)
+        return package.load(folder, "CPU", "auto", buckets), package.load(folder, "CPU", "fp32", buckets), prompt
 
 
 @pytest.fixture(scope="module", params=BF16_MODELS)
@@ -95,6 +104,31 @@ def test_one_sequence_bit_identical_to_fp32(pair, native_head, monkeypatch):
         assert kernels.matmul_t_calls - before[1] == STEPS + 1  # the head of prefill and of every decode step
     for i, (g, w) in enumerate(zip(got, want)):
         assert _same(g, w), f"step {i}"
+
+
+@needs_compiler
+def test_amx_products_within_fp32_rounding_of_the_fp32_path(pair, monkeypatch):
+    """With the AMX tiles' exact products routed (GemmAmx; from 9 rows here, so the tiny prompt and image take
+    them), vision features, prefill and decode logits stay within fp32 rounding of the fp32 path, the same greedy
+    tokens; on a CPU without the tiles nothing routes them and the bits are the fp32 path's."""
+    monkeypatch.setattr(linear, "AMX_MIN_ROWS", linear.NATIVE_MAX_ROWS + 1)
+    bf, fp, prompt = _load_pair(pair[3], amx=None)
+    kernels = bf.runtime.plan.kernels.library
+    tiles = bf.runtime.plan.kernels.amx_products is not None
+    assert tiles == (kernels.amx_products and "amx_products" in routes.native_routes(kernels.isa_level))
+    prep, _ = fp.prepare([text_page(84, 112, f"row {0}")], prompt)
+    before = kernels.gemm_amx_calls
+    feats_fp, feats_bf = fp.encode_images(prep), bf.encode_images(prep)
+    want, got = _greedy(fp, prep, feats_fp), _greedy(bf, prep, feats_bf)
+    assert (kernels.gemm_amx_calls > before) is tiles
+    pairs = [(feats_bf.asnumpy(), feats_fp.asnumpy())] + list(zip(got, want))
+    for i, (g, w) in enumerate(pairs):
+        if not tiles:
+            assert _same(g, w), f"output {i}"
+        assert np.abs(g - w).max() <= 1e-5 * np.abs(w).max(), f"output {i}"
+    assert [int(np.argmax(g)) for g in got] == [int(np.argmax(w)) for w in want]
+    if tiles and pair[3].param != "deepseek-ocr2":  # (its vision weights stay fp32)
+        assert not _same(*pairs[0])  # the features did take the tiles: another summation order
 
 
 @needs_compiler

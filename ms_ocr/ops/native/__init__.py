@@ -50,10 +50,12 @@ class NativeKernels:
         self.lib.ms_ocr_moe_experts_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_isa_level.restype = ctypes.c_char_p
         self.lib.ms_ocr_gemm_bf16_calls.restype = ctypes.c_int64
+        self.lib.ms_ocr_gemm_amx_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_conv_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_deformable_calls.restype = ctypes.c_int64
         self.lib.ms_ocr_load_dnnl.argtypes = [ctypes.c_char_p]
         self.lib.ms_ocr_amx_init.argtypes = [ctypes.c_int]
+        self.lib.ms_ocr_amx_products.restype = ctypes.c_int
         self.lib.ms_ocr_dpbf16_init.argtypes = [ctypes.c_int]
         self.lib.ms_ocr_read_sum.argtypes = [ctypes.c_void_p, ctypes.c_int64]
         self.lib.ms_ocr_read_sum.restype = ctypes.c_float
@@ -128,6 +130,11 @@ class NativeKernels:
         """How many GemmBf16 products ran in this process."""
         return self.lib.ms_ocr_gemm_bf16_calls()
 
+    @property
+    def gemm_amx_calls(self):
+        """How many GemmAmx products (the exact product on the AMX tiles) ran in this process."""
+        return self.lib.ms_ocr_gemm_amx_calls()
+
     def load_dnnl(self):
         """Whether GemmBf16 has its oneDNN: the libdnnl MindSpore's wheel ships (mindspore/lib), opened once."""
         if self._dnnl is None:
@@ -139,6 +146,12 @@ class NativeKernels:
         """Turn the AMX tiles on (when the CPU has AMX-BF16 and Linux grants the tile state) or off for
         DecodeLayerBf16, MatMulTBf16 and VisionAttentionBf16(Rows): whether they are on."""
         return bool(self.lib.ms_ocr_amx_init(1 if on else 0))
+
+    @property
+    def amx_products(self):
+        """Whether GemmAmx (the exact path's products on the AMX tiles) can run: the CPU has AMX-BF16 and Linux
+        granted the tile state (asked once; switches nothing, unlike amx_init)."""
+        return bool(self.lib.ms_ocr_amx_products())
 
     def dpbf16_init(self, on=True):
         """Turn VisionAttentionBf16(Rows)'s AVX512_BF16 kernel on (when the CPU has AVX512_BF16) or off: whether it is

@@ -17,7 +17,7 @@ extern bool g_dpbf16;  // ms_ocr_dpbf16_init: the vision attention's AVX512_BF16
 
 // calls per kernel in this process, read by tests (which products took which kernel) through ms_ocr_*_calls
 extern std::atomic<int64_t> g_matmul_t_calls, g_moe_experts_calls, g_decode_layer_calls, g_vision_attention_calls,
-    g_gelu_calls, g_gemm_bf16_calls, g_conv_calls, g_deformable_calls;
+    g_gelu_calls, g_gemm_bf16_calls, g_gemm_amx_calls, g_conv_calls, g_deformable_calls;
 
 inline bool is_bf16(const char* dtype) { return dtype != nullptr && std::strcmp(dtype, "bfloat16") == 0; }
 inline bool is_int8(const char* dtype) { return dtype != nullptr && std::strcmp(dtype, "int8") == 0; }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "activation.h"
+#include "arch/x86/amx.h"
 #include "common.h"
 #include "dnnl.h"
 
@@ -38,14 +39,37 @@ void apply_epilogue(Epilogue ep, float* y, int64_t ldy, int64_t r0, int64_t r1, 
   }
 }
 
-// GemmBf16 and its variants: x [M, K] (fp32, rounded to bf16 here, or bf16), w [N, K] (bf16; or a convolution's
-// [N, C, kh, kw] read as [N, C * kh * kw], which MindSpore's CPU Reshape cannot flatten in bf16) [, b [N] fp32 [, res
-// [M, N] fp32]] -> y [M, N] = x w^T (fp32): each product of bf16 values summed in fp32, then the epilogue.
-int gemm_bf16_entry(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, Epilogue ep) {
+// 64-byte aligned room for `count` elements in a buffer of this thread's that only grows (a product's scratch,
+// reused by the next call instead of mapping and faulting in fresh pages each time).
+template <typename T>
+T* scratch(std::vector<T>& buffer, int64_t count) {
+  const size_t need = static_cast<size_t>(count) + 64 / sizeof(T);
+  if (buffer.size() < need) buffer.resize(need);
+  return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) & ~uintptr_t{63});
+}
+
+bool amx_ready() {
+#if defined(MS_OCR_AMX)
+  return amx_granted();
+#else
+  return false;
+#endif
+}
+
+// How a GemmBf16-family kernel multiplies: oneDNN's bf16 GEMM over x rounded to bf16 (GemmBf16), or the AMX tiles
+// over x cut into three bf16 parts, the exact fp32 product (GemmAmx, arch/x86/amx.h).
+enum class GemmKind { kDnnlBf16, kAmxExact };
+
+// GemmBf16 / GemmAmx and their variants: x [M, K] (fp32, rounded to bf16 or cut into parts here; GemmBf16 also
+// takes bf16), w [N, K] (bf16; or a convolution's [N, C, kh, kw] read as [N, C * kh * kw], which MindSpore's CPU
+// Reshape cannot flatten in bf16) [, b [N] fp32 [, res [M, N] fp32]] -> y [M, N] = x w^T (fp32 sums), then the
+// epilogue. Work is split into g_threads slices of N (or of M where M is the longer side), each thread computing its
+// slice and then its epilogue.
+int gemm_bf16_entry(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, Epilogue ep,
+                    GemmKind product = GemmKind::kDnnlBf16) {
   const int inputs = ep == Epilogue::kNone ? 2 : ep == Epilogue::kBiasResidual ? 4 : 3;
-  if (g_dnnl_gemm_bf16 == nullptr || nparam != inputs + 1 || ndims[0] != 2 || ndims[1] < 2 || ndims[1] > 4 ||
-      !is_bf16(dtypes[1]))
-    return 1;
+  if (nparam != inputs + 1 || ndims[0] != 2 || ndims[1] < 2 || ndims[1] > 4 || !is_bf16(dtypes[1])) return 1;
+  if (product == GemmKind::kDnnlBf16 ? g_dnnl_gemm_bf16 == nullptr : !amx_ready() || is_bf16(dtypes[0])) return 1;
   const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[1][0];
   int64_t wk = 1;
   for (int d = 1; d < ndims[1]; ++d) wk *= shapes[1][d];
@@ -54,9 +78,46 @@ int gemm_bf16_entry(int nparam, void** params, int* ndims, int64_t** shapes, con
   if (inputs == 4 && (ndims[3] != 2 || shapes[3][0] != m || shapes[3][1] != n || is_bf16(dtypes[3]))) return 1;
   const float* b = inputs >= 3 ? static_cast<const float*>(params[2]) : nullptr;
   const float* res = inputs == 4 ? static_cast<const float*>(params[3]) : nullptr;
-  g_gemm_bf16_calls.fetch_add(1);
   const uint16_t* w = static_cast<const uint16_t*>(params[1]);
   float* y = static_cast<float*>(params[inputs]);
+  const bool by_rows = m > n;  // slices along N (the weight's rows) unless M is the longer side
+  const int64_t len = by_rows ? m : n;
+  // slices in multiples of 64: the kernels' tiles stay whole (and an AMX row slice starts at a 16-row block)
+  int parts = static_cast<int>(len / 64 < g_threads ? (len / 64 > 0 ? len / 64 : 1) : g_threads);
+  const int64_t step = ((len + parts - 1) / parts + 63) / 64 * 64;
+  parts = static_cast<int>((len + step - 1) / step);
+  int failed = 0;
+#if defined(MS_OCR_AMX)
+  if (product == GemmKind::kAmxExact) {
+    g_gemm_amx_calls.fetch_add(1);
+    const float* x = static_cast<const float*>(params[0]);
+    constexpr int kParts = 3;
+    thread_local std::vector<uint16_t> split;
+    uint16_t* xa = scratch(split, amx_split_elements(m, k, kParts));
+    const int64_t blocks = amx_split_elements(m, k, kParts) / kParts / ((k + 31) / 32 * 32) / 16;
+#pragma omp parallel for num_threads(m * k >= (1 << 16) ? g_threads : 1) schedule(static)
+    for (int64_t i = 0; i < blocks; ++i) amx_split(x, m, k, kParts, xa, i * 16, i * 16 + 16);
+    const int64_t block = (k + 31) / 32 * kParts * 512;  // elements of one 16-row block of xa
+#pragma omp parallel for num_threads(parts) schedule(static)
+    for (int t = 0; t < parts; ++t) {
+      const int64_t a = t * step, cnt = (a + step < len ? step : len - a);
+      thread_local std::vector<uint32_t> panel_buffer;
+      uint32_t* panel = scratch(panel_buffer, amx_panel_elements(k));
+      amx_begin();
+      if (by_rows)
+        amx_product(xa + a / 16 * block, cnt, k, kParts, w, n, y + a * n, n, panel);
+      else
+        amx_product(xa, m, k, kParts, w + a * k, cnt, y + a, n, panel);
+      amx_end();
+      if (by_rows)
+        apply_epilogue(ep, y, n, a, a + cnt, 0, n, b, res);
+      else
+        apply_epilogue(ep, y, n, 0, m, a, a + cnt, b, res);
+    }
+    return 0;
+  }
+#endif
+  g_gemm_bf16_calls.fetch_add(1);
   const uint16_t* xb = static_cast<const uint16_t*>(params[0]);
   std::vector<uint16_t> rounded;
   if (!is_bf16(dtypes[0])) {
@@ -66,13 +127,6 @@ int gemm_bf16_entry(int nparam, void** params, int* ndims, int64_t** shapes, con
     for (int64_t i = 0; i < m * k; ++i) rounded[i] = round_bf16(x[i]);
     xb = rounded.data();
   }
-  // slices: along N (the weight's rows) unless M is the longer side; multiples of 64 keep the kernels' tiles whole
-  const bool by_rows = m > n;
-  const int64_t len = by_rows ? m : n;
-  int parts = static_cast<int>(len / 64 < g_threads ? (len / 64 > 0 ? len / 64 : 1) : g_threads);
-  const int64_t step = ((len + parts - 1) / parts + 63) / 64 * 64;
-  parts = static_cast<int>((len + step - 1) / step);
-  int failed = 0;
 #pragma omp parallel for num_threads(parts) schedule(static) reduction(|| : failed)
   for (int t = 0; t < parts; ++t) {
     const int64_t a = t * step, cnt = (a + step < len ? step : len - a);
@@ -135,6 +189,33 @@ int GemmBf16BiasResidual(int nparam, void** params, int* ndims, int64_t** shapes
                          void* stream, void* extra) {
   (void)stream; (void)extra;
   return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBiasResidual);
+}
+
+// GemmAmx and its epilogues: the same signatures, fp32 x only, the exact fp32 product on the AMX tiles (where
+// Linux granted the tiles: ms_ocr_amx_products; else they fail, and the caller routes MatMul)
+int GemmAmx(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream, void* extra) {
+  (void)stream; (void)extra;
+  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kNone, GemmKind::kAmxExact);
+}
+int GemmAmxBias(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+                void* extra) {
+  (void)stream; (void)extra;
+  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBias, GemmKind::kAmxExact);
+}
+int GemmAmxBiasGeluErf(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+                       void* extra) {
+  (void)stream; (void)extra;
+  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBiasGeluErf, GemmKind::kAmxExact);
+}
+int GemmAmxBiasGeluTanh(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+                        void* extra) {
+  (void)stream; (void)extra;
+  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBiasGeluTanh, GemmKind::kAmxExact);
+}
+int GemmAmxBiasResidual(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
+                        void* extra) {
+  (void)stream; (void)extra;
+  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBiasResidual, GemmKind::kAmxExact);
 }
 
 }  // extern "C"

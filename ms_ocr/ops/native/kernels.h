@@ -23,6 +23,7 @@ extern "C" {
 MS_OCR_API void ms_ocr_set_threads(int n);
 MS_OCR_API const char* ms_ocr_isa_level();
 MS_OCR_API int ms_ocr_amx_init(int on);
+MS_OCR_API int ms_ocr_amx_products();
 MS_OCR_API int ms_ocr_dpbf16_init(int on);
 MS_OCR_API int64_t ms_ocr_matmul_t_calls();
 MS_OCR_API int64_t ms_ocr_decode_layer_calls();
@@ -30,6 +31,7 @@ MS_OCR_API int64_t ms_ocr_moe_experts_calls();
 MS_OCR_API int64_t ms_ocr_vision_attention_calls();
 MS_OCR_API int64_t ms_ocr_gelu_calls();
 MS_OCR_API int64_t ms_ocr_gemm_bf16_calls();
+MS_OCR_API int64_t ms_ocr_gemm_amx_calls();
 MS_OCR_API int64_t ms_ocr_conv_calls();
 MS_OCR_API int64_t ms_ocr_deformable_calls();
 MS_OCR_API float ms_ocr_read_sum(const float* p, int64_t n);
@@ -87,6 +89,12 @@ MS_OCR_KERNEL(GemmBf16Bias);
 MS_OCR_KERNEL(GemmBf16BiasGeluErf);
 MS_OCR_KERNEL(GemmBf16BiasGeluTanh);
 MS_OCR_KERNEL(GemmBf16BiasResidual);
+// ... and the exact fp32 product on the AMX tiles (arch/x86/amx.h)
+MS_OCR_KERNEL(GemmAmx);
+MS_OCR_KERNEL(GemmAmxBias);
+MS_OCR_KERNEL(GemmAmxBiasGeluErf);
+MS_OCR_KERNEL(GemmAmxBiasGeluTanh);
+MS_OCR_KERNEL(GemmAmxBiasResidual);
 
 // conv.cc: the layout models' convolutions and deformable sampling (ops/conv.py, layout/deformable.py)
 MS_OCR_KERNEL(Conv2dAffine);

@@ -15,7 +15,8 @@ int g_threads = 1;
 bool g_amx = false;
 bool g_dpbf16 = false;
 std::atomic<int64_t> g_matmul_t_calls{0}, g_moe_experts_calls{0}, g_decode_layer_calls{0},
-    g_vision_attention_calls{0}, g_gelu_calls{0}, g_gemm_bf16_calls{0}, g_conv_calls{0}, g_deformable_calls{0};
+    g_vision_attention_calls{0}, g_gelu_calls{0}, g_gemm_bf16_calls{0}, g_gemm_amx_calls{0}, g_conv_calls{0},
+    g_deformable_calls{0};
 
 }  // namespace ms_ocr
 
@@ -41,11 +42,21 @@ const char* ms_ocr_isa_level() { return MS_OCR_ISA; }
 int ms_ocr_amx_init(int on) {
   g_amx = false;
 #if defined(MS_OCR_AMX)
-  g_amx = on && amx_request();
+  g_amx = on && amx_granted();
 #else
   (void)on;
 #endif
   return g_amx ? 1 : 0;
+}
+
+// Whether GemmAmx can use the tiles (the CPU has AMX-TILE and AMX-BF16 and Linux granted the tile state, asked once):
+// 1 when it can. Unlike ms_ocr_amx_init this switches nothing: the exact path routes GemmAmx by it.
+int ms_ocr_amx_products() {
+#if defined(MS_OCR_AMX)
+  return amx_granted() ? 1 : 0;
+#else
+  return 0;
+#endif
 }
 
 // Turns the vision attention's AVX512_BF16 kernel (VisionAttentionBf16(Rows) where the tiles are off or the head
@@ -66,6 +77,7 @@ int64_t ms_ocr_moe_experts_calls() { return g_moe_experts_calls.load(); }
 int64_t ms_ocr_vision_attention_calls() { return g_vision_attention_calls.load(); }
 int64_t ms_ocr_gelu_calls() { return g_gelu_calls.load(); }
 int64_t ms_ocr_gemm_bf16_calls() { return g_gemm_bf16_calls.load(); }
+int64_t ms_ocr_gemm_amx_calls() { return g_gemm_amx_calls.load(); }
 int64_t ms_ocr_conv_calls() { return g_conv_calls.load(); }
 int64_t ms_ocr_deformable_calls() { return g_deformable_calls.load(); }
 

@@ -14,6 +14,7 @@
 
 #if defined(MS_OCR_AMX)
 #include <cpuid.h>
+#include <cstring>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -27,6 +28,11 @@ bool amx_request() {
     return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
   }
   return false;
+}
+
+bool amx_granted() {
+  static const bool granted = amx_request();
+  return granted;
 }
 
 bool dpbf16_supported() { return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw"); }
@@ -76,6 +82,133 @@ __attribute__((target("amx-tile,amx-bf16"))) void amx_rows(const uint16_t* px, i
     for (int h = 0; h < 2; ++h)
       for (int r = 0; r < m; ++r)
         for (int i = 0; i < 16; ++i) y[r * out + o + h * 16 + i] = c[h][i * 16 + r];
+  }
+}
+
+namespace {
+
+constexpr int64_t kPanel = 128;  // outputs (weight rows) packed at a time: 128 x k bf16, 0.25-1 MB, stays in L2
+
+int64_t up32(int64_t v) { return (v + 31) / 32 * 32; }
+
+// Weight rows [n0, n0 + kPanel) of w [n, k] as the tiles' B operand: [k / 32 steps][kPanel / 16][16 column pairs]
+// [16 outputs] pairs of bf16 (VNNI order), zeros past n and k.
+void pack_panel(const bf16* w, int64_t n, int64_t k, int64_t n0, uint32_t* dst) {
+  const int64_t steps = up32(k) / 32;
+  for (int64_t t = 0; t < kPanel / 16; ++t)
+    for (int64_t j = 0; j < 16; ++j) {
+      const int64_t row = n0 + t * 16 + j;
+      uint32_t* d = dst + t * 256 + j;
+      if (row < n && k % 32 == 0) {
+        const bf16* src = w + row * k;
+        for (int64_t q = 0; q < steps; ++q, d += kPanel * 16)
+          for (int64_t i = 0; i < 16; ++i) {
+            uint32_t pair;
+            std::memcpy(&pair, src + q * 32 + 2 * i, 4);
+            d[i * 16] = pair;
+          }
+      } else {
+        for (int64_t q = 0; q < steps; ++q, d += kPanel * 16)
+          for (int64_t i = 0; i < 16; ++i) {
+            const int64_t c = q * 32 + 2 * i;
+            const uint32_t lo = row < n && c < k ? w[row * k + c] : 0, hi = row < n && c + 1 < k ? w[row * k + c + 1] : 0;
+            d[i * 16] = lo | hi << 16;
+          }
+      }
+    }
+}
+
+}  // namespace
+
+int64_t amx_split_elements(int64_t m, int64_t k, int parts) { return parts * up32(m) * up32(k); }
+
+int64_t amx_panel_elements(int64_t k) { return up32(k) / 32 * kPanel * 16; }
+
+__attribute__((target("avx512f,avx512bw"))) void amx_split(const float* x, int64_t m, int64_t k, int parts,
+                                                            uint16_t* xa, int64_t r0, int64_t r1) {
+  const int64_t steps = up32(k) / 32;
+  const __m512i cut = _mm512_set1_epi32(static_cast<int>(0xffff0000u)), abs = _mm512_set1_epi32(0x7fffffff),
+                inf = _mm512_set1_epi32(0x7f800000), quiet = _mm512_set1_epi32(0x00400000);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* row = x + r * k;
+    uint16_t* dst = xa + (r / 16) * steps * parts * 512 + (r % 16) * 32;
+    for (int64_t q = 0; q < steps; ++q, dst += parts * 512) {
+      __m512i v[2];
+      for (int h = 0; h < 2; ++h) {
+        const int64_t c = q * 32 + h * 16;
+        const int64_t valid = r < m ? (k - c >= 16 ? 16 : k - c > 0 ? k - c : 0) : 0;
+        v[h] = _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << valid) - 1), row + c);
+      }
+      for (int p = 0; p < parts; ++p) {
+        __m256i half[2];
+        for (int h = 0; h < 2; ++h) {
+          const __m512i u = v[h];
+          const __m512i magnitude = _mm512_and_si512(u, abs);
+          const __mmask16 nan = _mm512_cmpgt_epu32_mask(magnitude, inf),
+                          finite = _mm512_cmplt_epu32_mask(magnitude, inf);
+          __m512i top;
+          if (parts == 1) {  // to nearest, ties to even (round_bf16); NaN stays NaN
+            const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+            top = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
+            top = _mm512_mask_or_epi32(top, nan, u, quiet);
+          } else {  // cut: the next part is the exact remainder (zero past a non-finite value)
+            top = _mm512_mask_or_epi32(u, nan, u, quiet);
+            const __m512 rest = _mm512_sub_ps(_mm512_castsi512_ps(u), _mm512_castsi512_ps(_mm512_and_si512(u, cut)));
+            v[h] = _mm512_maskz_mov_epi32(finite, _mm512_castps_si512(rest));
+          }
+          half[h] = _mm512_cvtepi32_epi16(_mm512_srli_epi32(top, 16));
+        }
+        _mm512_storeu_si512(dst + p * 512, _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1));
+      }
+    }
+  }
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) void amx_product(const uint16_t* xa, int64_t m, int64_t k, int parts,
+                                                               const bf16* w, int64_t n, float* y, int64_t ldy,
+                                                               uint32_t* panel) {
+  const int64_t steps = up32(k) / 32, block = steps * parts * 512;  // one 16-row block of xa
+  alignas(64) float edge[4][256];
+  for (int64_t n0 = 0; n0 < n; n0 += kPanel) {
+    pack_panel(w, n, k, n0, panel);
+    for (int64_t m0 = 0; m0 < m; m0 += 32) {
+      const uint16_t *a0 = xa + (m0 / 16) * block, *a1 = a0 + block;
+      for (int64_t nb = 0; nb < kPanel && n0 + nb < n; nb += 32) {
+        _tile_zero(4);
+        _tile_zero(5);
+        _tile_zero(6);
+        _tile_zero(7);
+        const uint32_t* b = panel + (nb / 16) * 256;
+        for (int64_t q = 0; q < steps; ++q, b += kPanel * 16) {
+          _tile_loadd(2, b, 64);
+          _tile_loadd(3, b + 256, 64);
+          for (int p = 0; p < parts; ++p) {
+            _tile_loadd(0, a0 + (q * parts + p) * 512, 64);
+            _tile_loadd(1, a1 + (q * parts + p) * 512, 64);
+            _tile_dpbf16ps(4, 0, 2);
+            _tile_dpbf16ps(5, 0, 3);
+            _tile_dpbf16ps(6, 1, 2);
+            _tile_dpbf16ps(7, 1, 3);
+          }
+        }
+        float* c = y + m0 * ldy + n0 + nb;
+        if (m0 + 32 <= m && n0 + nb + 32 <= n) {
+          _tile_stored(4, c, ldy * 4);
+          _tile_stored(5, c + 16, ldy * 4);
+          _tile_stored(6, c + 16 * ldy, ldy * 4);
+          _tile_stored(7, c + 16 * ldy + 16, ldy * 4);
+          continue;
+        }
+        _tile_stored(4, edge[0], 64);  // a block past the last row or output: only its part inside is written
+        _tile_stored(5, edge[1], 64);
+        _tile_stored(6, edge[2], 64);
+        _tile_stored(7, edge[3], 64);
+        for (int t = 0; t < 4; ++t)
+          for (int64_t i = 0; i < 16 && m0 + (t >> 1) * 16 + i < m; ++i)
+            for (int64_t j = 0; j < 16 && n0 + nb + (t & 1) * 16 + j < n; ++j)
+              c[((t >> 1) * 16 + i) * ldy + (t & 1) * 16 + j] = edge[t][i * 16 + j];
+      }
+    }
   }
 }
 
