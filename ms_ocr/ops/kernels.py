@@ -41,7 +41,7 @@ ROUTES_ENV = "MS_OCR_NATIVE_ROUTES"
 CONV_ROUTES = ("avx512",)
 BF16_PRODUCTS_ENV = "MS_OCR_BF16_PRODUCTS"  # "0": --dtype bf16 keeps the exact path (fp32 products on bf16 weights)
 AMX_ENV = "MS_OCR_AMX"  # "0": no AMX tiles (the exact path's products of many rows stay MindSpore's fp32 MatMul; with
-# --dtype bf16 the decode step stays fp32 and the vision attention takes AVX512_BF16)
+# --dtype bf16 the decode step stays fp32, the vision attention takes AVX512_BF16 and GemmBf16 oneDNN's bf16 GEMM)
 # head dims the bf16 vision attention serves: on the AMX tiles, and with AVX512_BF16's VDPBF16PS (kernels.cc kAmxMaxDim,
 # kDpMaxDim)
 AMX_ATTENTION_MAX_DIM = 96

@@ -1,8 +1,9 @@
 """GemmBf16 (ms_ocr/ops/native/gemm_bf16.cc): --dtype bf16's products on a CPU with bf16 dot products, through the
-oneDNN MindSpore's wheel ships. What it is documented to compute: the activations rounded to bf16 (to nearest,
-ties to even), times bf16 weights, each dot product summed in fp32; checked against float64 NumPy over the rounded
-operands, on shapes split by rows and by columns, with 1 and 2 threads. Then its routing (ops.linear.matmul_t)
-and the notice a CPU without bf16 dot products gives."""
+oneDNN MindSpore's wheel ships, or on the AMX tiles where they are on (ms_ocr_amx_init; the kernel checks run both
+ways, the tiles' skipping on a CPU without them). What it is documented to compute: the activations rounded to bf16
+(to nearest, ties to even), times bf16 weights, each dot product summed in fp32; checked against float64 NumPy over
+the rounded operands, on shapes split by rows and by columns, with 1 and 2 threads. Then its routing
+(ops.linear.matmul_t) and the notice a CPU without bf16 dot products gives."""
 
 import numpy as np
 import pytest
@@ -26,11 +27,14 @@ def rne_bf16(x):
     return r.astype(np.uint32).view(np.float32)
 
 
-@pytest.fixture(scope="module")
-def kernels():
+@pytest.fixture(scope="module", params=["dnnl", "tiles"])
+def kernels(request):
     k = build_kernels("native")
     assert k.load_dnnl()
-    return k
+    if k.amx_init(request.param == "tiles") != (request.param == "tiles"):
+        pytest.skip("this CPU (or kernel) gives no AMX-BF16 tiles")
+    yield k
+    k.amx_init(False)
 
 
 def _gemm(kernels, x, w):

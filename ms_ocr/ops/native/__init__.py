@@ -144,7 +144,8 @@ class NativeKernels:
 
     def amx_init(self, on=True):
         """Turn the AMX tiles on (when the CPU has AMX-BF16 and Linux grants the tile state) or off for
-        DecodeLayerBf16, MatMulTBf16 and VisionAttentionBf16(Rows): whether they are on."""
+        DecodeLayerBf16, MatMulTBf16, VisionAttentionBf16(Rows) and GemmBf16 (off: oneDNN's bf16 GEMM): whether they
+        are on."""
         return bool(self.lib.ms_ocr_amx_init(1 if on else 0))
 
     @property

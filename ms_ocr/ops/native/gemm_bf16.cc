@@ -56,9 +56,10 @@ bool amx_ready() {
 #endif
 }
 
-// How a GemmBf16-family kernel multiplies: oneDNN's bf16 GEMM over x rounded to bf16 (GemmBf16), or the AMX tiles
-// over x cut into three bf16 parts, the exact fp32 product (GemmAmx, arch/x86/amx.h).
-enum class GemmKind { kDnnlBf16, kAmxExact };
+// How a GemmBf16-family kernel multiplies: x rounded to bf16 through oneDNN's bf16 GEMM (GemmBf16), or on the AMX
+// tiles where ms_ocr_amx_init turned them on (GemmBf16 under --dtype bf16), or x cut into three bf16 parts on the
+// tiles, the exact fp32 product (GemmAmx; arch/x86/amx.h).
+enum class GemmKind { kDnnlBf16, kAmxBf16, kAmxExact };
 
 // GemmBf16 / GemmAmx and their variants: x [M, K] (fp32, rounded to bf16 or cut into parts here; GemmBf16 also
 // takes bf16), w [N, K] (bf16; or a convolution's [N, C, kh, kw] read as [N, C * kh * kw], which MindSpore's CPU
@@ -70,6 +71,7 @@ int gemm_bf16_entry(int nparam, void** params, int* ndims, int64_t** shapes, con
   const int inputs = ep == Epilogue::kNone ? 2 : ep == Epilogue::kBiasResidual ? 4 : 3;
   if (nparam != inputs + 1 || ndims[0] != 2 || ndims[1] < 2 || ndims[1] > 4 || !is_bf16(dtypes[1])) return 1;
   if (product == GemmKind::kDnnlBf16 ? g_dnnl_gemm_bf16 == nullptr : !amx_ready() || is_bf16(dtypes[0])) return 1;
+  if (product == GemmKind::kDnnlBf16 && g_amx) product = GemmKind::kAmxBf16;
   const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[1][0];
   int64_t wk = 1;
   for (int d = 1; d < ndims[1]; ++d) wk *= shapes[1][d];
@@ -88,15 +90,19 @@ int gemm_bf16_entry(int nparam, void** params, int* ndims, int64_t** shapes, con
   parts = static_cast<int>((len + step - 1) / step);
   int failed = 0;
 #if defined(MS_OCR_AMX)
-  if (product == GemmKind::kAmxExact) {
-    g_gemm_amx_calls.fetch_add(1);
-    const float* x = static_cast<const float*>(params[0]);
-    constexpr int kParts = 3;
+  if (product != GemmKind::kDnnlBf16) {
+    (product == GemmKind::kAmxExact ? g_gemm_amx_calls : g_gemm_bf16_calls).fetch_add(1);
+    const int kParts = product == GemmKind::kAmxExact ? 3 : 1;
     thread_local std::vector<uint16_t> split;
     uint16_t* xa = scratch(split, amx_split_elements(m, k, kParts));
-    const int64_t blocks = amx_split_elements(m, k, kParts) / kParts / ((k + 31) / 32 * 32) / 16;
+    const int64_t blocks = (m + 31) / 32 * 2;  // of 16 rows
 #pragma omp parallel for num_threads(m * k >= (1 << 16) ? g_threads : 1) schedule(static)
-    for (int64_t i = 0; i < blocks; ++i) amx_split(x, m, k, kParts, xa, i * 16, i * 16 + 16);
+    for (int64_t i = 0; i < blocks; ++i) {
+      if (is_bf16(dtypes[0]))
+        amx_split_bf16(static_cast<const uint16_t*>(params[0]), m, k, xa, i * 16, i * 16 + 16);
+      else
+        amx_split(static_cast<const float*>(params[0]), m, k, kParts, xa, i * 16, i * 16 + 16);
+    }
     const int64_t block = (k + 31) / 32 * kParts * 512;  // elements of one 16-row block of xa
 #pragma omp parallel for num_threads(parts) schedule(static)
     for (int t = 0; t < parts; ++t) {

@@ -38,7 +38,7 @@ void ms_ocr_set_threads(int n) {
 const char* ms_ocr_isa_level() { return MS_OCR_ISA; }
 
 // Turns the tiles on (on != 0: the CPU has AMX-TILE and AMX-BF16 and Linux grants this process the tile state)
-// or off for DecodeLayerBf16, MatMulTBf16 and VisionAttentionBf16(Rows): 1 when on.
+// or off for DecodeLayerBf16, MatMulTBf16, VisionAttentionBf16(Rows) and GemmBf16 (else oneDNN's): 1 when on.
 int ms_ocr_amx_init(int on) {
   g_amx = false;
 #if defined(MS_OCR_AMX)

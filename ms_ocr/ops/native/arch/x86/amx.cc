@@ -164,6 +164,18 @@ __attribute__((target("avx512f,avx512bw"))) void amx_split(const float* x, int64
   }
 }
 
+void amx_split_bf16(const uint16_t* x, int64_t m, int64_t k, uint16_t* xa, int64_t r0, int64_t r1) {
+  const int64_t steps = up32(k) / 32;
+  for (int64_t r = r0; r < r1; ++r) {
+    uint16_t* dst = xa + (r / 16) * steps * 512 + (r % 16) * 32;
+    for (int64_t q = 0; q < steps; ++q, dst += 512) {
+      const int64_t c = q * 32, valid = r < m ? (k - c >= 32 ? 32 : k - c) : 0;
+      if (valid > 0) std::memcpy(dst, x + r * k + c, static_cast<size_t>(valid) * 2);
+      std::memset(dst + (valid > 0 ? valid : 0), 0, static_cast<size_t>(32 - (valid > 0 ? valid : 0)) * 2);
+    }
+  }
+}
+
 __attribute__((target("amx-tile,amx-bf16"))) void amx_product(const uint16_t* xa, int64_t m, int64_t k, int parts,
                                                                const bf16* w, int64_t n, float* y, int64_t ldy,
                                                                uint32_t* panel) {

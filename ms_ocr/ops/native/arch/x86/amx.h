@@ -45,6 +45,8 @@ int64_t amx_split_elements(int64_t m, int64_t k, int parts);
 // padded rows (multiples of 16), so threads can split the work.
 __attribute__((target("avx512f,avx512bw"))) void amx_split(const float* x, int64_t m, int64_t k, int parts,
                                                             uint16_t* xa, int64_t r0, int64_t r1);
+// the same layout (one part) of x [m, k] given in bf16: its values as they are
+void amx_split_bf16(const uint16_t* x, int64_t m, int64_t k, uint16_t* xa, int64_t r0, int64_t r1);
 // y [r, ldy * ..] for rows r < m of the split x (xa at its first row, a multiple of 16) and outputs [0, n) of w
 // [n, k] bf16 (w at its first output row): y = sum over parts of xa_part w^T. One thread; the tiles set up
 // (amx_begin); `panel` scratch of amx_panel_elements(k) elements, 64-byte aligned.
