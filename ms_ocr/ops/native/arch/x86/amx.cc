@@ -91,31 +91,58 @@ constexpr int64_t kPanel = 128;  // outputs (weight rows) packed at a time: 128 
 
 int64_t up32(int64_t v) { return (v + 31) / 32 * 32; }
 
+// r[j] lane i -> r[i] lane j: a 16 x 16 transpose of 32-bit elements (pairs of bf16)
+__attribute__((target("avx512f"))) inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 16; i += 8)
+    for (int j = 0; j < 4; ++j) {
+      t[i + j] = _mm512_shuffle_i32x4(r[i + j], r[i + 4 + j], 0x88);
+      t[i + 4 + j] = _mm512_shuffle_i32x4(r[i + j], r[i + 4 + j], 0xdd);
+    }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88);
+    r[8 + j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0xdd);
+  }
+}
+
 // Weight rows [n0, n0 + kPanel) of w [n, k] as the tiles' B operand: [k / 32 steps][kPanel / 16][16 column pairs]
-// [16 outputs] pairs of bf16 (VNNI order), zeros past n and k.
-void pack_panel(const bf16* w, int64_t n, int64_t k, int64_t n0, uint32_t* dst) {
+// [16 outputs] pairs of bf16 (VNNI order), zeros past n and k. Whole groups of 16 rows (k a multiple of 32) by
+// 16 x 16 transposes of pairs, the edges element by element.
+__attribute__((target("avx512f"))) void pack_panel(const bf16* w, int64_t n, int64_t k, int64_t n0, uint32_t* dst) {
   const int64_t steps = up32(k) / 32;
-  for (int64_t t = 0; t < kPanel / 16; ++t)
+  for (int64_t t = 0; t < kPanel / 16; ++t) {
+    if (n0 + t * 16 + 16 <= n && k % 32 == 0) {
+      const bf16* src = w + (n0 + t * 16) * k;
+      for (int64_t q = 0; q < steps; ++q) {
+        __m512i r[16];
+        for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_si512(src + j * k + q * 32);
+        transpose16(r);
+        uint32_t* d = dst + (q * (kPanel / 16) + t) * 256;
+        for (int i = 0; i < 16; ++i) _mm512_storeu_si512(d + i * 16, r[i]);
+      }
+      continue;
+    }
     for (int64_t j = 0; j < 16; ++j) {
       const int64_t row = n0 + t * 16 + j;
       uint32_t* d = dst + t * 256 + j;
-      if (row < n && k % 32 == 0) {
-        const bf16* src = w + row * k;
-        for (int64_t q = 0; q < steps; ++q, d += kPanel * 16)
-          for (int64_t i = 0; i < 16; ++i) {
-            uint32_t pair;
-            std::memcpy(&pair, src + q * 32 + 2 * i, 4);
-            d[i * 16] = pair;
-          }
-      } else {
-        for (int64_t q = 0; q < steps; ++q, d += kPanel * 16)
-          for (int64_t i = 0; i < 16; ++i) {
-            const int64_t c = q * 32 + 2 * i;
-            const uint32_t lo = row < n && c < k ? w[row * k + c] : 0, hi = row < n && c + 1 < k ? w[row * k + c + 1] : 0;
-            d[i * 16] = lo | hi << 16;
-          }
-      }
+      for (int64_t q = 0; q < steps; ++q, d += kPanel * 16)
+        for (int64_t i = 0; i < 16; ++i) {
+          const int64_t c = q * 32 + 2 * i;
+          const uint32_t lo = row < n && c < k ? w[row * k + c] : 0, hi = row < n && c + 1 < k ? w[row * k + c + 1] : 0;
+          d[i * 16] = lo | hi << 16;
+        }
     }
+  }
 }
 
 }  // namespace
