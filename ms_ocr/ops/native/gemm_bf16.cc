@@ -39,13 +39,20 @@ void apply_epilogue(Epilogue ep, float* y, int64_t ldy, int64_t r0, int64_t r1, 
   }
 }
 
-// 64-byte aligned room for `count` elements in a buffer of this thread's that only grows (a product's scratch,
-// reused by the next call instead of mapping and faulting in fresh pages each time).
+// 64-byte aligned room for `count` elements in a buffer of this thread's (a product's scratch, kept for the next
+// call instead of mapping and faulting in fresh pages each time); `release` gives back one past kKeptScratch bytes.
+constexpr size_t kKeptScratch = size_t{32} << 20;
+
 template <typename T>
 T* scratch(std::vector<T>& buffer, int64_t count) {
   const size_t need = static_cast<size_t>(count) + 64 / sizeof(T);
   if (buffer.size() < need) buffer.resize(need);
   return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) & ~uintptr_t{63});
+}
+
+template <typename T>
+void release(std::vector<T>& buffer) {
+  if (buffer.capacity() * sizeof(T) > kKeptScratch) std::vector<T>().swap(buffer);
 }
 
 bool amx_ready() {
@@ -120,6 +127,7 @@ int gemm_bf16_entry(int nparam, void** params, int* ndims, int64_t** shapes, con
       else
         apply_epilogue(ep, y, n, 0, m, a, a + cnt, b, res);
     }
+    release(split);  // a large image's rows (a merger's 4,608 columns) are not held between calls
     return 0;
   }
 #endif
