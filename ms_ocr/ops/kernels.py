@@ -85,8 +85,8 @@ class Kernels:
     gemm_bf16_gelu_tanh: object = None
     gemm_bf16_residual: object = None
     amx_decode: tuple = None  # AMX: (MatMulTBf16, (DecodeLayerBf16 without, with q/k norms))
-    # AMX, the exact path: many fp32 rows against a bf16 weight on the tiles, fp32 exact (GemmAmx; by epilogue role,
-    # in custom.AMX_PRODUCTS' order: the bare product, then by epilogue role)
+    # AMX, the exact path: many fp32 rows against a bf16 weight on the tiles, the fp32 product (GemmAmx alone, then
+    # with each epilogue: custom.AMX_PRODUCTS' order)
     amx_products: tuple = None
     bf16_attention: tuple = None  # AMX or AVX512_BF16: (VisionAttentionBf16, VisionAttentionBf16Rows)
     bf16_attention_max_dim: int = None

@@ -25,7 +25,8 @@ NATIVE_MIN_WEIGHT_BF16 = 1 << 20
 
 
 # The exact path's products on the AMX tiles (GemmAmx, where routed) take x of at least this many rows against a bf16
-# weight: each call packs its weight for the tiles, which only many rows repay (docs/native-kernels.md, "GemmAmx").
+# weight: each call packs its weight for the tiles, which only many rows repay (docs/journal/native-kernels.md,
+# "GemmAmx").
 AMX_MIN_ROWS = 64
 
 
@@ -53,7 +54,9 @@ def matmul_t(kn, x, w):
     in bf16 on (--dtype bf16, kn.gemm_bf16), more than NATIVE_MAX_ROWS rows against a bf16 w are
     rounded to bf16 and multiplied with fp32 accumulation (GemmBf16); a decode step's few rows stay as above (its
     products are bound by reading the weight, not by arithmetic), but on a CPU with AMX (kn.amx_decode),
-    where the native kernel multiplies them rounded to bf16 on the tiles (several rows cost what one does)."""
+    where the native kernel multiplies them rounded to bf16 on the tiles (several rows cost what one does). On the
+    exact path with the AMX tiles routed (kn.amx_products), AMX_MIN_ROWS rows or more against a bf16 w take GemmAmx:
+    the fp32 product on the tiles, w read as it is."""
     if kn.gemm_bf16 is not None and _bf16_rows(x, w):
         return kn.gemm_bf16(x, w)
     if _amx_rows(kn, x, w):
