@@ -18,7 +18,7 @@ from ms_ocr.convert.loader import round_to_bf16
 from ms_ocr.ops import custom, native
 from ms_ocr.ops import kernels as routes
 from tests.helpers.native import build_kernels, needs_compiler
-from tests.ops.test_gemm_bf16 import rne_bf16
+from tests.ops.test_gemm_bf16 import at_threads, rne_bf16
 
 
 @pytest.fixture(scope="module")
@@ -104,11 +104,7 @@ def test_threads_and_slicing_change_no_bit(kernels, pynative_cpu):
     rng = np.random.default_rng(5)
     x = rng.standard_normal((257, 320)).astype(np.float32)
     w = round_to_bf16(rng.standard_normal((190, 320)))
-    out = {}
-    for threads in (1, 2):
-        kernels.set_threads(threads)
-        out[threads] = (_gemm(kernels, x, w), _gemm(kernels, x[:100], w))  # sliced by rows, by outputs
-    kernels.set_threads(2)
+    out = at_threads(kernels, lambda: (_gemm(kernels, x, w), _gemm(kernels, x[:100], w)))  # by rows, by outputs
     assert all(np.array_equal(a, b) for a, b in zip(out[1], out[2]))
     assert np.array_equal(out[2][0][:100], out[2][1])  # a row's result does not depend on the rows beside it
 

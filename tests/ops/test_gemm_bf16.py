@@ -41,6 +41,16 @@ def _gemm(kernels, x, w):
     return custom.bf16_gemm_op(kernels)(Tensor(x), Tensor(w).astype(ms.bfloat16)).asnumpy()
 
 
+def at_threads(kernels, run):
+    """{threads: run()} at 1 and 2 of the kernels' threads (2 again after)."""
+    out = {}
+    for threads in (1, 2):
+        kernels.set_threads(threads)
+        out[threads] = run()
+    kernels.set_threads(2)
+    return out
+
+
 @needs_compiler
 @needs_dnnl
 @pytest.mark.parametrize("m,k,n", [(300, 200, 70), (9, 64, 700), (130, 1152, 131), (1, 33, 5)])
@@ -80,11 +90,7 @@ def test_thread_count_does_not_change_the_result(kernels, pynative_cpu):
     rng = np.random.default_rng(5)
     x = rng.standard_normal((257, 320)).astype(np.float32)
     w = round_to_bf16(rng.standard_normal((190, 320)))
-    out = {}
-    for threads in (1, 2):
-        kernels.set_threads(threads)
-        out[threads] = (_gemm(kernels, x, w), _gemm(kernels, x[:40], w))
-    kernels.set_threads(2)
+    out = at_threads(kernels, lambda: (_gemm(kernels, x, w), _gemm(kernels, x[:40], w)))
     assert all(np.array_equal(a, b) for a, b in zip(out[1], out[2]))
 
 

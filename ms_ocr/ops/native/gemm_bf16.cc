@@ -176,60 +176,28 @@ int ms_ocr_load_dnnl(const char* path) {
 // Whether Conv2dAffine has its fp32 gemm (after ms_ocr_load_dnnl).
 int ms_ocr_has_sgemm() { return g_dnnl_sgemm != nullptr; }
 
-int GemmBf16(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
-             void* extra) {
-  (void)stream; (void)extra;
-  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kNone);
-}
-// x w^T + b
-int GemmBf16Bias(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
-                 void* extra) {
-  (void)stream; (void)extra;
-  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBias);
-}
-// GELU(x w^T + b), the exact (erf) form and the tanh approximation (GeluErf / GeluTanh's formulas)
-int GemmBf16BiasGeluErf(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
-                        void* extra) {
-  (void)stream; (void)extra;
-  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBiasGeluErf);
-}
-int GemmBf16BiasGeluTanh(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
-                         void* stream, void* extra) {
-  (void)stream; (void)extra;
-  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBiasGeluTanh);
-}
-// res + (x w^T + b): a residual branch's last product
-int GemmBf16BiasResidual(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
-                         void* stream, void* extra) {
-  (void)stream; (void)extra;
-  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBiasResidual);
-}
+// Each entry: MindSpore's AOT signature over gemm_bf16_entry with its epilogue and kind of product.
+#define MS_OCR_GEMM_ENTRY(name, epilogue, kind)                                                                  \
+  int name(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,          \
+           void* extra) {                                                                                       \
+    (void)stream;                                                                                               \
+    (void)extra;                                                                                                \
+    return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, epilogue, kind);                              \
+  }
 
+// x w^T; x w^T + b; GELU(x w^T + b), the exact (erf) form and the tanh approximation (GeluErf / GeluTanh's formulas);
+// res + (x w^T + b), a residual branch's last product
+MS_OCR_GEMM_ENTRY(GemmBf16, Epilogue::kNone, GemmKind::kDnnlBf16)
+MS_OCR_GEMM_ENTRY(GemmBf16Bias, Epilogue::kBias, GemmKind::kDnnlBf16)
+MS_OCR_GEMM_ENTRY(GemmBf16BiasGeluErf, Epilogue::kBiasGeluErf, GemmKind::kDnnlBf16)
+MS_OCR_GEMM_ENTRY(GemmBf16BiasGeluTanh, Epilogue::kBiasGeluTanh, GemmKind::kDnnlBf16)
+MS_OCR_GEMM_ENTRY(GemmBf16BiasResidual, Epilogue::kBiasResidual, GemmKind::kDnnlBf16)
 // GemmAmx and its epilogues: the same signatures, fp32 x only, the exact fp32 product on the AMX tiles (where
 // Linux granted the tiles: ms_ocr_amx_products; else they fail, and the caller routes MatMul)
-int GemmAmx(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream, void* extra) {
-  (void)stream; (void)extra;
-  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kNone, GemmKind::kAmxExact);
-}
-int GemmAmxBias(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
-                void* extra) {
-  (void)stream; (void)extra;
-  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBias, GemmKind::kAmxExact);
-}
-int GemmAmxBiasGeluErf(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
-                       void* extra) {
-  (void)stream; (void)extra;
-  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBiasGeluErf, GemmKind::kAmxExact);
-}
-int GemmAmxBiasGeluTanh(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
-                        void* extra) {
-  (void)stream; (void)extra;
-  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBiasGeluTanh, GemmKind::kAmxExact);
-}
-int GemmAmxBiasResidual(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream,
-                        void* extra) {
-  (void)stream; (void)extra;
-  return gemm_bf16_entry(nparam, params, ndims, shapes, dtypes, Epilogue::kBiasResidual, GemmKind::kAmxExact);
-}
+MS_OCR_GEMM_ENTRY(GemmAmx, Epilogue::kNone, GemmKind::kAmxExact)
+MS_OCR_GEMM_ENTRY(GemmAmxBias, Epilogue::kBias, GemmKind::kAmxExact)
+MS_OCR_GEMM_ENTRY(GemmAmxBiasGeluErf, Epilogue::kBiasGeluErf, GemmKind::kAmxExact)
+MS_OCR_GEMM_ENTRY(GemmAmxBiasGeluTanh, Epilogue::kBiasGeluTanh, GemmKind::kAmxExact)
+MS_OCR_GEMM_ENTRY(GemmAmxBiasResidual, Epilogue::kBiasResidual, GemmKind::kAmxExact)
 
 }  // extern "C"
