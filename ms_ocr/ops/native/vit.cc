@@ -23,6 +23,18 @@ int64_t norm_rows(const int* ndims, int64_t* const* shapes, int vectors, int64_t
   return rows;
 }
 
+// The sum over x[0 .. c) of f(x[j]) (f takes a vf and a float alike): kVL lanes of fp32 vectors, their horizontal
+// sum, then the tail one by one — a row-wise norm's reductions (LayerNormRows' mean and variance, RmsNormRows' squares)
+template <typename F>
+inline float row_sum(const float* x, int64_t c, F f) {
+  vf acc{};
+  int64_t j = 0;
+  for (; j + kVL <= c; j += kVL) acc += f(vload(x + j));
+  float sum = vsum(acc);
+  for (; j < c; ++j) sum += f(x[j]);
+  return sum;
+}
+
 }  // namespace
 
 extern "C" {
@@ -101,23 +113,13 @@ int LayerNormRows(int nparam, void** params, int* ndims, int64_t** shapes, const
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * c;
     float* yr = y + r * c;
-    vf acc{};
-    int64_t j = 0;
-    for (; j + kVL <= c; j += kVL) acc += vload(xr + j);
-    float sum = vsum(acc);
-    for (; j < c; ++j) sum += xr[j];
-    const float mean = sum / static_cast<float>(c);
+    const float mean = row_sum(xr, c, [](auto v) { return v; }) / static_cast<float>(c);
     const vf mv = vset(mean);
-    acc = vf{};
-    for (j = 0; j + kVL <= c; j += kVL) {
-      const vf dv = vload(xr + j) - mv;
-      acc += dv * dv;
-    }
-    float sq = vsum(acc);
-    for (; j < c; ++j) sq += (xr[j] - mean) * (xr[j] - mean);
+    const float sq = row_sum(xr, c, [mean](auto v) { return (v - mean) * (v - mean); });
     const float rstd = 1.f / std::sqrt(sq / static_cast<float>(c) + eps);
     const vf rv = vset(rstd);
-    for (j = 0; j + kVL <= c; j += kVL) vstore(yr + j, (vload(xr + j) - mv) * rv * vload(w + j) + vload(b + j));
+    int64_t j = 0;
+    for (; j + kVL <= c; j += kVL) vstore(yr + j, (vload(xr + j) - mv) * rv * vload(w + j) + vload(b + j));
     for (; j < c; ++j) yr[j] = (xr[j] - mean) * rstd * w[j] + b[j];
   }
   return 0;
@@ -141,17 +143,10 @@ int RmsNormRows(int nparam, void** params, int* ndims, int64_t** shapes, const c
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * c;
     float* yr = y + r * c;
-    vf acc{};
-    int64_t j = 0;
-    for (; j + kVL <= c; j += kVL) {
-      const vf v = vload(xr + j);
-      acc += v * v;
-    }
-    float sq = vsum(acc);
-    for (; j < c; ++j) sq += xr[j] * xr[j];
-    const float inv = 1.f / std::sqrt(sq / static_cast<float>(c) + eps);
+    const float inv = 1.f / std::sqrt(row_sum(xr, c, [](auto v) { return v * v; }) / static_cast<float>(c) + eps);
     const vf iv = vset(inv);
-    for (j = 0; j + kVL <= c; j += kVL) vstore(yr + j, vload(w + j) * (vload(xr + j) * iv));
+    int64_t j = 0;
+    for (; j + kVL <= c; j += kVL) vstore(yr + j, vload(w + j) * (vload(xr + j) * iv));
     for (; j < c; ++j) yr[j] = w[j] * (xr[j] * inv);
   }
   return 0;
