@@ -4,7 +4,8 @@ parts whose sum is x exactly, each part's products exact in fp32 and summed in f
 back bit for bit, the error against float64 is an fp32 GEMM's (not the ~1e-3 of x rounded to bf16), non-finite
 values propagate as in fp32, and neither the thread count nor the slicing changes a bit. Then its epilogues and its
 routing (ops.linear: matmul_t, linear_bias, linear_conv; MS_OCR_AMX=0, --dtype bf16, few rows, fp32 weights). On a
-CPU without AMX-BF16 the kernel checks skip, and the routing check asserts that nothing is routed."""
+CPU without AMX-BF16 the kernel checks skip, and the routing check asserts that nothing is routed. The kernel checks
+run on the native, x86-64-v4 and x86-64-v3 builds."""
 
 import math
 
@@ -21,9 +22,11 @@ from tests.helpers.native import build_kernels, needs_compiler
 from tests.ops.test_gemm_bf16 import at_threads, rne_bf16
 
 
-@pytest.fixture(scope="module")
-def kernels():
-    k = build_kernels("native")
+@pytest.fixture(scope="module", params=["native", "x86-64-v4", "x86-64-v3"])
+def kernels(request):
+    """Every x86 build this machine runs: the kernel's functions carry their own target attributes, so each build
+    has it (only the avx512 level routes it: ops/kernels.py)."""
+    k = build_kernels(request.param)
     if not k.amx_products:
         pytest.skip("this CPU (or kernel) gives no AMX-BF16 tiles")
     return k
