@@ -106,6 +106,10 @@ CASES = [
     (2, 64, 16, 2, 128, 96, 70, False, 1, [70, 33]),
     (1, 48, 5, 1, 40, 64, 30, False, 1, [29]),  # five heads (a block of four and one), odd slot count
     (1, 32, 4, 2, 16, 33, 12, False, 1, [12]),  # an odd MLP width: the threads' SiLU shares cover all of it
+    # the attention's blocks of 64 cached rows: five blocks, the last of one row (an odd count: one key alone), eight
+    # query heads per kv group and head_dim 128 (PaddleOCR-VL's); and one head per group (DeepSeek's MHA), d off 16
+    (1, 64, 16, 2, 128, 96, 300, False, 1, [257]),
+    (2, 48, 3, 3, 40, 64, 200, False, 1, [129, 64]),
 ]
 
 

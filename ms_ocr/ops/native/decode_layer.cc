@@ -46,6 +46,7 @@ struct MoeLayer {
 // d / kVL dependent FMAs left the loop bound by FMA latency); each dot's products and sums are those of dot(),
 // in the same order (bit-identical).
 constexpr int64_t kAhead = 8;  // key/value rows prefetched ahead of the attention loops
+constexpr int64_t kRowBlock = 64;  // cached rows a task's query rows pass over together (32 KB of fp32 rows at d 128)
 
 template <int J, typename KT>
 inline void dots_pair(const float* q, const KT* k0, const KT* k1, int64_t d, float* out0, float* out1,
@@ -77,46 +78,55 @@ inline void dots_pair(const float* q, const KT* k0, const KT* k1, int64_t d, flo
 template <typename KT>
 inline void attention_scores(const float* q, int64_t count, const KT* keys, const float* mask,
                              const int64_t* rows, int64_t n, int64_t d, float* out, int64_t stride) {
-  for (int64_t j = 0; j < count; j += 4) {
-    const int64_t jn = count - j < 4 ? count - j : 4;
-    const float* qj = q + j * d;
-    float* oj = out + j * stride;
-    int64_t i = 0;
-    for (; i + 2 <= n; i += 2) {
-      const KT *k0 = keys + rows[i] * d, *k1 = keys + rows[i + 1] * d;
-      if (i + kAhead + 1 < n) {
-        const char *f0 = reinterpret_cast<const char*>(keys + rows[i + kAhead] * d),
-                   *f1 = reinterpret_cast<const char*>(keys + rows[i + kAhead + 1] * d);
-        for (int64_t l = 0; l < d * static_cast<int64_t>(sizeof(KT)); l += 64) {
-          __builtin_prefetch(f0 + l, 0, 3);
-          __builtin_prefetch(f1 + l, 0, 3);
+  // blocks of kRowBlock key rows, every query row of the task over a block while it is in L1: each cached row is
+  // read from memory once per task however many query heads share it (the pairs are those of one pass over all n)
+  for (int64_t i0 = 0; i0 < n; i0 += kRowBlock) {
+    const int64_t i1 = i0 + kRowBlock < n ? i0 + kRowBlock : n;
+    for (int64_t j = 0; j < count; j += 4) {
+      const int64_t jn = count - j < 4 ? count - j : 4;
+      const float* qj = q + j * d;
+      float* oj = out + j * stride;
+      int64_t i = i0;
+      for (; i + 2 <= i1; i += 2) {
+        const KT *k0 = keys + rows[i] * d, *k1 = keys + rows[i + 1] * d;
+        if (j == 0 && i + kAhead + 1 < n) {
+          const char *f0 = reinterpret_cast<const char*>(keys + rows[i + kAhead] * d),
+                     *f1 = reinterpret_cast<const char*>(keys + rows[i + kAhead + 1] * d);
+          for (int64_t l = 0; l < d * static_cast<int64_t>(sizeof(KT)); l += 64) {
+            __builtin_prefetch(f0 + l, 0, 3);
+            __builtin_prefetch(f1 + l, 0, 3);
+          }
+        }
+        switch (jn) {
+          case 4: dots_pair<4>(qj, k0, k1, d, oj + i, oj + i + 1, stride); break;
+          case 3: dots_pair<3>(qj, k0, k1, d, oj + i, oj + i + 1, stride); break;
+          case 2: dots_pair<2>(qj, k0, k1, d, oj + i, oj + i + 1, stride); break;
+          default: dots_pair<1>(qj, k0, k1, d, oj + i, oj + i + 1, stride); break;
+        }
+        for (int64_t u = 0; u < jn; ++u) {
+          oj[u * stride + i] += mask[rows[i]];
+          oj[u * stride + i + 1] += mask[rows[i + 1]];
         }
       }
-      switch (jn) {
-        case 4: dots_pair<4>(qj, k0, k1, d, oj + i, oj + i + 1, stride); break;
-        case 3: dots_pair<3>(qj, k0, k1, d, oj + i, oj + i + 1, stride); break;
-        case 2: dots_pair<2>(qj, k0, k1, d, oj + i, oj + i + 1, stride); break;
-        default: dots_pair<1>(qj, k0, k1, d, oj + i, oj + i + 1, stride); break;
-      }
-      for (int64_t u = 0; u < jn; ++u) {
-        oj[u * stride + i] += mask[rows[i]];
-        oj[u * stride + i + 1] += mask[rows[i + 1]];
-      }
+      for (; i < i1; ++i)
+        for (int64_t u = 0; u < jn; ++u) oj[u * stride + i] = dot(qj + u * d, keys + rows[i] * d, d) + mask[rows[i]];
     }
-    for (; i < n; ++i)
-      for (int64_t u = 0; u < jn; ++u) oj[u * stride + i] = dot(qj + u * d, keys + rows[i] * d, d) + mask[rows[i]];
   }
 }
 
 // out[j] = sum_i p[j * stride + i] * inv[j] * values_i + p[j * stride + n] * inv[j] * v_new (i < n in order,
 // values_i = values + rows[i] * d) for `count` query rows: the attention-weighted sum of one group's value rows.
-// The sums stay in registers, J rows x C vectors of columns at a time (one pass over the value rows per column
-// block, each value row read once overall); the same FMAs in the same order as accumulating each row's sum in
-// memory one value row at a time (bit-identical), without that loop's store per FMA.
+// The value rows go in blocks of kRowBlock: over a block, J rows x C vectors of columns at a time with the sums in
+// registers (taken from out after the first block, put back after each), every query row and column block of the
+// task while the block is in L1, so each value row is read from memory once per task; the same FMAs in the same
+// order as accumulating each row's sum one value row at a time over all n (bit-identical).
 template <int J, int C, typename KT>
-inline void weighted_block(const float* p, int64_t stride, const float* inv, const KT* values,
-                           const int64_t* rows, int64_t n, const float* v_new, int64_t d, int64_t e, float* out) {
-  vf acc[J][C] = {};
+inline void weighted_block(const float* p, int64_t stride, const float* inv, const KT* values, const int64_t* rows,
+                           int64_t i0, int64_t i1, int64_t n, const float* v_new, int64_t d, int64_t e, float* out,
+                           bool prefetch) {
+  vf acc[J][C];
+  for (int j = 0; j < J; ++j)
+    for (int c = 0; c < C; ++c) acc[j][c] = i0 == 0 ? vf{} : vload(out + j * d + e + c * kVL);
   auto add = [&](const auto* row, int64_t i) {
     vf v[C];
     for (int c = 0; c < C; ++c) v[c] = vload(row + c * kVL);
@@ -125,29 +135,33 @@ inline void weighted_block(const float* p, int64_t stride, const float* inv, con
       for (int c = 0; c < C; ++c) acc[j][c] = vfma(a, v[c], acc[j][c]);
     }
   };
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kAhead < n)
-      for (int64_t l = 0; l < C * kVL * static_cast<int64_t>(sizeof(KT)); l += 64)
-        __builtin_prefetch(reinterpret_cast<const char*>(values + rows[i + kAhead] * d + e) + l, 0, 3);
+  for (int64_t i = i0; i < i1; ++i) {
+    if (prefetch && i + kAhead < n)  // the whole row ahead: the block's other column blocks find it in L1
+      for (int64_t l = 0; l < d * static_cast<int64_t>(sizeof(KT)); l += 64)
+        __builtin_prefetch(reinterpret_cast<const char*>(values + rows[i + kAhead] * d) + l, 0, 3);
     add(values + rows[i] * d + e, i);
   }
-  add(v_new + e, n);  // the token's own value row, last
+  if (i1 == n) add(v_new + e, n);  // the token's own value row, last
   for (int j = 0; j < J; ++j)
     for (int c = 0; c < C; ++c) vstore(out + j * d + e + c * kVL, acc[j][c]);
 }
 
 template <int J, typename KT>
-inline void weighted_rows(const float* p, int64_t stride, const float* inv, const KT* values,
-                          const int64_t* rows, int64_t n, const float* v_new, int64_t d, float* out) {
+inline void weighted_rows(const float* p, int64_t stride, const float* inv, const KT* values, const int64_t* rows,
+                          int64_t i0, int64_t i1, int64_t n, const float* v_new, int64_t d, float* out,
+                          bool prefetch) {
   constexpr int C = kVRegs >= 32 ? 4 : 2;
   int64_t e = 0;
-  for (; e + C * kVL <= d; e += C * kVL) weighted_block<J, C>(p, stride, inv, values, rows, n, v_new, d, e, out);
-  for (; e + kVL <= d; e += kVL) weighted_block<J, 1>(p, stride, inv, values, rows, n, v_new, d, e, out);
+  for (; e + C * kVL <= d; e += C * kVL, prefetch = false)
+    weighted_block<J, C>(p, stride, inv, values, rows, i0, i1, n, v_new, d, e, out, prefetch);
+  for (; e + kVL <= d; e += kVL, prefetch = false)
+    weighted_block<J, 1>(p, stride, inv, values, rows, i0, i1, n, v_new, d, e, out, prefetch);
   for (; e < d; ++e)  // columns past the last full vector (head dims that are no multiple of kVL)
     for (int j = 0; j < J; ++j) {
-      float acc = 0.f;
-      for (int64_t i = 0; i <= n; ++i)
-        acc = std::fma(p[j * stride + i] * inv[j], i < n ? to_float(values[rows[i] * d + e]) : v_new[e], acc);
+      float acc = i0 == 0 ? 0.f : out[j * d + e];
+      for (int64_t i = i0; i <= i1; ++i)
+        if (i < i1 || i1 == n)
+          acc = std::fma(p[j * stride + i] * inv[j], i < n ? to_float(values[rows[i] * d + e]) : v_new[e], acc);
       out[j * d + e] = acc;
     }
 }
@@ -155,16 +169,22 @@ inline void weighted_rows(const float* p, int64_t stride, const float* inv, cons
 template <typename KT>
 inline void attention_values(const float* p, int64_t count, int64_t stride, const float* inv, const KT* values,
                              const int64_t* rows, int64_t n, const float* v_new, int64_t d, float* out) {
-  for (int64_t j = 0; j < count; j += 4) {
-    const float *pj = p + j * stride, *ij = inv + j;
-    float* oj = out + j * d;
-    switch (count - j < 4 ? count - j : 4) {
-      case 4: weighted_rows<4>(pj, stride, ij, values, rows, n, v_new, d, oj); break;
-      case 3: weighted_rows<3>(pj, stride, ij, values, rows, n, v_new, d, oj); break;
-      case 2: weighted_rows<2>(pj, stride, ij, values, rows, n, v_new, d, oj); break;
-      default: weighted_rows<1>(pj, stride, ij, values, rows, n, v_new, d, oj); break;
+  int64_t i0 = 0;
+  do {  // at least once: the token's own value row when nothing is cached
+    const int64_t i1 = i0 + kRowBlock < n ? i0 + kRowBlock : n;
+    for (int64_t j = 0; j < count; j += 4) {
+      const float *pj = p + j * stride, *ij = inv + j;
+      float* oj = out + j * d;
+      const bool prefetch = j == 0;
+      switch (count - j < 4 ? count - j : 4) {
+        case 4: weighted_rows<4>(pj, stride, ij, values, rows, i0, i1, n, v_new, d, oj, prefetch); break;
+        case 3: weighted_rows<3>(pj, stride, ij, values, rows, i0, i1, n, v_new, d, oj, prefetch); break;
+        case 2: weighted_rows<2>(pj, stride, ij, values, rows, i0, i1, n, v_new, d, oj, prefetch); break;
+        default: weighted_rows<1>(pj, stride, ij, values, rows, i0, i1, n, v_new, d, oj, prefetch); break;
+      }
     }
-  }
+    i0 = i1;
+  } while (i0 < n);
 }
 
 // ---- the layer's steps ------------------------------------------------------------------------------------------
@@ -185,6 +205,20 @@ void rope(float* x, const float* cos, const float* sin, int64_t d) {
     rot[half + i] = x[i];
   }
   for (int64_t i = 0; i < d; ++i) x[i] = x[i] * cos[i] + rot[i] * sin[i];
+}
+
+// max(start, s[0], ..., s[n - 1]) as a scalar pass m = s[i] > m ? s[i] : m gives it (a NaN score is passed over, a
+// NaN start kept), in kVL lanes: the scalar pass's one dependent chain took ~4 cycles a score
+float max_of(const float* s, int64_t n, float start) {
+  vf m = vset(start);
+  int64_t i = 0;
+  for (; i + kVL <= n; i += kVL) m = vmax(vload(s + i), m);
+  float lanes[kVL];
+  vstore(lanes, m);
+  float mx = start;
+  for (int64_t l = 0; l < kVL; ++l) mx = lanes[l] > mx ? lanes[l] : mx;
+  for (; i < n; ++i) mx = s[i] > mx ? s[i] : mx;
+  return mx;
 }
 
 // e[i] = exp(s[i] - mx) for i < n; returns the sum
@@ -364,9 +398,7 @@ int decode_layer_entry(int nparam, void** params, int* ndims, int64_t** shapes, 
           for (int64_t j = 0; j < per; ++j) {
             float* sj = scores.data() + j * stride;
             sj[n] = dot(qs + j * d, k + g_kv * d, d);
-            float mx = sj[n];
-            for (int64_t i = 0; i < n; ++i) mx = sj[i] > mx ? sj[i] : mx;
-            inv[j] = 1.f / exp_sum(sj, n + 1, mx);
+            inv[j] = 1.f / exp_sum(sj, n + 1, max_of(sj, n, sj[n]));
           }
           attention_values(scores.data(), per, stride, inv.data(), values + at, seen.data(), n, v + g_kv * d, d,
                            attn.data() + (r * hq + h0) * d);
