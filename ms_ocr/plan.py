@@ -123,10 +123,12 @@ def resolve_kv_dtype(kv_cache_dtype, compute_dtype, auto_bf16):
     return {"fp32": ms.float32, "bf16": ms.bfloat16}[kv_cache_dtype]
 
 
-def make_plan(target, net, model_dir, dtype="auto", quantize="none", kv_cache_dtype="auto"):
+def make_plan(target, net, model_dir, dtype="auto", quantize="none", kv_cache_dtype="auto", native_layers=None):
     """The plan of model Cell `net` (built, not loaded) on `target` for the checkpoint in `model_dir` (its tensors'
     dtypes) under the given options. Called before any graph of the model is built: --dtype bf16's kernels are chosen
-    here."""
+    here. native_layers(net, kernels, compute_dtype): whether the runtime's decode step runs every decoder layer,
+    a MoE layer's attention included, through the native DecodeLayer (runtime/host_step.py's model_refusal, given
+    by the loader; None: not known, so for a MoE decoder, no)."""
     import mindspore as ms
 
     from ms_ocr.convert.safetensors_io import checkpoint_dtypes
@@ -144,12 +146,14 @@ def make_plan(target, net, model_dir, dtype="auto", quantize="none", kv_cache_dt
     with_products = bf16_products(dtype, target, kernels) if resident else None
     products = with_products is not None
     # auto: a bf16 cache under a reduced precision the user chose (bf16 products, int8 weights) where the native
-    # DecodeLayer reads it; a MoE decoder's layers attend through the composed ops.attention_with_new, whose
-    # widening of the whole cache each step would cost more than its reads save
+    # DecodeLayer reads it: a dense decoder's layers, and a MoE decoder's where the host step runs them (their
+    # attention in the graph is the composed ops.attention_with_new, whose widening of the whole cache each step
+    # would cost more than its reads save)
+    kernels = with_products if products else kernels
     dense = not any(layer.moe for layer in net.text_layers())
-    kv_dtype = resolve_kv_dtype(kv_cache_dtype, compute_dtype, (products or quantize != "none") and dense)
-    if kv_dtype == ms.bfloat16 and compute_dtype == ms.float32 and not dense:
+    reads_bf16 = dense or (native_layers is not None and native_layers(net, kernels, compute_dtype))
+    kv_dtype = resolve_kv_dtype(kv_cache_dtype, compute_dtype, (products or quantize != "none") and reads_bf16)
+    if kv_dtype == ms.bfloat16 and compute_dtype == ms.float32 and not reads_bf16:
         print("[ms_ocr] --kv-cache-dtype bf16: this MoE decoder's attention widens the cache to fp32 every step "
               "(half the cache's memory, a slower decode)", file=sys.stderr)
-    return Plan(target, with_products if products else kernels, compute_dtype, round_to, resident, products,
-                kv_dtype, quantize)
+    return Plan(target, kernels, compute_dtype, round_to, resident, products, kv_dtype, quantize)

@@ -75,9 +75,10 @@ def test_kv_cache_dtype_resolution():
 def test_auto_kv_cache_is_bf16_under_bf16_compute_for_dense_decoders(tiny_dir, tmp_path_factory, graph_mode,
                                                                       monkeypatch, capsys):
     """--kv-cache-dtype auto: bf16 under --dtype bf16 where the products run in bf16 (stood in for here, on any CPU)
-    or under --quantize int8 (any CPU), where the native decode layer reads the cache (PaddleOCR-VL); fp32 on the
-    exact path, and for a MoE decoder (DeepSeek-OCR-2), whose composed attention widens the whole cache each step;
-    asked for, as asked (a MoE decoder's bf16 cache said to cost decode time)."""
+    or under --quantize int8 (any CPU), where the native decode layer reads the cache: a dense decoder's
+    (PaddleOCR-VL), and a MoE decoder's (DeepSeek-OCR-2) where the host step runs its layers through it; fp32 on the
+    exact path, and for a MoE decoder the host step does not serve (MS_OCR_HOST_STEP=0 here), whose composed
+    attention widens the whole cache each step; asked for, as asked (that bf16 cache said to cost decode time)."""
     import mindspore as ms
     from ms_ocr import plan
     from ms_ocr.models.deepseek_ocr2 import SPEC as deepseek_ocr2
@@ -94,6 +95,15 @@ def test_auto_kv_cache_is_bf16_under_bf16_compute_for_dense_decoders(tiny_dir, t
     assert cache(paddleocr_vl, tiny_dir, "auto", quantize="int8", kv_cache_dtype="fp32") == ms.float32
     assert "widens the cache" not in capsys.readouterr().err
     folder = make_tiny_checkpoint(str(tmp_path_factory.mktemp("ds2_kv")))
+    loaded = deepseek_ocr2.load(folder, "CPU", "auto", quantize="int8").runtime
+    assert loaded.cache.dtype == ms.bfloat16
+    loaded.reset_cache(1, 64)
+    assert loaded.host_step.serves(loaded.cache, 1)  # the layers the plan counted on: DecodeLayer reads that cache
+    del loaded
+    assert cache(deepseek_ocr2, folder, "bf16") == ms.bfloat16
+    assert cache(deepseek_ocr2, folder, "auto") == ms.float32
+    assert "widens the cache" not in capsys.readouterr().err
+    monkeypatch.setenv("MS_OCR_HOST_STEP", "0")
     assert cache(deepseek_ocr2, folder, "bf16") == ms.float32
     assert cache(deepseek_ocr2, folder, "auto", quantize="int8") == ms.float32
     assert "widens the cache" not in capsys.readouterr().err

@@ -17,6 +17,7 @@ from ms_ocr.models.quantize import finish_int8, prepare_int8
 from ms_ocr.ops import bind
 from ms_ocr.plan import make_plan
 from ms_ocr.runtime import Buckets, VLMRuntime
+from ms_ocr.runtime.host_step import model_refusal
 from ms_ocr.vlm import VLMPipeline
 
 
@@ -102,6 +103,12 @@ def text_parameter_names(net):
     return names
 
 
+def native_layers(net, kernels, compute_dtype):
+    """Whether the CPU decode step runs every layer of `net` through the native DecodeLayer (make_plan's question:
+    the host step, runtime/host_step.py, would serve it)."""
+    return kernels is not None and not kernels.fused and model_refusal(net, kernels, compute_dtype) is None
+
+
 def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, num_pos_axes, t0, target="CPU",
                   dtype="auto", buckets=None, postprocess=None, quantize="none", task_inputs=None,
                   kv_cache_dtype="auto", line_height=None):
@@ -111,7 +118,7 @@ def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, nu
     layers and the head (a tied one's embedding table) in weight-only int8, made from the loaded values
     (models/quantize.py; CPU only). `task_inputs`: what named tasks change around the model (vlm.TaskInputs).
     `kv_cache_dtype`: auto, fp32 or bf16 (plan.resolve_kv_dtype)."""
-    plan = make_plan(target, net, model_dir, dtype, quantize, kv_cache_dtype)
+    plan = make_plan(target, net, model_dir, dtype, quantize, kv_cache_dtype, native_layers)
     bind(net, plan.kernels)
     keep = plan.bf16_names(net)
     int8 = prepare_int8(net, plan) if plan.int8_group is not None else Int8Plan()

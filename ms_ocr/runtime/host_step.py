@@ -134,18 +134,25 @@ def enabled():
 
 def refusal(model, plan, cache):
     """Why HostStep cannot run this model's decode step (None: it can), from what the graph would run."""
-    kn = model.kernels
+    why = model_refusal(model, model.kernels, plan.compute_dtype)
+    if why is None and cache.in_graph:
+        return "the graphs write the caches"
+    return why
+
+
+def model_refusal(model, kn, compute_dtype):
+    """Why HostStep could not run `model`'s decode step with kernels `kn` at `compute_dtype`, whatever its caches
+    (None: it could, for up to MAX_ROWS sequences over caches the host writes). plan.make_plan asks it before the
+    model is loaded: a MoE decoder's layers attend through DecodeLayer only here (its cache dtype)."""
     if not enabled():
         return f"{ENV}=0"
     if kn is None or kn.fused or kn.library is None:
         return "no native kernel library"
     if kn.decode_layer is None or kn.matmul_t is None:
         return "the native decode kernels are not routed at this SIMD level"
-    if cache.in_graph:
-        return "the graphs write the caches"
     if model.attention_window is not None:
         return "a sliding-window decoder"
-    if plan.compute_dtype != ms.float32:
+    if compute_dtype != ms.float32:
         return "activations are not fp32"
     for layer in model.text_layers():
         if type(layer) is not DecoderLayer:

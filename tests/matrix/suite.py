@@ -370,11 +370,11 @@ def test_bf16_kv_cache_matches_transformers_with_a_rounded_cache(bf16_model, cac
     """`infer --kv-cache-dtype bf16` computes what transformers computes with its cache layers storing K and V
     rounded to bf16 (widened back to fp32): the prompt's attention over its own unrounded k, v (ms_ocr's prefill),
     every later step over the rounded cache and its own rounded k, v (DecodeLayer; the composed attention of a MoE
-    decoder). The first step's logits (the prompt's, no cache read) within 1e-4 of max|logit|, every step's within
-    KV16_LOGIT_TOL, the same greedy tokens; the steps after the first differ from the fp32 cache's by more than
-    that (the rounding is really there). int8_auto: `--quantize int8` alone, whose cache `--kv-cache-dtype auto`
-    makes bf16 for a dense decoder, against transformers on the dequantised weights with the rounded cache (a MoE
-    decoder keeps an fp32 cache there: test_int8_matches_transformers_on_the_dequantised_weights is its gate)."""
+    decoder the host step does not run). The first step's logits (the prompt's, no cache read) within 1e-4 of
+    max|logit|, every step's within KV16_LOGIT_TOL, the same greedy tokens; the steps after the first differ from
+    the fp32 cache's by more than that (the rounding is really there). int8_auto: `--quantize int8` alone, whose cache `--kv-cache-dtype auto`
+    makes bf16 (a MoE decoder's too, where the host step runs its layers), against transformers on the
+    dequantised weights with the rounded cache."""
     import mindspore as ms
     import torch
     from transformers.cache_utils import DynamicLayer
@@ -394,12 +394,7 @@ def test_bf16_kv_cache_matches_transformers_with_a_rounded_cache(bf16_model, cac
     if cache_mode == "int8_auto":
         spec_of = models.get(matrix.cli)
         net = spec_of.load(folder, "CPU", "auto", quantize="int8").runtime
-        if any(layer.moe for layer in net.model.text_layers()):
-            # --quantize int8 keeps a MoE decoder's cache fp32 (--kv-cache-dtype auto): that is the gate here; its
-            # int8 numbers are test_int8_matches_transformers_on_the_dequantised_weights's
-            assert net.cache.dtype == ms.float32
-            return
-        assert net.cache.dtype == ms.bfloat16
+        assert net.cache.dtype == ms.bfloat16  # a MoE decoder's too: the host step's DecodeLayer reads it
         ref_folder, options = str(tmp_path / "dequantised"), ("--quantize", "int8")
         write_dequantised_copy(net.model, spec_of, folder, ref_folder)
         del net
