@@ -5,6 +5,8 @@ A lone sequence's decode step reads every weight of the decoder and its head onc
 attends to; nothing is reused from a cache that small, so the step cannot take less than bytes / bandwidth. The
 benchmarks print that bound beside the measured ms/token and the measured step as a multiple of it."""
 
+import json
+import os
 import time
 
 import numpy as np
@@ -83,8 +85,6 @@ def decode_weight_bytes(ckpt, bytes_per_weight=4, tensors=None):
     """Bytes of decoder weights read per generated token at `bytes_per_weight` (4: fp32, 2: bf16, 1: int8): every
     text layer plus the output head (the tied embedding table, read once by the head; the input embedding is a
     single-row gather); of an MoE layer's routed experts, the share a token reads (top-k of n)."""
-    import json
-    import os
     tensors = text_tensors(ckpt) if tensors is None else tensors
     sizes = {k: bytes_per_weight * n for k, (_, n) in tensors.items()}
     with open(os.path.join(ckpt, "config.json")) as f:
@@ -98,3 +98,45 @@ def decode_weight_bytes(ckpt, bytes_per_weight=4, tensors=None):
     if any(k.endswith("lm_head.weight") for k in sizes):  # untied or duplicated head: count the table once
         sizes.pop(next((k for k in sizes if k.endswith("embed_tokens.weight")), None), None)
     return sum(sizes.values())
+
+
+# The decode roofline of the benchmarks' process table: the decoder's weights and the KV cache read once per token at
+# the read bandwidth measured with the run's threads; a weight is 4 bytes in fp32, 2 in bf16 (a bf16 checkpoint kept
+# in bf16: --dtype auto/bf16, docs/precision.md), 1 in int8 and 34/32 in llama.cpp's Q8_0 (a scale per 32).
+WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "int8": 1, "Q8_0": 34 / 32, "BF16": 2}
+
+
+def checkpoint_text(ckpt):
+    """(text_tensors of the checkpoint, its config.json): what the decode and prefill bounds read."""
+    with open(os.path.join(ckpt, "config.json")) as f:
+        return text_tensors(ckpt), json.load(f)
+
+
+KV_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "f16": 2}  # a cached K or V element's bytes, by the cache's dtype
+
+
+def kv_cache_of(name, m, args):
+    """The KV cache dtype of process-table column `name` (its medians `m`): llama.cpp's default f16; ours the run's
+    own (infer --json reports it: --kv-cache-dtype auto makes it bf16 under --quantize int8 and --dtype bf16), else
+    as asked."""
+    if name.startswith("llama.cpp"):
+        return "f16"
+    return m.get("kv_cache_dtype") or ("bf16" if args.kv_cache_dtype == "bf16" else "fp32")
+
+
+def decode_bounds(args, med, gbs, tensors, config):
+    """{column: (bound ms/token, bytes a step)} of the process table: each column's weights in its format, and the
+    KV cache in its dtype (kv_cache_of) at the answer's middle position; tensors, config: checkpoint_text's."""
+    text = config.get("text_config") or config.get("language_config") or config
+    ours = "int8" if args.quantize.startswith("int8") else (
+        "bf16" if args.dtype == "bf16" else checkpoint_weight_format(args.ckpt, tensors))
+    weights = {}  # format -> bytes a step reads
+    out = {}
+    for name, m in med.items():
+        fmt = name.split()[-1] if name.startswith("llama.cpp") else ours
+        if fmt not in weights:
+            weights[fmt] = decode_weight_bytes(args.ckpt, WEIGHT_BYTES[fmt], tensors)
+        kv = kv_bytes_per_token(text, KV_BYTES[kv_cache_of(name, m, args)])
+        nbytes = step_bytes(weights[fmt], kv, (m.get("prompt_tokens") or 0) + args.new_tokens / 2)
+        out[name] = (bound_ms(nbytes, gbs), nbytes)
+    return out

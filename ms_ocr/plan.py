@@ -29,6 +29,12 @@ class Plan:
     quantize: str = "none"  # QUANTIZE: the decoder's matrices (and head) weight-only int8
 
     @property
+    def kv_cache_name(self):
+        """The KV caches' dtype as --kv-cache-dtype names it: fp32 or bf16 (fp16 where an NPU computes in fp16)."""
+        import mindspore as ms
+        return {ms.float32: "fp32", ms.bfloat16: "bf16", ms.float16: "fp16"}.get(self.kv_dtype, str(self.kv_dtype))
+
+    @property
     def int8_group(self):
         """Columns per int8 scale (0: one per row), or None without --quantize."""
         return INT8_GROUPS.get(self.quantize)

@@ -28,15 +28,12 @@ sys.path.insert(0, REPO)
 
 os.environ.setdefault("GLOG_v", "3")
 
+from bench.memory import checkpoint_text, decode_bounds, kv_cache_of  # noqa: E402
 from bench.references import reference_model_and_inputs  # noqa: E402,F401 - torch/transformers inside it only
 from bench.report import median_result, process_report, round_ratios, tokens_agreement, write_json  # noqa: E402
 from bench.run import add_run_args, ensure_checkpoint, precision_argv, run_json_worker  # noqa: E402
 from ms_ocr.proc import peak_rss_gb  # noqa: E402 - plain /proc reads, no framework
 
-# The decode roofline (bench/memory.py): the decoder's weights and the KV cache read once per token at the read
-# bandwidth measured here with the run's threads; a weight is 4 bytes in fp32, 2 in bf16 (a bf16 checkpoint kept in
-# bf16: --dtype auto/bf16, docs/precision.md), 1 in int8 and 34/32 in llama.cpp's Q8_0 (a scale per 32).
-WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "int8": 1, "Q8_0": 34 / 32, "BF16": 2}
 # --isa levels of the process table and the -march ms_ocr's native kernels are built for at each
 ISA_ARCH = {"avx2": "x86-64-v3"}
 
@@ -241,7 +238,7 @@ def cli_process(args, cache_dir, fresh):
             "startup_s": t.get("startup_ms", 0) / 1000, "vision_ms": t["vision_ms"], "prefill_ms": t["prefill_ms"],
             "decode_ms_per_token": 1000 / t["decode_tokens_per_s"] if t["decode_tokens_per_s"] else None,
             "peak_rss_gb": usage.ru_maxrss / 2 ** 20, "rss_gb": t.get("rss_gb"), "prompt_tokens": t["prompt_tokens"],
-            "compile_cache": t.get("compile_cache")}
+            "compile_cache": t.get("compile_cache"), "kv_cache_dtype": t.get("kv_cache_dtype")}
 
 
 def llamacpp_runs(args, fmt):
@@ -355,12 +352,15 @@ def peers(args, suffix=""):
     print(f"CPU: {cpu_model()}; kernels built for: {args.isa}; {args.threads} threads; {args.model}; "
           f"{args.new_tokens} new tokens; medians of {args.repeat} round(s)")
     med = process_report(columns)
+    for name, runs in columns.items():  # the KV cache's dtype an ms_ocr run reported (the same in every round)
+        med[name]["kv_cache_dtype"] = next((r["kv_cache_dtype"] for r in runs if r.get("kv_cache_dtype")), None)
     gbs = read_bandwidth(args.threads)
     tensors, config = checkpoint_text(args.ckpt)  # the checkpoint's headers and config, read once for both bounds
     bounds = decode_bounds(args, med, gbs, tensors, config)
     for name, (b_ms, nbytes) in bounds.items():
         got = med[name].get("decode_ms_per_token")
-        print(f"decode bound {name}: {nbytes / 1e6:.0f} MB a step at {gbs:.1f} GB/s = {b_ms:.1f} ms/token"
+        print(f"decode bound {name}: {nbytes / 1e6:.0f} MB a step ({kv_cache_of(name, med[name], args)} KV cache) "
+              f"at {gbs:.1f} GB/s = {b_ms:.1f} ms/token"
               + (f"; measured {got:.1f} = {got / b_ms:.2f}x the bound" if got else ""))
     rate = product_rate(args.threads)
     prefill = prefill_bounds(med, rate, tensors, config) if rate else {}
@@ -404,13 +404,6 @@ def product_rate(threads):
     return value
 
 
-def checkpoint_text(ckpt):
-    """(bench.memory.text_tensors of the checkpoint, its config.json): what the decode and prefill bounds read."""
-    from bench.memory import text_tensors
-    with open(os.path.join(ckpt, "config.json")) as f:
-        return text_tensors(ckpt), json.load(f)
-
-
 def prefill_bounds(med, rate, tensors, config):
     """{column: (bound ms, flops)} of the process table: each column's prompt through the text model's products and
     causal attention at `rate` GFLOP/s (bench/compute.py); tensors, config: checkpoint_text's."""
@@ -420,26 +413,6 @@ def prefill_bounds(med, rate, tensors, config):
         if m.get("prompt_tokens"):
             flops = prefill_flops(config, tensors, int(m["prompt_tokens"]))
             out[name] = (1000 * flops / (rate * 1e9), flops)
-    return out
-
-
-def decode_bounds(args, med, gbs, tensors, config):
-    """{column: (bound ms/token, bytes a step)} of the process table: each column's weights in its format, and the
-    KV cache (fp32, or bf16 with --kv-cache-dtype bf16) at the answer's middle position; tensors, config:
-    checkpoint_text's."""
-    from bench.memory import bound_ms, checkpoint_weight_format, decode_weight_bytes, kv_bytes_per_token, step_bytes
-    text = config.get("text_config") or config.get("language_config") or config
-    kv = kv_bytes_per_token(text, 2 if args.kv_cache_dtype == "bf16" else 4)
-    ours = "int8" if args.quantize.startswith("int8") else (
-        "bf16" if args.dtype == "bf16" else checkpoint_weight_format(args.ckpt, tensors))
-    weights = {}  # format -> bytes a step reads
-    out = {}
-    for name, m in med.items():
-        fmt = name.split()[-1] if name.startswith("llama.cpp") else ours
-        if fmt not in weights:
-            weights[fmt] = decode_weight_bytes(args.ckpt, WEIGHT_BYTES[fmt], tensors)
-        nbytes = step_bytes(weights[fmt], kv, (m.get("prompt_tokens") or 0) + args.new_tokens / 2)
-        out[name] = (bound_ms(nbytes, gbs), nbytes)
     return out
 
 

@@ -238,3 +238,26 @@ def test_deepseek_ocr2_hub_config_reads_as_the_same_model():
         assert a.sam[name] == b.sam[name], name
     assert a.sam["global_layers"] == (1, 3) and a.sam["downsample"] == (24, 48)
     assert b.image_token_id == a.image_token_id
+
+
+def test_decode_bound_reads_each_columns_kv_cache_in_its_own_dtype(tiny_dir):
+    """The process table's decode bound: the KV cache's bytes at the dtype each run held it in, as infer --json
+    reports it (--kv-cache-dtype auto is bf16 under --quantize int8), and llama.cpp's default f16 cache; not fp32
+    for every column whatever the runs held (the bound of a long int8 or bf16 answer came out too large)."""
+    import argparse
+
+    from bench.memory import checkpoint_text, decode_bounds, decode_weight_bytes, kv_bytes_per_token
+    tensors, config = checkpoint_text(tiny_dir)
+    args = argparse.Namespace(ckpt=tiny_dir, quantize="int8", dtype="auto", kv_cache_dtype="auto", new_tokens=64)
+    med = {"ms_ocr CLI second run int8": {"prompt_tokens": 100, "kv_cache_dtype": "bf16"},
+           "ms_ocr CLI first run int8": {"prompt_tokens": 100, "kv_cache_dtype": "fp32"},
+           "llama.cpp Q8_0": {"prompt_tokens": 100}}
+    bounds = decode_bounds(args, med, 10.0, tensors, config)
+    int8 = decode_weight_bytes(tiny_dir, 1, tensors)
+    per_position = kv_bytes_per_token(config["text_config"] if "text_config" in config else config, 2)
+    assert per_position > 0
+    assert bounds["ms_ocr CLI second run int8"][1] == int8 + per_position * 132  # 100 + 64 / 2 positions, 2 bytes
+    assert bounds["ms_ocr CLI first run int8"][1] == int8 + 2 * per_position * 132
+    assert bounds["ms_ocr CLI second run int8"][0] == 1000 * (int8 + per_position * 132) / 10e9
+    llama = bounds["llama.cpp Q8_0"][1] - decode_weight_bytes(tiny_dir, 1.0625, tensors)
+    assert abs(llama - per_position * 132) < 1e-6 * per_position

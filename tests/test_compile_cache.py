@@ -55,6 +55,7 @@ def test_second_process_reads_every_graph_and_answers_the_same(bf16_dir, pages, 
     folder, entries = _manifest(cache)
     n = len(entries)
     assert n >= 5 and cold["timings"]["compile_cache"] == {"on": True, "loaded": 0, "written": n}
+    assert cold["timings"]["kv_cache_dtype"] == "fp32"  # the exact path's cache (the benchmarks' decode bound reads it)
     warm, _ = infer(bf16_dir, pages / "a.png", cache)
     assert warm["token_ids"] == cold["token_ids"]
     assert warm["timings"]["compile_cache"] == {"on": True, "loaded": n, "written": 0}

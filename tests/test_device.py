@@ -96,7 +96,7 @@ def test_auto_kv_cache_is_bf16_under_bf16_compute_for_dense_decoders(tiny_dir, t
     assert "widens the cache" not in capsys.readouterr().err
     folder = make_tiny_checkpoint(str(tmp_path_factory.mktemp("ds2_kv")))
     loaded = deepseek_ocr2.load(folder, "CPU", "auto", quantize="int8").runtime
-    assert loaded.cache.dtype == ms.bfloat16
+    assert loaded.cache.dtype == ms.bfloat16 and loaded.plan.kv_cache_name == "bf16"
     loaded.reset_cache(1, 64)
     assert loaded.host_step.serves(loaded.cache, 1)  # the layers the plan counted on: DecodeLayer reads that cache
     del loaded
