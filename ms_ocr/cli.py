@@ -94,9 +94,9 @@ def add_device_args(p):
                         "of a row")
     p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
                    help="the decoder's KV cache: auto is bf16 where --dtype bf16 computes in bf16 and under "
-                        "--quantize int8 (where the native decode layer reads it), fp32 (exact) otherwise; bf16 halves the bytes decode "
-                        "reads per cached position and the cache's memory (keys and values rounded to bf16 as they "
-                        "are stored)")
+                        "--quantize int8 (where the native decode layer reads it), fp32 (exact) otherwise; bf16 "
+                        "halves the bytes decode reads per cached position and the cache's memory (keys and values "
+                        "rounded to bf16 as they are stored)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "ascend"])
     p.add_argument("--threads", type=int, default=None, help="CPU runtime threads")
 
