@@ -97,6 +97,7 @@ class Runtime(Protocol):
     pad_id: int
     host_cache: bool  # the host writes the KV caches: a step may compute fewer rows than the cache holds
     releases_vision: bool  # nothing of the vision side is needed again (a one-request process)
+    kv_cache_dtype: str  # the KV cache's dtype as --kv-cache-dtype names it (fp32, bf16)
 
     def tensor(self, array):
         """A host array as a graph input."""

@@ -212,7 +212,7 @@ class VLMPipeline:
             "decode_tokens": t["decode_tokens"],
             "compile_ms": {family: 1000 * compiled.get(family, 0.0) for family in ("vision", "prefill", "decode")},
             "prompt_tokens": t["prompt_tokens"],
-            "kv_cache_dtype": self.runtime.plan.kv_cache_name,  # what decode read per cached position
+            "kv_cache_dtype": self.runtime.kv_cache_dtype,  # what decode read per cached position
             # resident memory after load and after each phase of this request, and the peak so far
             "rss_gb": {"load": self.load_rss_gb, **engine.rss, "decode": rss_gb(), "peak": peak_rss_gb()},
         }

@@ -213,6 +213,7 @@ class MindIRRuntime(Runtime):
 
     host_cache = False  # the cache lives in the graph: the engine steps its one row
     releases_vision = False
+    kv_cache_dtype = "fp32"  # the graphs are exported in fp32, their cache too
 
     def __init__(self, folder, meta):
         self.meta = meta

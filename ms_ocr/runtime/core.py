@@ -70,6 +70,11 @@ class VLMRuntime(Runtime):
         """Caches the host writes (off Ascend): the engine can decode fewer rows than the cache holds."""
         return self.host_writes
 
+    @property
+    def kv_cache_dtype(self):
+        """The KV caches' dtype as --kv-cache-dtype names it (the plan's)."""
+        return self.plan.kv_cache_name
+
     def tensor(self, array):
         return host_tensor(array, self.compute_dtype)
 
