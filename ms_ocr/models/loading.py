@@ -106,7 +106,7 @@ def text_parameter_names(net):
 def native_layers(net, kernels, compute_dtype):
     """Whether the CPU decode step runs every layer of `net` through the native DecodeLayer (make_plan's question:
     the host step, runtime/host_step.py, would serve it)."""
-    return kernels is not None and not kernels.fused and model_refusal(net, kernels, compute_dtype) is None
+    return model_refusal(net, kernels, compute_dtype) is None
 
 
 def load_pipeline(name, model_dir, cfg, processor, net, table, vision_inputs, num_pos_axes, t0, target="CPU",

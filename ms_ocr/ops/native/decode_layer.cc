@@ -159,9 +159,9 @@ inline void weighted_rows(const float* p, int64_t stride, const float* inv, cons
   for (; e < d; ++e)  // columns past the last full vector (head dims that are no multiple of kVL)
     for (int j = 0; j < J; ++j) {
       float acc = i0 == 0 ? 0.f : out[j * d + e];
-      for (int64_t i = i0; i <= i1; ++i)
-        if (i < i1 || i1 == n)
-          acc = std::fma(p[j * stride + i] * inv[j], i < n ? to_float(values[rows[i] * d + e]) : v_new[e], acc);
+      const int64_t end = i1 == n ? n + 1 : i1;  // the last block adds the token's own value row (i = n)
+      for (int64_t i = i0; i < end; ++i)
+        acc = std::fma(p[j * stride + i] * inv[j], i < n ? to_float(values[rows[i] * d + e]) : v_new[e], acc);
       out[j * d + e] = acc;
     }
 }
