@@ -167,3 +167,71 @@ def test_the_loaders_buffers_are_on_huge_pages():
     lo, hi = H.interior(t.data_ptr(), view.nbytes)
     assert anon_huge_bytes(lo, hi) >= hi - lo >= 14 * MB
     assert np.array_equal(t.asnumpy(), np.arange(view.size, dtype=np.float32))
+
+
+def test_spans_join_the_buffers_side_by_side():
+    assert H.spans([(10 * MB, 2 * MB), (0, 4 * MB), (4 * MB, 3 * MB), (7 * MB, 0), (7 * MB, MB)]) == [
+        (0, 8 * MB), (10 * MB, 2 * MB)]  # [0, 4) + [4, 7) + [7, 8) one run; [8, 10) belongs to none
+    assert H.spans([(MB, MB), (MB + MB + 1, MB)]) == [(MB, MB), (2 * MB + 1, MB)]  # a byte apart: two
+    assert H.spans([]) == []
+
+
+def test_zeroed_buffers_side_by_side_go_onto_huge_pages_as_one_run(monkeypatch):
+    """zeroed_on_huge_pages (the KV caches at a reset): buffers side by side are one run whose 2 MB-aligned interior
+    is moved (emptied, written with zeros, on huge pages), the run's edges and every byte outside it untouched;
+    switched off, nothing moves."""
+    assert H.thp_mode() in ("always", "madvise")
+    monkeypatch.setenv(H.ENV_SWITCH, "1")
+    buf = _touched(24 * MB)
+    base = buf.ctypes.data
+    a = -(-(base + MB) // (2 * MB)) * (2 * MB) + MB  # 1 MB past a 2 MB boundary, >= 1 MB into buf
+    parts = [(a, 3 * MB // 2), (a + 3 * MB // 2, 3 * MB // 2), (a + 3 * MB, 3 * MB), (a + 6 * MB, 13 * MB // 2)]
+    assert all(H.interior(*p) is None for p in parts[:2])  # alone, the first two would have no huge page
+    lo, hi = H.interior(a, 25 * MB // 2)
+    assert (lo, hi) == (a + MB, a + 11 * MB)
+    assert H.zeroed_on_huge_pages(parts) == hi - lo
+    off = lo - base
+    assert not buf[off:off + (hi - lo)].any()
+    assert buf[:off].all() and buf[off + (hi - lo):].all()  # the run's edges and the rest as they were
+    assert anon_huge_bytes(lo, hi) >= hi - lo
+    monkeypatch.setenv(H.ENV_SWITCH, "0")
+    buf = _touched(24 * MB)
+    assert H.zeroed_on_huge_pages([(buf.ctypes.data, buf.nbytes)]) == 0 and buf.all()
+
+
+def test_the_kv_caches_are_on_huge_pages_and_zero_after_a_reset(monkeypatch):
+    """The host-written caches at a reset (runtime/kvcache.py): every layer's keys and values zero, and every whole
+    2 MB page of their run on a huge page. On 4 KB pages a decode step read them at 12.5-14.4 GB/s instead of
+    17.9-18.4 (docs/native-kernels.md)."""
+    from ms_ocr.nn.attention import KVCacheAttention
+    from ms_ocr.runtime.kvcache import HostKVCache
+    monkeypatch.delenv(H.ENV_SWITCH, raising=False)
+
+    class Layer:
+        def __init__(self):
+            self.self_attn = KVCacheAttention(64, 2, 2, 128)
+
+    class Model:
+        layers = [Layer() for _ in range(3)]
+
+        def text_layers(self):
+            return self.layers
+
+        def allocate_cache(self, batch, slots, dtype, flat=True):
+            for layer in self.layers:
+                layer.self_attn.allocate_cache(batch, slots, dtype, flat)
+
+    cache = HostKVCache(Model(), ms.float32)
+    for slots in (4096, 6144):  # 4 and 6 MB a cache, 24 and 36 MB in all
+        cache.reset(1, slots)
+        bufs = [(c.data_ptr(), c.nbytes) for layer in Model.layers
+                for c in (layer.self_attn.k_cache, layer.self_attn.v_cache)]
+        assert sum(n for _, n in bufs) == 6 * slots * 2 * 128 * 4
+        runs = H.spans(bufs)
+        inside = [H.interior(*r) for r in runs]
+        huge = sum(anon_huge_bytes(lo, hi) for lo, hi in inside)
+        assert huge >= sum(hi - lo for lo, hi in inside) >= sum(n for _, n in bufs) - len(runs) * 4 * MB > 0
+        for k, v in cache.views:
+            assert k.shape == v.shape == (1, 2, slots, 128) and not k.any() and not v.any()
+            k[...] = 1  # the next reset must zero what this one's sequence wrote
+            v[...] = 1

@@ -11,6 +11,7 @@ import abc
 import numpy as np
 from mindspore import Tensor, ops
 
+from ms_ocr.convert import hugepages
 from ms_ocr.steps import CacheWriteStep
 
 
@@ -68,6 +69,9 @@ class HostKVCache(KVCache):
 
     def reset(self, batch, slots):
         super().reset(batch, slots)
+        # on 2 MB pages, as the weights: each decode step streams the caches too (hugepages.py)
+        hugepages.zeroed_on_huge_pages([(c.data_ptr(), c.nbytes) for layer in self.model.text_layers()
+                                        for c in (layer.self_attn.k_cache, layer.self_attn.v_cache)])
         self._views = [(layer.self_attn.k_cache.asnumpy(), layer.self_attn.v_cache.asnumpy())
                        for layer in self.model.text_layers()]
         self._inputs = {}
