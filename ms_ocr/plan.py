@@ -149,7 +149,7 @@ def make_plan(target, net, model_dir, dtype="auto", quantize="none", kv_cache_dt
     kernels = routes.choose(target)
     if quantize != "none" and kernels.q8 is None:
         # the composed route widens every matrix to fp32 in each step's graph: DeepSeek-OCR-2 held 18.7 GB and took
-        # 458 ms a token (4.0 GB and ~42 ms with the kernels; Xeon model 167)
+        # 458 ms a token (5.7 GB and ~42 ms with the kernels; Xeon model 167)
         raise ValueError(f"--quantize {quantize} needs ms_ocr's native CPU kernels, which are not loaded here "
                          "(MS_OCR_NATIVE=0, or no C++ compiler when ms_ocr was installed): without them each step "
                          "widens the weights to fp32, more memory than no --quantize")

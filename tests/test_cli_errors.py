@@ -104,7 +104,7 @@ def test_request_longer_than_max_positions(tiny_dir, good_png):
 
 def test_int8_without_the_native_kernels_is_refused(tiny_dir, good_png):
     """--quantize int8 where the native kernels are not loaded: the composed route widened every matrix to fp32 in
-    each step's graph (DeepSeek-OCR-2: 18.7 GB, 458 ms a token, against 4.0 GB and ~42 ms with the kernels)."""
+    each step's graph (DeepSeek-OCR-2: 18.7 GB peak, 458 ms a token, against 5.7 GB and ~42 ms with the kernels)."""
     r = infer("--model", "paddleocr-vl", "--model-path", tiny_dir, "--image", good_png, "--quantize", "int8",
               "--max-new-tokens", "2", env={"MS_OCR_NATIVE": "0"})
     assert_one_line_error(r, "--quantize int8 needs ms_ocr's native CPU kernels")
