@@ -69,13 +69,12 @@ class HostKVCache(KVCache):
 
     def reset(self, batch, slots):
         super().reset(batch, slots)
+        pairs = [(layer.self_attn.k_cache, layer.self_attn.v_cache) for layer in self.model.text_layers()]
         # on 2 MB pages, as the weights: each decode step streams the caches too (hugepages.py; MindSpore 2.7's
-        # Tensors give no address)
-        caches = [c for layer in self.model.text_layers() for c in (layer.self_attn.k_cache, layer.self_attn.v_cache)]
-        if all(hasattr(c, "data_ptr") for c in caches):
-            hugepages.zeroed_on_huge_pages([(c.data_ptr(), c.nbytes) for c in caches])
-        self._views = [(layer.self_attn.k_cache.asnumpy(), layer.self_attn.v_cache.asnumpy())
-                       for layer in self.model.text_layers()]
+        # Tensors give no address, as convert/loader.py allows for)
+        if hasattr(Tensor, "data_ptr"):
+            hugepages.zeroed_on_huge_pages([(c.data_ptr(), c.nbytes) for pair in pairs for c in pair])
+        self._views = [(k.asnumpy(), v.asnumpy()) for k, v in pairs]
         self._inputs = {}
         self.generation += 1
 
